@@ -1,0 +1,103 @@
+//! The connection seam: any cloneable `redis` async connection, every call
+//! with a deadline, scripts sent by SHA with a NOSCRIPT fallback.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, FromRedisValue, RedisFuture, ScriptInvocation, Value};
+
+use crate::error::{Error, Result};
+
+/// Something that hands out a fresh handle on a shared connection per call.
+trait SharedConnection: Send + Sync {
+    fn handle(&self) -> BoxedConnection;
+}
+
+impl<C> SharedConnection for C
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn handle(&self) -> BoxedConnection {
+        BoxedConnection(Box::new(self.clone()))
+    }
+}
+
+/// A type-erased connection handle (one per concurrent call; clones of a
+/// multiplexed connection pipeline their requests on one socket).
+pub(crate) struct BoxedConnection(Box<dyn ConnectionLike + Send + Sync>);
+
+impl ConnectionLike for BoxedConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.0.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+}
+
+/// One Redis deployment as dlm sees it.
+#[derive(Clone)]
+pub(crate) struct Backend {
+    conn: Arc<dyn SharedConnection>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backend {
+    pub(crate) fn new<C>(conn: C, timeout: Duration) -> Self
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        Backend {
+            conn: Arc::new(conn),
+            timeout,
+        }
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Run a script (EVALSHA, loading it on NOSCRIPT) within the deadline.
+    pub(crate) async fn eval<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T> {
+        let mut conn = self.conn.handle();
+        self.deadline(invocation.invoke_async(&mut conn)).await
+    }
+
+    /// Run one command within the deadline.
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
+        let mut conn = self.conn.handle();
+        self.deadline(cmd.query_async(&mut conn)).await
+    }
+
+    async fn deadline<T>(
+        &self,
+        fut: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(r) => r.map_err(Error::from),
+            Err(_) => Err(Error::Timeout(self.timeout)),
+        }
+    }
+}

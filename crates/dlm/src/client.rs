@@ -1,0 +1,286 @@
+//! The client: one Redis deployment, the key prefix, timeouts, the wake-up
+//! service and the registry of locks this client holds.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::keys::{DEFAULT_LOCK_PREFIX, LockKeys, validate_prefix};
+use crate::lock::{Held, LeaseState, Lock, Outcome, Wakeups, ops};
+use crate::token::Token;
+
+/// The default deadline of one call to Redis.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A held lock as the registry knows it (for [`Client::release_all`]).
+struct HeldEntry {
+    keys: LockKeys,
+    token: Token,
+    lease: Arc<LeaseState>,
+    stop: CancellationToken,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) backend: Backend,
+    pub(crate) prefix: String,
+    pub(crate) wakeups: Option<Arc<Wakeups>>,
+    held: Mutex<HashMap<u64, HeldEntry>>,
+    next_id: AtomicU64,
+}
+
+impl ClientInner {
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<u64, HeldEntry>> {
+        match self.held.lock() {
+            Ok(h) => h,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    pub(crate) fn register(&self, held: &Held) {
+        self.held().insert(
+            held.id,
+            HeldEntry {
+                keys: held.keys.clone(),
+                token: held.token.clone(),
+                lease: held.lease.clone(),
+                stop: held.stop.clone(),
+            },
+        );
+    }
+
+    /// Forget a held lock; false when it was not registered any more.
+    pub(crate) fn unregister(&self, id: u64) -> bool {
+        self.held().remove(&id).is_some()
+    }
+}
+
+/// What [`Client::release_all`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReleaseAll {
+    /// Locks that were still ours and are released now.
+    pub released: usize,
+    /// Locks that had expired or were held by another owner already.
+    pub already_lost: usize,
+    /// Locks whose release failed (Redis unreachable); their TTL frees them.
+    pub failed: usize,
+}
+
+/// Options for a [`Client`]; finish with [`ClientBuilder::connect`] or
+/// [`ClientBuilder::connection`].
+///
+/// ```no_run
+/// # async fn demo() -> dlm::Result<()> {
+/// use std::time::Duration;
+/// let client = dlm::Client::builder()
+///     .key_prefix("myapp:lock:")
+///     .timeout(Duration::from_millis(500))
+///     .connect("redis://127.0.0.1:6379")
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    prefix: String,
+    timeout: Duration,
+    connect_timeout: Duration,
+    wakeup_url: Option<String>,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            prefix: DEFAULT_LOCK_PREFIX.into(),
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_TIMEOUT,
+            wakeup_url: None,
+        }
+    }
+}
+
+fn validate_timeout(what: &'static str, d: Duration) -> Result<()> {
+    if d.is_zero() || d > Duration::from_secs(3600) {
+        return Err(Error::invalid(what, format!("{d:?} is outside (0, 1h]")));
+    }
+    Ok(())
+}
+
+fn open(url: &str) -> Result<redis::Client> {
+    redis::Client::open(url).map_err(|e| Error::invalid("Redis URL", e.to_string()))
+}
+
+impl ClientBuilder {
+    /// The prefix of lock keys (default `dlm:lock:`; no `{` or `}`).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The deadline of every call to Redis (default 2 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The deadline for connecting (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// With [`ClientBuilder::connection`]: where to open the pub/sub
+    /// connection that delivers release wake-ups. Without it, a client built
+    /// on a given connection waits by polling at the retry interval.
+    pub fn wakeup_url(mut self, url: impl Into<String>) -> Self {
+        self.wakeup_url = Some(url.into());
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        validate_prefix(&self.prefix)?;
+        validate_timeout("timeout", self.timeout)?;
+        validate_timeout("connect timeout", self.connect_timeout)
+    }
+
+    /// Connect to `redis://`, `rediss://` or `unix://` URL with a
+    /// reconnecting multiplexed connection, plus wake-ups on release.
+    pub async fn connect(self, url: &str) -> Result<Client> {
+        self.validate()?;
+        let client = open(url)?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let manager = match tokio::time::timeout(
+            self.connect_timeout + self.timeout,
+            redis::aio::ConnectionManager::new_with_config(client.clone(), config),
+        )
+        .await
+        {
+            Ok(r) => r?,
+            Err(_) => return Err(Error::Timeout(self.connect_timeout)),
+        };
+        let wakeups = Some(Wakeups::new(client, self.timeout));
+        let backend = Backend::new(manager, self.timeout);
+        Ok(self.finish(backend, wakeups))
+    }
+
+    /// Use a connection the application already has: a
+    /// `redis::aio::MultiplexedConnection`, `ConnectionManager` or cluster
+    /// connection (anything cloneable that is `redis::aio::ConnectionLike`).
+    pub fn connection<C>(self, conn: C) -> Result<Client>
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        self.validate()?;
+        let wakeups = match &self.wakeup_url {
+            Some(url) => Some(Wakeups::new(open(url)?, self.timeout)),
+            None => None,
+        };
+        let backend = Backend::new(conn, self.timeout);
+        Ok(self.finish(backend, wakeups))
+    }
+
+    fn finish(self, backend: Backend, wakeups: Option<Arc<Wakeups>>) -> Client {
+        Client {
+            inner: Arc::new(ClientInner {
+                backend,
+                prefix: self.prefix,
+                wakeups,
+                held: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+            }),
+        }
+    }
+}
+
+/// A handle on one Redis deployment (standalone, or a cluster connection you
+/// pass in); cheap to clone, share it across tasks.
+///
+/// ```no_run
+/// # async fn demo() -> dlm::Result<()> {
+/// let client = dlm::Client::connect("redis://127.0.0.1:6379").await?;
+/// let lock = client.lock("orders:42");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("prefix", &self.inner.prefix)
+            .field("backend", &self.inner.backend)
+            .field("wakeups", &self.inner.wakeups.is_some())
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connect with default options (see [`ClientBuilder`]).
+    pub async fn connect(url: &str) -> Result<Client> {
+        ClientBuilder::default().connect(url).await
+    }
+
+    /// Options: key prefix, timeouts, an existing connection.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// The lock named `name` (1 ..= 1024 bytes; checked when used).
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.clone(), name.into())
+    }
+
+    /// The deadline of one call to Redis.
+    pub fn timeout(&self) -> Duration {
+        self.inner.backend.timeout()
+    }
+
+    /// Release every lock this client still holds (the seeds' `unlockAll`),
+    /// in parallel. Their guards report lost afterwards.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let report = client.release_all().await;
+    /// println!("released {}", report.released);
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_all(&self) -> ReleaseAll {
+        let entries: Vec<HeldEntry> = self.inner.held().drain().map(|(_, e)| e).collect();
+        let backend = &self.inner.backend;
+        let results = futures_util::future::join_all(entries.iter().map(|e| {
+            e.stop.cancel();
+            e.lease.mark_lost();
+            ops::release(backend, &e.keys, &e.token)
+        }))
+        .await;
+        let mut report = ReleaseAll::default();
+        for r in results {
+            match r {
+                Ok(Outcome::Done) => report.released += 1,
+                Ok(_) => report.already_lost += 1,
+                Err(_) => report.failed += 1,
+            }
+        }
+        report
+    }
+
+    /// How many locks this client holds now (guards alive and not released).
+    pub fn held_count(&self) -> usize {
+        self.inner.held().len()
+    }
+}

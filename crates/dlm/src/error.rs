@@ -1,0 +1,146 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// A boxed error from the Redis client, kept opaque so that a major upgrade of
+/// the `redis` crate does not change dlm's public API.
+pub type BackendError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong in dlm.
+///
+/// The variants tell apart the outcomes a caller reacts to differently:
+/// somebody else holds the lock ([`Error::Busy`]), our lock is gone
+/// ([`Error::Expired`], [`Error::NotHeld`], [`Error::Lost`]), the input was
+/// wrong ([`Error::InvalidArgument`]) and Redis could not be reached
+/// ([`Error::Unavailable`], [`Error::Timeout`]).
+///
+/// ```
+/// use dlm::Error;
+/// let e = Error::Busy { name: "orders".into(), ttl: Some(std::time::Duration::from_secs(3)) };
+/// assert!(!e.is_retryable());
+/// assert!(e.to_string().contains("orders"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock is held by another owner (after waiting, if a wait was asked for).
+    #[error("lock {name:?} is held by another owner{}", fmt_ttl(ttl))]
+    Busy {
+        /// The lock's name.
+        name: String,
+        /// The holder's remaining TTL as Redis reported it; `None` when the key has no expiry.
+        ttl: Option<Duration>,
+    },
+    /// Our lock is gone: its TTL ran out (nobody else holds it now).
+    #[error("lock {name:?} is not held any more: it expired")]
+    Expired {
+        /// The lock's name.
+        name: String,
+    },
+    /// The lock is held by another owner: ours expired and somebody else took it.
+    #[error("lock {name:?} is held by another owner, not by this token")]
+    NotHeld {
+        /// The lock's name.
+        name: String,
+    },
+    /// The lock was lost while guarded work was running (see [`crate::Lock::with`]).
+    #[error("lock {name:?} was lost while the guarded work was running")]
+    Lost {
+        /// The lock's name.
+        name: String,
+    },
+    /// A fenced write carried a lower fencing token than one already seen.
+    #[error("stale fencing token {given} for {name:?}: token {highest} has written already")]
+    StaleFence {
+        /// The protected resource.
+        name: String,
+        /// The token of the rejected write.
+        given: u64,
+        /// The highest token seen so far.
+        highest: u64,
+    },
+    /// An argument is out of range or malformed; nothing was sent to Redis.
+    #[error("invalid {arg}: {reason}")]
+    InvalidArgument {
+        /// Which argument.
+        arg: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Redis could not be reached (connection refused, dropped, I/O error).
+    #[error("Redis unavailable: {source}")]
+    Unavailable {
+        /// The underlying cause.
+        #[source]
+        source: BackendError,
+    },
+    /// Redis did not answer within the configured timeout.
+    #[error("Redis did not answer within {0:?}")]
+    Timeout(Duration),
+    /// Redis answered with an error (e.g. wrong password, wrong type) or an unexpected reply.
+    #[error("Redis error: {source}")]
+    Backend {
+        /// The underlying cause.
+        #[source]
+        source: BackendError,
+    },
+}
+
+fn fmt_ttl(ttl: &Option<Duration>) -> String {
+    match ttl {
+        Some(t) => format!(" (expires in {} ms)", t.as_millis()),
+        None => " (without expiry)".into(),
+    }
+}
+
+impl Error {
+    /// True for failures that may succeed when tried again later: Redis
+    /// unreachable or too slow.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Unavailable { .. } | Error::Timeout(_))
+    }
+
+    /// True when the error means "our lock is gone" ([`Error::Expired`],
+    /// [`Error::NotHeld`] or [`Error::Lost`]).
+    pub fn is_lock_lost(&self) -> bool {
+        matches!(
+            self,
+            Error::Expired { .. } | Error::NotHeld { .. } | Error::Lost { .. }
+        )
+    }
+
+    pub(crate) fn invalid(arg: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            arg,
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn protocol(what: impl Into<String>) -> Self {
+        Error::Backend {
+            source: what.into().into(),
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        if e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+            || e.is_unrecoverable_error()
+        {
+            Error::Unavailable {
+                source: Box::new(e),
+            }
+        } else {
+            Error::Backend {
+                source: Box::new(e),
+            }
+        }
+    }
+}
+
+/// `Result` with dlm's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,164 @@
+//! The key schema, in one place.
+//!
+//! For a lock named `NAME` with the default prefix `dlm:lock:`:
+//!
+//! | what | key or channel |
+//! |---|---|
+//! | the lock (value = owner token, TTL = lease) | `dlm:lock:{NAME}` |
+//! | its fencing counter (never expires) | `dlm:lock:{NAME}:fence` |
+//! | its wake-up channel (published on release) | `dlm:lock:{NAME}:released` |
+//!
+//! All three share the hash tag `{NAME}`, so they live in one Redis Cluster
+//! slot and one script can touch them. With a raw key ([`crate::Lock::raw_key`])
+//! the lock key is exactly `NAME`, as redis-py, node-redlock and redsync use
+//! it, and the companions become `dlm:fence:{T}:NAME` and `dlm:released:{T}:NAME`
+//! where `T` is the part of `NAME` Redis Cluster hashes (its own `{tag}` if it
+//! has one, else all of it), so they still share its slot.
+
+use crate::error::{Error, Result};
+
+/// The longest lock or resource name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 1024;
+/// The longest key prefix accepted, in bytes.
+pub const MAX_PREFIX_LEN: usize = 128;
+/// The default prefix of lock keys.
+pub const DEFAULT_LOCK_PREFIX: &str = "dlm:lock:";
+
+/// The keys and channel of one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockKeys {
+    pub lock: String,
+    pub fence: String,
+    pub channel: String,
+}
+
+pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::invalid(
+            "key prefix",
+            format!("longer than {MAX_PREFIX_LEN} bytes"),
+        ));
+    }
+    if prefix.contains(['{', '}']) {
+        return Err(Error::invalid(
+            "key prefix",
+            "must not contain '{' or '}': dlm adds the hash tag itself",
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_name(what: &'static str, name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid(what, "must not be empty"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(
+            what,
+            format!("{} bytes is longer than {MAX_NAME_LEN}", name.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// The keys of lock `name` under `prefix` (`raw` = the key is exactly `name`).
+pub(crate) fn lock_keys(prefix: &str, name: &str, raw: bool) -> Result<LockKeys> {
+    validate_name("lock name", name)?;
+    if raw {
+        let tag = cluster_tag(name);
+        if tag.contains('}') {
+            return Err(Error::invalid(
+                "lock name",
+                format!(
+                    "raw key {name:?} has no hash tag and contains '}}', so no companion key can share its cluster slot"
+                ),
+            ));
+        }
+        return Ok(LockKeys {
+            lock: name.to_string(),
+            fence: format!("dlm:fence:{{{tag}}}:{name}"),
+            channel: format!("dlm:released:{{{tag}}}:{name}"),
+        });
+    }
+    if name.starts_with('}') {
+        return Err(Error::invalid(
+            "lock name",
+            "must not start with '}' (it would end the hash tag at once)",
+        ));
+    }
+    let lock = format!("{prefix}{{{name}}}");
+    Ok(LockKeys {
+        fence: format!("{lock}:fence"),
+        channel: format!("{lock}:released"),
+        lock,
+    })
+}
+
+/// The key holding a fenced value for `resource`.
+pub(crate) fn fenced_key(resource: &str) -> Result<String> {
+    validate_name("resource name", resource)?;
+    if resource.starts_with('}') {
+        return Err(Error::invalid("resource name", "must not start with '}'"));
+    }
+    Ok(format!("dlm:fenced:{{{resource}}}"))
+}
+
+/// The part of `key` that Redis Cluster hashes: the content of the first
+/// `{...}` when it is non-empty, else the whole key.
+pub(crate) fn cluster_tag(key: &str) -> &str {
+    if let Some(open) = key.find('{')
+        && let Some(len) = key[open + 1..].find('}')
+        && len > 0
+    {
+        return &key[open + 1..open + 1 + len];
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_keys_share_the_name_as_hash_tag() -> Result<()> {
+        let k = lock_keys(DEFAULT_LOCK_PREFIX, "orders:42", false)?;
+        assert_eq!(k.lock, "dlm:lock:{orders:42}");
+        assert_eq!(k.fence, "dlm:lock:{orders:42}:fence");
+        assert_eq!(k.channel, "dlm:lock:{orders:42}:released");
+        for key in [&k.lock, &k.fence, &k.channel] {
+            assert_eq!(cluster_tag(key), "orders:42");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn raw_keys_keep_the_name_and_its_slot() -> Result<()> {
+        let k = lock_keys(DEFAULT_LOCK_PREFIX, "resource", true)?;
+        assert_eq!(k.lock, "resource");
+        assert_eq!(cluster_tag(&k.fence), "resource");
+        let k = lock_keys(DEFAULT_LOCK_PREFIX, "a{user}b", true)?;
+        assert_eq!(cluster_tag(&k.lock), "user");
+        assert_eq!(cluster_tag(&k.fence), "user");
+        assert_eq!(cluster_tag(&k.channel), "user");
+        assert!(lock_keys(DEFAULT_LOCK_PREFIX, "x}y", true).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn names_with_braces_still_share_one_slot() -> Result<()> {
+        let k = lock_keys("p:", "a}b{c", false)?;
+        assert_eq!(cluster_tag(&k.lock), cluster_tag(&k.fence));
+        assert_eq!(cluster_tag(&k.lock), cluster_tag(&k.channel));
+        Ok(())
+    }
+
+    #[test]
+    fn bad_names_and_prefixes_are_rejected() {
+        assert!(lock_keys("p:", "", false).is_err());
+        assert!(lock_keys("p:", &"n".repeat(MAX_NAME_LEN + 1), false).is_err());
+        assert!(lock_keys("p:", "}x", false).is_err());
+        assert!(validate_prefix("a{b").is_err());
+        assert!(validate_prefix(&"p".repeat(MAX_PREFIX_LEN + 1)).is_err());
+        assert!(validate_prefix("ok:").is_ok());
+    }
+}

@@ -1,0 +1,344 @@
+//! The guard of a held lock: release, extend, fencing token, monotonic
+//! validity, the watchdog and the "lost" signal.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::ClientInner;
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+use crate::lock::{Outcome, ops};
+use crate::token::{Fence, Token};
+
+/// The clock-drift allowance subtracted from a lease: 1% of the TTL plus 2 ms
+/// (the figure of the Redlock algorithm).
+pub(crate) fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// How long a lease is good for, on this process's monotonic clock, and
+/// whether it has been lost. Shared by a guard, its watchdog and the
+/// [`LostSignal`]s handed out.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    valid_until: Mutex<Instant>,
+    lost: CancellationToken,
+}
+
+impl LeaseState {
+    pub(crate) fn new(valid_until: Instant) -> Arc<Self> {
+        Arc::new(LeaseState {
+            valid_until: Mutex::new(valid_until),
+            lost: CancellationToken::new(),
+        })
+    }
+
+    fn valid_until(&self) -> Instant {
+        match self.valid_until.lock() {
+            Ok(v) => *v,
+            Err(p) => *p.into_inner(),
+        }
+    }
+
+    /// Move the end of the lease (after a successful extend); ignored once lost.
+    pub(crate) fn renewed(&self, valid_until: Instant) {
+        if self.lost.is_cancelled() {
+            return;
+        }
+        match self.valid_until.lock() {
+            Ok(mut v) => *v = valid_until,
+            Err(p) => *p.into_inner() = valid_until,
+        }
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        self.lost.cancel();
+    }
+
+    fn is_lost(&self) -> bool {
+        if self.lost.is_cancelled() {
+            return true;
+        }
+        if Instant::now() >= self.valid_until() {
+            // Once seen as over, a lease stays over.
+            self.lost.cancel();
+            return true;
+        }
+        false
+    }
+
+    fn remaining(&self) -> Duration {
+        if self.is_lost() {
+            return Duration::ZERO;
+        }
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    async fn lost(&self) {
+        loop {
+            let until = self.valid_until();
+            tokio::select! {
+                _ = self.lost.cancelled() => return,
+                _ = tokio::time::sleep_until(until) => {
+                    if self.is_lost() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Tells whether a lock is still ours: a cheap, cloneable view of a guard's
+/// lease that can be moved into the guarded work.
+///
+/// The lease counts as lost when a renewal or extend found the key gone or
+/// taken, when the guard was released or dropped, or when the lease's
+/// validity ran out on the local monotonic clock without a renewal.
+///
+/// ```no_run
+/// # async fn demo(guard: dlm::LockGuard) {
+/// let lost = guard.lost_signal();
+/// tokio::select! {
+///     _ = lost.lost() => eprintln!("lock lost: stop writing"),
+///     _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LostSignal(Arc<LeaseState>);
+
+impl LostSignal {
+    /// True once the lease is over (then it stays true).
+    pub fn is_lost(&self) -> bool {
+        self.0.is_lost()
+    }
+
+    /// Completes as soon as the lease is lost.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + '_ {
+        self.0.lost()
+    }
+
+    /// Time left on the lease by the local monotonic clock (zero once lost).
+    pub fn remaining(&self) -> Duration {
+        self.0.remaining()
+    }
+}
+
+/// What the guarded work of [`crate::Lock::with`] gets: the fencing token
+/// to pass to storage, and a signal that fires if the lock is lost.
+#[derive(Debug, Clone)]
+pub struct LockContext {
+    /// The fencing token of this acquisition.
+    pub fence: Fence,
+    /// Fires if the lock is lost while the work runs.
+    pub lost: LostSignal,
+}
+
+/// Shared between a guard and its watchdog.
+pub(crate) struct Held {
+    pub(crate) client: Arc<ClientInner>,
+    pub(crate) id: u64,
+    pub(crate) name: String,
+    pub(crate) keys: LockKeys,
+    pub(crate) token: Token,
+    pub(crate) fence: Fence,
+    pub(crate) lease: Arc<LeaseState>,
+    pub(crate) stop: CancellationToken,
+}
+
+/// Proof of holding a lock, returned by [`crate::Lock::acquire`].
+///
+/// Release it with [`LockGuard::release`] to learn whether it was still ours.
+/// Dropping a guard never blocks: the release is handed to a background task
+/// on the current tokio runtime (without a runtime, the TTL frees the lock).
+///
+/// ```no_run
+/// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+/// use std::time::Duration;
+/// let guard = client.lock("report").acquire(&dlm::LockOptions::new(Duration::from_secs(10))).await?;
+/// println!("fence {} valid for {:?}", guard.fence(), guard.remaining());
+/// guard.extend(Duration::from_secs(10)).await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a guard releases the lock in the background at once"]
+pub struct LockGuard {
+    held: Arc<Held>,
+    released: bool,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.held.name)
+            .field("key", &self.held.keys.lock)
+            .field("fence", &self.held.fence)
+            .field("remaining", &self.remaining())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(held: Arc<Held>, ttl: Duration, watchdog: bool) -> Self {
+        if watchdog {
+            tokio::spawn(run_watchdog(held.clone(), ttl));
+        }
+        LockGuard {
+            held,
+            released: false,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.held.name
+    }
+
+    /// The Redis key of the lock.
+    pub fn key(&self) -> &str {
+        &self.held.keys.lock
+    }
+
+    /// The owner token stored in the key.
+    pub fn token(&self) -> &Token {
+        &self.held.token
+    }
+
+    /// The fencing token of this acquisition (strictly greater than every
+    /// earlier holder's).
+    pub fn fence(&self) -> Fence {
+        self.held.fence
+    }
+
+    /// Time left on the lease, by the local monotonic clock, minus the drift
+    /// allowance; zero once lost.
+    pub fn remaining(&self) -> Duration {
+        self.held.lease.remaining()
+    }
+
+    /// True once the lock is known to be lost or its lease ran out.
+    pub fn is_lost(&self) -> bool {
+        self.held.lease.is_lost()
+    }
+
+    /// Completes as soon as the lock is lost (see [`LostSignal`]).
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + '_ {
+        self.held.lease.lost()
+    }
+
+    /// A cloneable handle on the "lost" state, to move into other tasks.
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal(self.held.lease.clone())
+    }
+
+    /// Ask Redis whether the key still holds our token (the seeds' `isLocking`).
+    pub async fn is_held(&self) -> Result<bool> {
+        let value: Option<String> = self
+            .held
+            .client
+            .backend
+            .query(redis::cmd("GET").arg(&self.held.keys.lock))
+            .await?;
+        Ok(value.as_deref() == Some(self.held.token.as_str()))
+    }
+
+    /// Set the lock's TTL to `ttl` from now, if it is still ours.
+    ///
+    /// Errors: [`Error::Expired`] or [`Error::NotHeld`] (the guard is then
+    /// lost), [`Error::InvalidArgument`] for a TTL out of range.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        crate::lock::validate_ttl(ttl)?;
+        extend_held(&self.held, ttl).await
+    }
+
+    /// Release the lock, telling whether it was still ours: `Ok(())` when it
+    /// was, [`Error::Expired`] when it had expired, [`Error::NotHeld`] when
+    /// another owner holds it now.
+    pub async fn release(mut self) -> Result<()> {
+        self.released = true;
+        let held = self.held.clone();
+        held.stop.cancel();
+        held.lease.mark_lost();
+        if !held.client.unregister(held.id) {
+            // release_all() got there first.
+            return Err(Error::Expired {
+                name: held.name.clone(),
+            });
+        }
+        let outcome = ops::release(&held.client.backend, &held.keys, &held.token).await?;
+        tracing::debug!(name = %held.name, ?outcome, "released");
+        outcome.into_result(&held.name)
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let held = self.held.clone();
+        held.stop.cancel();
+        held.lease.mark_lost();
+        if !held.client.unregister(held.id) {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                match ops::release(&held.client.backend, &held.keys, &held.token).await {
+                    Ok(outcome) => {
+                        tracing::debug!(name = %held.name, ?outcome, "released on drop")
+                    }
+                    Err(e) => {
+                        tracing::warn!(name = %held.name, error = %e, "release on drop failed; the TTL will free the lock")
+                    }
+                }
+            });
+        }
+    }
+}
+
+async fn extend_held(held: &Held, ttl: Duration) -> Result<()> {
+    let start = Instant::now();
+    let outcome = ops::extend(&held.client.backend, &held.keys, &held.token, ttl).await?;
+    if outcome == Outcome::Done {
+        held.lease.renewed(start + ttl.saturating_sub(drift(ttl)));
+        return Ok(());
+    }
+    held.lease.mark_lost();
+    tracing::warn!(name = %held.name, ?outcome, "lock lost: extend found it gone");
+    outcome.into_result(&held.name)
+}
+
+/// Renew every `ttl / 3`; on a definite "not ours" mark the lease lost and
+/// stop; on transient errors retry sooner until the lease runs out.
+async fn run_watchdog(held: Arc<Held>, ttl: Duration) {
+    let period = ttl / 3;
+    let mut pause = period;
+    loop {
+        tokio::select! {
+            _ = held.stop.cancelled() => return,
+            _ = held.lease.lost.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        match extend_held(&held, ttl).await {
+            Ok(()) => {
+                tracing::trace!(name = %held.name, "renewed");
+                pause = period;
+            }
+            Err(e) if e.is_lock_lost() => return,
+            Err(e) => {
+                if held.lease.is_lost() {
+                    tracing::warn!(name = %held.name, error = %e, "lock lost: lease ran out while renewals failed");
+                    return;
+                }
+                tracing::debug!(name = %held.name, error = %e, "renewal failed; retrying");
+                pause = (period / 4).max(Duration::from_millis(1));
+            }
+        }
+    }
+}

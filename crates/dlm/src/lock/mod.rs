@@ -1,0 +1,399 @@
+//! Locks on one Redis: acquire with a deadline, release and extend by token,
+//! fencing tokens, a self-renewing guard.
+//!
+//! See [`Lock`] for the entry point and [`crate::keys`] for the key schema.
+
+mod guard;
+pub(crate) mod ops;
+mod wait;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+pub(crate) use guard::{Held, LeaseState, drift};
+pub use guard::{LockContext, LockGuard, LostSignal};
+pub(crate) use wait::Wakeups;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::keys::{LockKeys, lock_keys};
+use crate::token::{Fence, Token};
+use ops::Attempt;
+
+/// The shortest TTL accepted.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// The longest TTL accepted (7 days); use the watchdog for longer work.
+pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest wait accepted (7 days).
+pub const MAX_WAIT: Duration = MAX_TTL;
+
+/// The result of a token-checked release or extend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Done,
+    Expired,
+    NotHeld,
+}
+
+impl Outcome {
+    pub(crate) fn into_result(self, name: &str) -> Result<()> {
+        match self {
+            Outcome::Done => Ok(()),
+            Outcome::Expired => Err(Error::Expired { name: name.into() }),
+            Outcome::NotHeld => Err(Error::NotHeld { name: name.into() }),
+        }
+    }
+}
+
+pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(Error::invalid(
+            "ttl",
+            format!("{ttl:?} is outside {MIN_TTL:?} ..= {MAX_TTL:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// How to acquire: the lease length (required), how long to wait, how often
+/// to retry without a wake-up, and whether a watchdog renews the lease.
+///
+/// ```
+/// use std::time::Duration;
+/// let opts = dlm::LockOptions::new(Duration::from_secs(30))
+///     .wait(Duration::from_secs(5))
+///     .retry_interval(Duration::from_millis(100))
+///     .watchdog(true);
+/// assert_eq!(opts.ttl(), Duration::from_secs(30));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockOptions {
+    ttl: Duration,
+    wait: Duration,
+    retry_interval: Duration,
+    watchdog: bool,
+}
+
+impl LockOptions {
+    /// Options with this TTL (the longest the lock outlives a crashed holder;
+    /// 10 ms ..= 7 days), trying once, no watchdog.
+    pub fn new(ttl: Duration) -> Self {
+        LockOptions {
+            ttl,
+            wait: Duration::ZERO,
+            retry_interval: Duration::from_millis(50),
+            watchdog: false,
+        }
+    }
+
+    /// Keep trying for up to `wait` (zero, the default: try once).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// The pause between tries when no release wake-up arrives (default
+    /// 50 ms, jittered by ±50%; 1 ms ..= 60 s). Also the most a lost wake-up
+    /// message can cost.
+    pub fn retry_interval(mut self, interval: Duration) -> Self {
+        self.retry_interval = interval;
+        self
+    }
+
+    /// Renew the lease every TTL/3 in the background while the guard lives,
+    /// and mark the guard lost as soon as a renewal finds the lock gone.
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = on;
+        self
+    }
+
+    /// The TTL.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// How long acquire keeps trying.
+    pub fn wait_for(&self) -> Duration {
+        self.wait
+    }
+
+    fn validate(&self) -> Result<()> {
+        validate_ttl(self.ttl)?;
+        if self.wait > MAX_WAIT {
+            return Err(Error::invalid(
+                "wait",
+                format!("{:?} is longer than {MAX_WAIT:?}", self.wait),
+            ));
+        }
+        if self.retry_interval < Duration::from_millis(1)
+            || self.retry_interval > Duration::from_secs(60)
+        {
+            return Err(Error::invalid(
+                "retry interval",
+                format!("{:?} is outside 1ms ..= 60s", self.retry_interval),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What an observer can see of a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// Somebody holds it.
+    pub held: bool,
+    /// Its remaining TTL, when held with an expiry.
+    pub ttl: Option<Duration>,
+    /// The last fencing token handed out (`None`: never acquired through dlm).
+    pub fence: Option<Fence>,
+}
+
+/// A named lock on one Redis; cheap to clone. Get one from [`Client::lock`].
+///
+/// ```no_run
+/// # async fn demo() -> dlm::Result<()> {
+/// use std::time::Duration;
+/// let client = dlm::Client::connect("redis://127.0.0.1:6379").await?;
+/// let lock = client.lock("invoices");
+/// let opts = dlm::LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(2));
+/// let guard = lock.acquire(&opts).await?;
+/// // ... the critical section, passing guard.fence() to storage ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Lock {
+    client: Client,
+    name: String,
+    raw: bool,
+}
+
+impl Lock {
+    pub(crate) fn new(client: Client, name: String) -> Self {
+        Lock {
+            client,
+            name,
+            raw: false,
+        }
+    }
+
+    /// Use `name` itself as the Redis key, without prefix or hash tag, to share
+    /// the lock with other clients that store a random token under the plain
+    /// key with `SET NX PX` (redis-py's `Lock`, node-redlock, redsync).
+    pub fn raw_key(mut self) -> Self {
+        self.raw = true;
+        self
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Redis key this lock uses (an error for an invalid name).
+    pub fn key(&self) -> Result<String> {
+        Ok(self.keys()?.lock)
+    }
+
+    fn keys(&self) -> Result<LockKeys> {
+        lock_keys(&self.client.inner.prefix, &self.name, self.raw)
+    }
+
+    /// Acquire the lock, waiting up to `opts.wait` for it.
+    ///
+    /// Fails with [`Error::Busy`] (with the holder's remaining TTL) when it
+    /// could not be had in time, [`Error::InvalidArgument`] for bad input, and
+    /// [`Error::Unavailable`] / [`Error::Timeout`] when Redis stayed unreachable
+    /// until the deadline. Never waits longer than `wait` plus one call timeout.
+    pub async fn acquire(&self, opts: &LockOptions) -> Result<LockGuard> {
+        opts.validate()?;
+        let keys = self.keys()?;
+        let span = tracing::debug_span!("dlm.acquire", name = %self.name, key = %keys.lock);
+        self.acquire_with(keys, opts).instrument(span).await
+    }
+
+    async fn acquire_with(&self, keys: LockKeys, opts: &LockOptions) -> Result<LockGuard> {
+        let inner = &self.client.inner;
+        let token = Token::random()?;
+        let deadline = Instant::now() + opts.wait;
+        let mut waiter = None;
+        let mut unsure = false;
+        let mut attempts = 0u32;
+        loop {
+            let notify = waiter.as_ref().map(wait::Waiter::notify);
+            let notified = notify.as_ref().map(|n| n.notified());
+            let mut notified = std::pin::pin!(notified);
+            if let Some(n) = notified.as_mut().as_pin_mut() {
+                n.enable();
+            }
+            let start = Instant::now();
+            attempts += 1;
+            let (err, holder_ttl) = match ops::acquire(&inner.backend, &keys, &token, opts.ttl)
+                .await
+            {
+                Ok(Attempt::Acquired(fence)) => {
+                    tracing::debug!(%fence, attempts, "acquired");
+                    let lease = LeaseState::new(start + opts.ttl.saturating_sub(drift(opts.ttl)));
+                    let held = Arc::new(Held {
+                        client: inner.clone(),
+                        id: inner.next_id(),
+                        name: self.name.clone(),
+                        keys,
+                        token,
+                        fence,
+                        lease,
+                        stop: CancellationToken::new(),
+                    });
+                    inner.register(&held);
+                    return Ok(LockGuard::new(held, opts.ttl, opts.watchdog));
+                }
+                Ok(Attempt::Busy(ttl)) => (
+                    Error::Busy {
+                        name: self.name.clone(),
+                        ttl,
+                    },
+                    ttl,
+                ),
+                Err(e) if e.is_retryable() => {
+                    // The SET may have landed although the reply was lost.
+                    unsure = true;
+                    (e, None)
+                }
+                Err(e) => (e, None),
+            };
+            let now = Instant::now();
+            if now >= deadline || !(err.is_retryable() || matches!(err, Error::Busy { .. })) {
+                if unsure {
+                    self.forget(&keys, &token);
+                }
+                tracing::debug!(attempts, error = %err, "not acquired");
+                return Err(err);
+            }
+            if waiter.is_none()
+                && let Some(w) = &inner.wakeups
+            {
+                let w = w.register(&keys.channel);
+                let subscribed = w.ensure_subscribed().await;
+                waiter = Some(w);
+                if subscribed {
+                    // A release may have happened before the subscription: look again now.
+                    continue;
+                }
+            }
+            let mut pause = wait::jittered(opts.retry_interval);
+            if let Some(t) = holder_ttl {
+                pause = pause.min(t + Duration::from_millis(1));
+            }
+            let until = (now + pause).min(deadline);
+            tracing::trace!(?pause, "waiting");
+            match notified.as_mut().as_pin_mut() {
+                Some(n) => {
+                    tokio::select! {
+                        _ = n => {}
+                        _ = tokio::time::sleep_until(until) => {}
+                    }
+                }
+                None => tokio::time::sleep_until(until).await,
+            }
+        }
+    }
+
+    /// Best-effort release of a token whose acquire reply was lost.
+    fn forget(&self, keys: &LockKeys, token: &Token) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let backend = self.client.inner.backend.clone();
+            let (keys, token) = (keys.clone(), token.clone());
+            rt.spawn(async move {
+                let _ = ops::release(&backend, &keys, &token).await;
+            });
+        }
+    }
+
+    /// Who holds the lock, for how long, and the last fencing token.
+    pub async fn status(&self) -> Result<LockStatus> {
+        let keys = self.keys()?;
+        let (held, ttl, fence) = ops::status(&self.client.inner.backend, &keys).await?;
+        Ok(LockStatus {
+            held,
+            ttl: if held { ttl } else { None },
+            fence: (fence > 0).then_some(Fence::new(fence)),
+        })
+    }
+
+    /// Release by token (for a lock acquired elsewhere, e.g. by
+    /// `dlm lock acquire`). `Ok(())` only if the key still held `token`.
+    pub async fn release_token(&self, token: &Token) -> Result<()> {
+        let keys = self.keys()?;
+        ops::release(&self.client.inner.backend, &keys, token)
+            .await?
+            .into_result(&self.name)
+    }
+
+    /// Extend by token to `ttl` from now. `Ok(())` only if the key still held `token`.
+    pub async fn extend_token(&self, token: &Token, ttl: Duration) -> Result<()> {
+        validate_ttl(ttl)?;
+        let keys = self.keys()?;
+        ops::extend(&self.client.inner.backend, &keys, token, ttl)
+            .await?
+            .into_result(&self.name)
+    }
+
+    /// Run `work` while holding the lock, renewed by a watchdog, then release.
+    ///
+    /// `work` gets a [`LockContext`] with the fencing token and a
+    /// [`LostSignal`]. If the lock is lost while `work` runs, `work` is
+    /// cancelled at its next `.await` (as with `tokio::time::timeout`) and
+    /// the result is [`Error::Lost`]; so is it when the final release finds
+    /// the lock was not ours any more.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// use std::time::Duration;
+    /// let opts = dlm::LockOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(30));
+    /// let total = client.lock("nightly-report").with(&opts, |ctx| async move {
+    ///     println!("running with fence {}", ctx.fence);
+    ///     42
+    /// }).await?;
+    /// assert_eq!(total, 42);
+    /// # Ok(()) }
+    /// ```
+    pub async fn with<F, Fut, T>(&self, opts: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.acquire(&opts.clone().watchdog(true)).await?;
+        let lost = guard.lost_signal();
+        let ctx = LockContext {
+            fence: guard.fence(),
+            lost: lost.clone(),
+        };
+        let out = tokio::select! {
+            biased;
+            _ = lost.lost() => None,
+            out = work(ctx) => Some(out),
+        };
+        let Some(out) = out else {
+            drop(guard);
+            return Err(Error::Lost {
+                name: self.name.clone(),
+            });
+        };
+        match guard.release().await {
+            Ok(()) => Ok(out),
+            Err(e) if e.is_lock_lost() => Err(Error::Lost {
+                name: self.name.clone(),
+            }),
+            Err(e) => {
+                tracing::warn!(name = %self.name, error = %e, "release after work failed; the TTL will free the lock");
+                Ok(out)
+            }
+        }
+    }
+}

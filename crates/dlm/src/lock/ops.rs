@@ -1,0 +1,104 @@
+//! One Lua script per lock operation; each is a single round trip.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+use crate::lock::Outcome;
+use crate::token::{Fence, Token};
+
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
+static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/status.lua")));
+
+/// What one acquire attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    Acquired(Fence),
+    /// Held by another owner; its remaining TTL (`None`: no expiry).
+    Busy(Option<Duration>),
+}
+
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn pttl(ms: i64) -> Option<Duration> {
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+pub(crate) async fn acquire(
+    backend: &Backend,
+    keys: &LockKeys,
+    token: &Token,
+    ttl: Duration,
+) -> Result<Attempt> {
+    let (ok, n): (i64, i64) = backend
+        .eval(
+            ACQUIRE
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .arg(token.as_str())
+                .arg(millis(ttl)),
+        )
+        .await?;
+    match ok {
+        1 => {
+            let fence = u64::try_from(n)
+                .map_err(|_| Error::protocol(format!("negative fencing counter {n}")))?;
+            Ok(Attempt::Acquired(Fence::new(fence)))
+        }
+        _ => Ok(Attempt::Busy(pttl(n))),
+    }
+}
+
+fn outcome(code: i64) -> Result<Outcome> {
+    match code {
+        1 => Ok(Outcome::Done),
+        0 => Ok(Outcome::Expired),
+        -1 => Ok(Outcome::NotHeld),
+        other => Err(Error::protocol(format!("unexpected script reply {other}"))),
+    }
+}
+
+pub(crate) async fn release(backend: &Backend, keys: &LockKeys, token: &Token) -> Result<Outcome> {
+    let code: i64 = backend
+        .eval(
+            RELEASE
+                .key(&keys.lock)
+                .arg(token.as_str())
+                .arg(&keys.channel),
+        )
+        .await?;
+    outcome(code)
+}
+
+pub(crate) async fn extend(
+    backend: &Backend,
+    keys: &LockKeys,
+    token: &Token,
+    ttl: Duration,
+) -> Result<Outcome> {
+    let code: i64 = backend
+        .eval(EXTEND.key(&keys.lock).arg(token.as_str()).arg(millis(ttl)))
+        .await?;
+    outcome(code)
+}
+
+/// (exists, remaining TTL, last fence handed out).
+pub(crate) async fn status(
+    backend: &Backend,
+    keys: &LockKeys,
+) -> Result<(bool, Option<Duration>, u64)> {
+    let (held, ms, fence): (i64, i64, i64) = backend
+        .eval(STATUS.key(&keys.lock).key(&keys.fence))
+        .await?;
+    Ok((held == 1, pttl(ms), u64::try_from(fence).unwrap_or(0)))
+}

@@ -1,0 +1,254 @@
+//! Waiting for a lock: wake-up on release over Redis pub/sub, with a jittered
+//! timed fallback so that a lost message costs at most one retry interval.
+//!
+//! One pub/sub connection per [`crate::Client`], opened on the first wait.
+//! A channel is subscribed while at least one local task waits on that lock;
+//! each release message wakes exactly one local waiter (FIFO), which then
+//! tries again. If the subscriber connection drops, every waiter is woken and
+//! the next wait reconnects.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::PubSubSink;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// A pause around `interval`, drawn uniformly from [interval/2, 3*interval/2),
+/// so that waiters that failed together do not retry together.
+pub(crate) fn jittered(interval: Duration) -> Duration {
+    let half = interval / 2;
+    half + interval.mul_f64(fastrand::f64())
+}
+
+struct Channel {
+    notify: Arc<Notify>,
+    waiters: usize,
+}
+
+struct Subscriber {
+    sink: PubSubSink,
+    subscribed: HashSet<String>,
+    alive: Arc<AtomicBool>,
+}
+
+/// The wake-up service of one client.
+pub(crate) struct Wakeups {
+    client: redis::Client,
+    timeout: Duration,
+    channels: Mutex<HashMap<String, Channel>>,
+    subscriber: tokio::sync::Mutex<Option<Subscriber>>,
+    shutdown: CancellationToken,
+}
+
+impl Drop for Wakeups {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// A registered waiter on one channel; unregisters on drop.
+pub(crate) struct Waiter {
+    wakeups: Arc<Wakeups>,
+    channel: String,
+    notify: Arc<Notify>,
+}
+
+impl Waiter {
+    pub(crate) fn notify(&self) -> Arc<Notify> {
+        self.notify.clone()
+    }
+
+    /// Make sure the channel is subscribed; false when that failed (the
+    /// caller then relies on its timed fallback alone).
+    pub(crate) async fn ensure_subscribed(&self) -> bool {
+        self.wakeups.ensure_subscribed(&self.channel).await
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let last = {
+            let mut channels = match self.wakeups.channels.lock() {
+                Ok(c) => c,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            match channels.get_mut(&self.channel) {
+                Some(ch) if ch.waiters > 1 => {
+                    ch.waiters -= 1;
+                    false
+                }
+                Some(_) => {
+                    channels.remove(&self.channel);
+                    true
+                }
+                None => false,
+            }
+        };
+        if last && let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let wakeups = Arc::downgrade(&self.wakeups);
+            let channel = std::mem::take(&mut self.channel);
+            rt.spawn(async move {
+                if let Some(w) = wakeups.upgrade() {
+                    w.unsubscribe_if_unused(channel).await;
+                }
+            });
+        }
+    }
+}
+
+impl Wakeups {
+    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Arc<Self> {
+        Arc::new(Wakeups {
+            client,
+            timeout,
+            channels: Mutex::new(HashMap::new()),
+            subscriber: tokio::sync::Mutex::new(None),
+            shutdown: CancellationToken::new(),
+        })
+    }
+
+    fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
+        match self.channels.lock() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Register interest in `channel` (a lock's release channel).
+    pub(crate) fn register(self: &Arc<Self>, channel: &str) -> Waiter {
+        let notify = {
+            let mut channels = self.channels();
+            let entry = channels
+                .entry(channel.to_string())
+                .or_insert_with(|| Channel {
+                    notify: Arc::new(Notify::new()),
+                    waiters: 0,
+                });
+            entry.waiters += 1;
+            entry.notify.clone()
+        };
+        Waiter {
+            wakeups: self.clone(),
+            channel: channel.to_string(),
+            notify,
+        }
+    }
+
+    async fn ensure_subscribed(self: &Arc<Self>, channel: &str) -> bool {
+        let mut guard = self.subscriber.lock().await;
+        let stale = match guard.as_ref() {
+            Some(s) => !s.alive.load(Ordering::Acquire),
+            None => true,
+        };
+        if stale {
+            *guard = None;
+            match tokio::time::timeout(self.timeout, self.client.get_async_pubsub()).await {
+                Ok(Ok(pubsub)) => {
+                    let (sink, stream) = pubsub.split();
+                    let alive = Arc::new(AtomicBool::new(true));
+                    tokio::spawn(dispatch(
+                        Arc::downgrade(self),
+                        stream,
+                        alive.clone(),
+                        self.shutdown.clone(),
+                    ));
+                    *guard = Some(Subscriber {
+                        sink,
+                        subscribed: HashSet::new(),
+                        alive,
+                    });
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "wake-up subscriber could not connect; polling");
+                    return false;
+                }
+                Err(_) => {
+                    tracing::debug!("wake-up subscriber connect timed out; polling");
+                    return false;
+                }
+            }
+        }
+        let Some(sub) = guard.as_mut() else {
+            return false;
+        };
+        if sub.subscribed.contains(channel) {
+            return true;
+        }
+        match tokio::time::timeout(self.timeout, sub.sink.subscribe(channel)).await {
+            Ok(Ok(())) => {
+                sub.subscribed.insert(channel.to_string());
+                true
+            }
+            _ => {
+                tracing::debug!(channel, "subscribe failed; polling");
+                false
+            }
+        }
+    }
+
+    async fn unsubscribe_if_unused(&self, channel: String) {
+        let mut guard = self.subscriber.lock().await;
+        if self.channels().contains_key(&channel) {
+            return;
+        }
+        if let Some(sub) = guard.as_mut()
+            && sub.subscribed.remove(&channel)
+        {
+            let _ = tokio::time::timeout(self.timeout, sub.sink.unsubscribe(&channel)).await;
+        }
+    }
+
+    fn wake_one(&self, channel: &str) {
+        if let Some(ch) = self.channels().get(channel) {
+            ch.notify.notify_one();
+        }
+    }
+
+    fn wake_all(&self) {
+        for ch in self.channels().values() {
+            ch.notify.notify_waiters();
+        }
+    }
+}
+
+async fn dispatch(
+    wakeups: Weak<Wakeups>,
+    mut stream: redis::aio::PubSubStream,
+    alive: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let msg = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            msg = stream.next() => msg,
+        };
+        let Some(w) = wakeups.upgrade() else { return };
+        match msg {
+            Some(msg) => w.wake_one(msg.get_channel_name()),
+            None => {
+                alive.store(false, Ordering::Release);
+                tracing::debug!("wake-up subscriber connection closed; waking all waiters");
+                w.wake_all();
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_half_to_one_and_a_half() {
+        let base = Duration::from_millis(100);
+        for _ in 0..1000 {
+            let j = jittered(base);
+            assert!(j >= Duration::from_millis(50) && j < Duration::from_millis(150));
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Owner tokens and fencing tokens.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// The longest token accepted from outside (e.g. another client's value on a raw key).
+const MAX_TOKEN_LEN: usize = 256;
+
+/// The owner token of one acquisition: 128 bits from the operating system's
+/// CSPRNG, stored as the lock key's value. Only the holder of the token can
+/// release or extend the lock. `Debug` redacts it, so it does not end up in logs.
+///
+/// ```
+/// let t = dlm::Token::random()?;
+/// assert_eq!(t.as_str().len(), 32);
+/// assert_eq!(format!("{t:?}"), "Token(..)");
+/// let parsed: dlm::Token = t.as_str().parse()?;
+/// assert_eq!(parsed, t);
+/// # Ok::<(), dlm::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Token(String);
+
+impl Token {
+    /// A fresh random token (32 lowercase hex digits).
+    pub fn random() -> Result<Self> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|e| Error::Backend {
+            source: format!("operating system random source failed: {e}").into(),
+        })?;
+        let mut s = String::with_capacity(32);
+        for b in bytes {
+            s.push(char::from(HEX[usize::from(b >> 4)]));
+            s.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+        Ok(Token(s))
+    }
+
+    /// The token as stored in Redis.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(..)")
+    }
+}
+
+impl std::str::FromStr for Token {
+    type Err = Error;
+
+    /// Accepts any non-empty printable token up to 256 bytes, so tokens of
+    /// other clients sharing a raw key can be used too.
+    fn from_str(s: &str) -> Result<Self> {
+        if s.is_empty() || s.len() > MAX_TOKEN_LEN || s.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "token",
+                format!("must be 1 to {MAX_TOKEN_LEN} printable bytes"),
+            ));
+        }
+        Ok(Token(s.to_string()))
+    }
+}
+
+/// A fencing token: a number that strictly increases with every acquisition
+/// of the same lock. Pass it along with every write the lock protects, and let
+/// the storage reject writes with a lower token than one it has seen (see
+/// [`crate::Client::fenced_write`]); a holder that was paused past its TTL is
+/// then stopped even though it still believes it holds the lock.
+///
+/// ```
+/// let a = dlm::Fence::new(7);
+/// assert!(dlm::Fence::new(8) > a);
+/// assert_eq!(a.get(), 7);
+/// assert_eq!(a.to_string(), "7");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Fence(u64);
+
+impl Fence {
+    /// Wrap a number (e.g. one passed in `DLM_FENCE` by `dlm lock run`).
+    pub const fn new(value: u64) -> Self {
+        Fence(value)
+    }
+
+    /// The number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_unique_hex_and_redacted() -> Result<()> {
+        let a = Token::random()?;
+        let b = Token::random()?;
+        assert_ne!(a, b);
+        assert!(a.as_str().bytes().all(|c| c.is_ascii_hexdigit()));
+        assert!(!format!("{a:?}").contains(a.as_str()));
+        Ok(())
+    }
+
+    #[test]
+    fn bad_tokens_are_rejected() {
+        assert!("".parse::<Token>().is_err());
+        assert!("a\nb".parse::<Token>().is_err());
+        assert!("x".repeat(257).parse::<Token>().is_err());
+    }
+}

@@ -1,0 +1,33 @@
+//! Shared helpers for the integration tests: a throwaway server and a client on it.
+#![allow(dead_code, missing_docs)]
+
+use std::time::Duration;
+
+pub use dlm_testkit::RedisServer;
+
+pub type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+pub fn server() -> RedisServer {
+    RedisServer::start().expect("start redis-server (apt-get install -y redis-server)")
+}
+
+pub async fn client(server: &RedisServer) -> dlm::Client {
+    dlm::Client::builder()
+        .timeout(Duration::from_millis(1500))
+        .connect(&server.url())
+        .await
+        .expect("connect to the throwaway server")
+}
+
+/// A plain connection for looking at Redis behind dlm's back.
+pub async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("raw connection")
+}
+
+pub fn ttl(ms: u64) -> dlm::LockOptions {
+    dlm::LockOptions::new(Duration::from_millis(ms))
+}
