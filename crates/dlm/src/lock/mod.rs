@@ -279,7 +279,10 @@ impl Lock {
                 && let Some(w) = &inner.wakeups
             {
                 let w = w.register(&keys.channel);
-                let subscribed = w.ensure_subscribed().await;
+                let left = deadline.saturating_duration_since(now);
+                let subscribed = tokio::time::timeout(left, w.ensure_subscribed())
+                    .await
+                    .unwrap_or(false);
                 waiter = Some(w);
                 if subscribed {
                     // A release may have happened before the subscription: look again now.

@@ -1,0 +1,459 @@
+//! The single-Redis lock against a real redis-server: exclusion, hand-off,
+//! tokens, watchdog, lost(), fencing, release_all, bad input, dead Redis.
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use dlm::{Error, LockOptions};
+use redis::AsyncCommands;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutual_exclusion_under_contention_32_tasks_x_200() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    const TASKS: usize = 32;
+    const ROUNDS: usize = 200;
+    let occupied = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for _ in 0..TASKS {
+        let (c, mut conn) = (c.clone(), raw(&s).await);
+        let (occupied, overlaps) = (occupied.clone(), overlaps.clone());
+        handles.push(tokio::spawn(async move {
+            let lock = c.lock("counter");
+            let opts = ttl(5000).wait(Duration::from_secs(60));
+            for _ in 0..ROUNDS {
+                let g = lock.acquire(&opts).await?;
+                if occupied.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                let v: i64 = conn
+                    .get("counter-value")
+                    .await
+                    .map(|v: Option<i64>| v.unwrap_or(0))?;
+                tokio::task::yield_now().await;
+                let _: () = conn.set("counter-value", v + 1).await?;
+                occupied.fetch_sub(1, Ordering::SeqCst);
+                g.release().await?;
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+        }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    let mut conn = raw(&s).await;
+    let total: i64 = conn.get("counter-value").await?;
+    assert_eq!(
+        total,
+        (TASKS * ROUNDS) as i64,
+        "lost updates mean two holders at once"
+    );
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    let fence = c.lock("counter").status().await?.fence.map(|f| f.get());
+    assert_eq!(
+        fence,
+        Some((TASKS * ROUNDS) as u64),
+        "one fence per acquisition"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn non_owner_release_and_extend_are_refused_and_leave_the_owner_intact() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let lock = c.lock("owned");
+    let g = lock.acquire(&ttl(10_000)).await?;
+    let stranger: dlm::Token = "not-the-owner".parse()?;
+    assert!(matches!(
+        lock.release_token(&stranger).await,
+        Err(Error::NotHeld { .. })
+    ));
+    assert!(matches!(
+        lock.extend_token(&stranger, Duration::from_secs(60)).await,
+        Err(Error::NotHeld { .. })
+    ));
+    let st = lock.status().await?;
+    assert!(st.held);
+    assert!(
+        st.ttl.is_some_and(|t| t <= Duration::from_secs(10)),
+        "stranger's extend must not apply: {st:?}"
+    );
+    assert!(g.is_held().await?);
+    g.release().await?;
+    assert!(!lock.status().await?.held);
+    Ok(())
+}
+
+#[tokio::test]
+async fn release_tells_expired_from_taken_over() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let lock = c.lock("outcomes");
+    let g = lock.acquire(&ttl(50)).await?;
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert!(matches!(g.release().await, Err(Error::Expired { .. })));
+
+    let g = lock.acquire(&ttl(50)).await?;
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let other = lock.acquire(&ttl(10_000)).await?;
+    assert!(matches!(
+        g.extend(Duration::from_secs(1)).await,
+        Err(Error::NotHeld { .. })
+    ));
+    assert!(g.is_lost());
+    assert!(matches!(g.release().await, Err(Error::NotHeld { .. })));
+    other.release().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn fencing_tokens_strictly_increase_across_holders_and_clients() -> TestResult {
+    let s = server();
+    let (a, b) = (client(&s).await, client(&s).await);
+    let mut last = 0;
+    for i in 0..20 {
+        let c = if i % 2 == 0 { &a } else { &b };
+        let g = c.lock("fenced").acquire(&ttl(5000)).await?;
+        assert!(g.fence().get() > last);
+        last = g.fence().get();
+        g.release().await?;
+    }
+    // Expiry (no release) does not reset the counter either.
+    let g = a.lock("fenced").acquire(&ttl(30)).await?;
+    let f = g.fence();
+    std::mem::forget(g);
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let g2 = b.lock("fenced").acquire(&ttl(5000)).await?;
+    assert!(g2.fence() > f);
+    g2.release().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn watchdog_keeps_the_lock_well_past_its_ttl() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let lock = c.lock("renewed");
+    let g = lock.acquire(&ttl(300).watchdog(true)).await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!g.is_lost());
+    assert!(g.is_held().await?);
+    assert!(matches!(
+        lock.acquire(&ttl(300)).await,
+        Err(Error::Busy { .. })
+    ));
+    g.release().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn lost_fires_when_the_key_is_deleted_behind_the_holders_back() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let g = c.lock("victim").acquire(&ttl(600).watchdog(true)).await?;
+    let key = g.key().to_string();
+    let mut conn = raw(&s).await;
+    let _: () = conn.del(&key).await?;
+    let t0 = Instant::now();
+    tokio::time::timeout(Duration::from_secs(3), g.lost()).await?;
+    assert!(g.is_lost());
+    assert!(
+        t0.elapsed() < Duration::from_millis(600),
+        "noticed within one renewal period"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn lost_fires_when_the_server_restarts_empty() -> TestResult {
+    let mut s = server();
+    let c = client(&s).await;
+    let g = c.lock("restart").acquire(&ttl(900).watchdog(true)).await?;
+    s.restart()?;
+    tokio::time::timeout(Duration::from_secs(5), g.lost()).await?;
+    assert!(g.is_lost());
+    // And the client reconnects by itself afterwards.
+    let g2 = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match c.lock("restart").acquire(&ttl(1000)).await {
+                Ok(g) => return g,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await?;
+    g2.release().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn waiters_wake_on_release_and_on_a_crashed_holders_expiry() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let lock = c.lock("handoff");
+    // Wake-up on release: the retry interval is long, so only the message can explain a fast hand-off.
+    let g = lock.acquire(&ttl(10_000)).await?;
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let opts = ttl(10_000)
+                .wait(Duration::from_secs(20))
+                .retry_interval(Duration::from_secs(10));
+            let g = lock.acquire(&opts).await?;
+            Ok::<_, Error>((Instant::now(), g))
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    g.release().await?;
+    let (got, g2) = waiter.await??;
+    assert!(
+        got - released < Duration::from_secs(5),
+        "woken by the release message, not the 10 s fallback"
+    );
+    // A holder that never releases: the waiter retries when the TTL runs out.
+    let key_ttl = Duration::from_millis(300);
+    drop(g2);
+    let crashed = lock
+        .acquire(&LockOptions::new(key_ttl).wait(Duration::from_secs(2)))
+        .await?;
+    std::mem::forget(crashed);
+    let t0 = Instant::now();
+    let opts = ttl(1000)
+        .wait(Duration::from_secs(20))
+        .retry_interval(Duration::from_secs(10));
+    let g3 = lock.acquire(&opts).await?;
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "retried at the holder's expiry"
+    );
+    g3.release().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn with_runs_the_work_and_cancels_it_when_the_lock_is_lost() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let lock = c.lock("scoped");
+    let v = lock
+        .with(&ttl(1000), |ctx| async move { ctx.fence.get() })
+        .await?;
+    assert_eq!(v, 1);
+    assert!(!lock.status().await?.held, "released after the work");
+
+    let key = lock.key()?;
+    let mut conn = raw(&s).await;
+    let r = lock
+        .with(&ttl(300), |_ctx| async move {
+            let _: redis::RedisResult<()> = conn.del(&key).await;
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            "finished"
+        })
+        .await;
+    assert!(matches!(r, Err(Error::Lost { .. })), "{r:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn release_all_frees_every_held_lock_and_marks_guards_lost() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let mut guards = Vec::new();
+    for i in 0..10 {
+        guards.push(
+            c.lock(format!("all-{i}"))
+                .acquire(&ttl(10_000).watchdog(i % 2 == 0))
+                .await?,
+        );
+    }
+    assert_eq!(c.held_count(), 10);
+    let report = c.release_all().await;
+    assert_eq!(report.released, 10);
+    assert_eq!(c.held_count(), 0);
+    for (i, g) in guards.into_iter().enumerate() {
+        assert!(g.is_lost());
+        assert!(!c.lock(format!("all-{i}")).status().await?.held);
+        assert!(g.release().await.is_err());
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_in_the_background() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let lock = c.lock("dropped");
+    drop(lock.acquire(&ttl(60_000)).await?);
+    let g = lock
+        .acquire(&ttl(1000).wait(Duration::from_secs(5)))
+        .await?;
+    g.release().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn fenced_write_rejects_a_paused_former_holder() -> TestResult {
+    // Kleppmann's scenario: A acquires, pauses past its TTL, B acquires and
+    // writes, A wakes up and writes: storage must refuse A.
+    let s = server();
+    let c = client(&s).await;
+    let lock = c.lock("ledger");
+    let a = lock.acquire(&ttl(100)).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await; // A is "paused"
+    let b = lock.acquire(&ttl(5000)).await?;
+    c.fenced_write("ledger", b.fence(), b"from B").await?;
+    let late = c.fenced_write("ledger", a.fence(), b"from A").await;
+    assert!(
+        matches!(
+            late,
+            Err(Error::StaleFence {
+                given: 1,
+                highest: 2,
+                ..
+            })
+        ),
+        "{late:?}"
+    );
+    assert_eq!(
+        c.fenced_read("ledger").await?,
+        Some((b.fence(), b"from B".to_vec()))
+    );
+    c.fenced_write("ledger", b.fence(), b"B again").await?; // equal token: same holder
+    b.release().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_input_is_an_invalid_argument_never_a_panic() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let long = "n".repeat(2000);
+    let cases: Vec<(&str, dlm::Lock, LockOptions)> = vec![
+        ("empty name", c.lock(""), ttl(1000)),
+        ("oversized name", c.lock(long.as_str()), ttl(1000)),
+        ("name opening with }", c.lock("}x"), ttl(1000)),
+        (
+            "raw key without slot-safe tag",
+            c.lock("a}b").raw_key(),
+            ttl(1000),
+        ),
+        ("zero ttl", c.lock("x"), LockOptions::new(Duration::ZERO)),
+        ("tiny ttl", c.lock("x"), ttl(1)),
+        (
+            "huge ttl",
+            c.lock("x"),
+            LockOptions::new(Duration::from_secs(1_700_000_000)),
+        ),
+        (
+            "huge wait",
+            c.lock("x"),
+            ttl(1000).wait(Duration::from_secs(u64::MAX / 4)),
+        ),
+        (
+            "zero retry",
+            c.lock("x"),
+            ttl(1000).retry_interval(Duration::ZERO),
+        ),
+    ];
+    for (what, lock, opts) in cases {
+        let r = lock.acquire(&opts).await;
+        assert!(
+            matches!(r, Err(Error::InvalidArgument { .. })),
+            "{what}: {r:?}"
+        );
+    }
+    let g = c.lock("x").acquire(&ttl(1000)).await?;
+    assert!(matches!(
+        g.extend(Duration::ZERO).await,
+        Err(Error::InvalidArgument { .. })
+    ));
+    g.release().await?;
+    assert!(matches!(
+        dlm::Client::connect("not a url").await,
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        dlm::Client::builder()
+            .key_prefix("a{b}")
+            .connect(&s.url())
+            .await,
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        c.fenced_write("r", dlm::Fence::new(0), b"v").await,
+        Err(Error::InvalidArgument { .. })
+    ));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_dead_or_frozen_redis_gives_an_error_within_the_timeout() -> TestResult {
+    let mut s = server();
+    let c = client(&s).await; // timeout 1.5 s
+    let lock = c.lock("dead");
+    let g = lock.acquire(&ttl(5000)).await?;
+
+    s.pause()?; // frozen: the socket stays open but nothing answers
+    let t0 = Instant::now();
+    let r = lock.acquire(&ttl(1000)).await;
+    assert!(r.as_ref().is_err_and(Error::is_retryable), "{r:?}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(4),
+        "took {:?}",
+        t0.elapsed()
+    );
+    let t0 = Instant::now();
+    let r = lock.acquire(&ttl(1000).wait(Duration::from_secs(2))).await;
+    assert!(r.as_ref().is_err_and(Error::is_retryable), "{r:?}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(6),
+        "wait + one timeout, took {:?}",
+        t0.elapsed()
+    );
+    s.resume()?;
+
+    s.kill();
+    let t0 = Instant::now();
+    assert!(g.release().await.is_err_and(|e| e.is_retryable()));
+    assert!(lock.status().await.is_err_and(|e| e.is_retryable()));
+    assert!(
+        t0.elapsed() < Duration::from_secs(8),
+        "took {:?}",
+        t0.elapsed()
+    );
+    let t0 = Instant::now();
+    let r = dlm::Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .connect(&s.url())
+        .await;
+    assert!(r.as_ref().is_err_and(Error::is_retryable), "{r:?}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_existing_connection_can_be_used_and_waits_by_polling() -> TestResult {
+    let s = server();
+    let conn = raw(&s).await;
+    let c = dlm::Client::builder().connection(conn)?;
+    let lock = c.lock("byo");
+    let g = lock.acquire(&ttl(200)).await?;
+    let t0 = Instant::now();
+    std::mem::forget(g);
+    let g2 = lock
+        .acquire(
+            &ttl(1000)
+                .wait(Duration::from_secs(5))
+                .retry_interval(Duration::from_millis(20)),
+        )
+        .await?;
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    g2.release().await?;
+    Ok(())
+}
