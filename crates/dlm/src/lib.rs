@@ -67,3 +67,8 @@ pub use lock::{
     Lock, LockContext, LockGuard, LockOptions, LockStatus, LostSignal, MAX_TTL, MAX_WAIT, MIN_TTL,
 };
 pub use token::{Fence, Token};
+
+/// The README's examples, compiled as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
