@@ -76,28 +76,50 @@ impl Backend {
         self.timeout
     }
 
-    /// Run a script (EVALSHA, loading it on NOSCRIPT) within the deadline.
+    /// Run a script (EVALSHA, loading it on NOSCRIPT) within the client's deadline.
     pub(crate) async fn eval<T: FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T> {
-        let mut conn = self.conn.handle();
-        self.deadline(invocation.invoke_async(&mut conn)).await
+        self.eval_within(self.timeout, invocation).await
     }
 
-    /// Run one command within the deadline.
-    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
-        let mut conn = self.conn.handle();
-        self.deadline(cmd.query_async(&mut conn)).await
-    }
-
-    async fn deadline<T>(
+    /// Run a script within `timeout` (at most the client's deadline).
+    pub(crate) async fn eval_within<T: FromRedisValue>(
         &self,
-        fut: impl std::future::Future<Output = redis::RedisResult<T>>,
+        timeout: Duration,
+        invocation: &ScriptInvocation<'_>,
     ) -> Result<T> {
-        match tokio::time::timeout(self.timeout, fut).await {
-            Ok(r) => r.map_err(Error::from),
-            Err(_) => Err(Error::Timeout(self.timeout)),
-        }
+        let mut conn = self.conn.handle();
+        deadline(
+            timeout.min(self.timeout),
+            invocation.invoke_async(&mut conn),
+        )
+        .await
+    }
+
+    /// Run one command within the client's deadline.
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
+        self.query_within(self.timeout, cmd).await
+    }
+
+    /// Run one command within `timeout` (at most the client's deadline).
+    pub(crate) async fn query_within<T: FromRedisValue>(
+        &self,
+        timeout: Duration,
+        cmd: &Cmd,
+    ) -> Result<T> {
+        let mut conn = self.conn.handle();
+        deadline(timeout.min(self.timeout), cmd.query_async(&mut conn)).await
+    }
+}
+
+async fn deadline<T>(
+    timeout: Duration,
+    fut: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r.map_err(Error::from),
+        Err(_) => Err(Error::Timeout(timeout)),
     }
 }

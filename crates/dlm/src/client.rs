@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, LockKeys, validate_prefix};
-use crate::lock::{Held, LeaseState, Lock, Outcome, Wakeups, ops};
+use crate::lock::nodes::{Nodes, Quorum};
+use crate::lock::{Held, LeaseState, Lock, Outcome, Wakeups};
 use crate::token::Token;
 
 /// The default deadline of one call to Redis.
@@ -20,6 +21,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A held lock as the registry knows it (for [`Client::release_all`]).
 struct HeldEntry {
+    name: String,
     keys: LockKeys,
     token: Token,
     lease: Arc<LeaseState>,
@@ -27,7 +29,7 @@ struct HeldEntry {
 }
 
 pub(crate) struct ClientInner {
-    pub(crate) backend: Backend,
+    pub(crate) nodes: Nodes,
     pub(crate) prefix: String,
     pub(crate) wakeups: Option<Arc<Wakeups>>,
     held: Mutex<HashMap<u64, HeldEntry>>,
@@ -50,6 +52,7 @@ impl ClientInner {
         self.held().insert(
             held.id,
             HeldEntry {
+                name: held.name.clone(),
                 keys: held.keys.clone(),
                 token: held.token.clone(),
                 lease: held.lease.clone(),
@@ -94,6 +97,7 @@ pub struct ClientBuilder {
     prefix: String,
     timeout: Duration,
     connect_timeout: Duration,
+    node_timeout: Option<Duration>,
     wakeup_url: Option<String>,
 }
 
@@ -103,6 +107,7 @@ impl Default for ClientBuilder {
             prefix: DEFAULT_LOCK_PREFIX.into(),
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_TIMEOUT,
+            node_timeout: None,
             wakeup_url: None,
         }
     }
@@ -138,6 +143,14 @@ impl ClientBuilder {
         self
     }
 
+    /// Redlock: the deadline of one node's answer during acquire and extend
+    /// (default 5% of the TTL, at least 10 ms, at most the call timeout). A
+    /// slow or frozen node delays an acquisition by at most this much.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
     /// With [`ClientBuilder::connection`]: where to open the pub/sub
     /// connection that delivers release wake-ups. Without it, a client built
     /// on a given connection waits by polling at the retry interval.
@@ -149,14 +162,13 @@ impl ClientBuilder {
     fn validate(&self) -> Result<()> {
         validate_prefix(&self.prefix)?;
         validate_timeout("timeout", self.timeout)?;
+        if let Some(t) = self.node_timeout {
+            validate_timeout("node timeout", t)?;
+        }
         validate_timeout("connect timeout", self.connect_timeout)
     }
 
-    /// Connect to `redis://`, `rediss://` or `unix://` URL with a
-    /// reconnecting multiplexed connection, plus wake-ups on release.
-    pub async fn connect(self, url: &str) -> Result<Client> {
-        self.validate()?;
-        let client = open(url)?;
+    async fn manager(&self, client: redis::Client) -> Result<Backend> {
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.timeout))
@@ -164,16 +176,90 @@ impl ClientBuilder {
             .set_max_delay(Duration::from_millis(500));
         let manager = match tokio::time::timeout(
             self.connect_timeout + self.timeout,
-            redis::aio::ConnectionManager::new_with_config(client.clone(), config),
+            redis::aio::ConnectionManager::new_with_config(client, config),
         )
         .await
         {
             Ok(r) => r?,
             Err(_) => return Err(Error::Timeout(self.connect_timeout)),
         };
+        Ok(Backend::new(manager, self.timeout))
+    }
+
+    /// Redlock over independent masters (one URL: a plain single-Redis
+    /// client). A lock counts only when a majority (N/2+1) granted it within
+    /// its validity; see the crate docs' Safety section. Nodes that are down
+    /// at connect time are connected lazily later, as long as a majority is up.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dlm::Result<()> {
+    /// let client = dlm::Client::builder()
+    ///     .connect_many(&["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_many(self, urls: &[impl AsRef<str>]) -> Result<Client> {
+        self.validate()?;
+        match urls {
+            [] => return Err(Error::invalid("Redis URLs", "at least one node is needed")),
+            [one] => return self.connect(one.as_ref()).await,
+            _ => {}
+        }
+        let mut clients = Vec::with_capacity(urls.len());
+        let mut seen = std::collections::HashSet::new();
+        for url in urls {
+            let client = open(url.as_ref())?;
+            let info = client.get_connection_info();
+            let id = format!("{}/{}", info.addr(), info.redis_settings().db());
+            if !seen.insert(id.clone()) {
+                return Err(Error::invalid(
+                    "Redis URLs",
+                    format!("node {id} is listed twice; Redlock needs independent masters"),
+                ));
+            }
+            clients.push(client);
+        }
+        let backends = futures_util::future::join_all(clients.iter().map(|c| {
+            let lazy = redis::aio::ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(self.connect_timeout))
+                .set_response_timeout(Some(self.timeout))
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_millis(500));
+            let eager = self.manager(c.clone());
+            async move {
+                match eager.await {
+                    Ok(b) => Ok(b),
+                    // Down now: connect lazily, so the node counts again once it is back.
+                    Err(e) if e.is_retryable() => {
+                        redis::aio::ConnectionManager::new_lazy_with_config(c.clone(), lazy)
+                            .map(|m| Backend::new(m, self.timeout))
+                            .map_err(|_| e)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        }))
+        .await;
+        let mut ok = Vec::with_capacity(backends.len());
+        for b in backends {
+            ok.push(b?);
+        }
+        let wakeups = Some(Wakeups::new(clients[0].clone(), self.timeout));
+        let nodes = Nodes::Quorum(Quorum {
+            backends: ok,
+            node_timeout: self.node_timeout,
+        });
+        Ok(self.finish(nodes, wakeups))
+    }
+
+    /// Connect to `redis://`, `rediss://` or `unix://` URL with a
+    /// reconnecting multiplexed connection, plus wake-ups on release.
+    pub async fn connect(self, url: &str) -> Result<Client> {
+        self.validate()?;
+        let client = open(url)?;
+        let backend = self.manager(client.clone()).await?;
         let wakeups = Some(Wakeups::new(client, self.timeout));
-        let backend = Backend::new(manager, self.timeout);
-        Ok(self.finish(backend, wakeups))
+        Ok(self.finish(Nodes::Single(backend), wakeups))
     }
 
     /// Use a connection the application already has: a
@@ -189,13 +275,13 @@ impl ClientBuilder {
             None => None,
         };
         let backend = Backend::new(conn, self.timeout);
-        Ok(self.finish(backend, wakeups))
+        Ok(self.finish(Nodes::Single(backend), wakeups))
     }
 
-    fn finish(self, backend: Backend, wakeups: Option<Arc<Wakeups>>) -> Client {
+    fn finish(self, nodes: Nodes, wakeups: Option<Arc<Wakeups>>) -> Client {
         Client {
             inner: Arc::new(ClientInner {
-                backend,
+                nodes,
                 prefix: self.prefix,
                 wakeups,
                 held: Mutex::new(HashMap::new()),
@@ -223,7 +309,7 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("prefix", &self.inner.prefix)
-            .field("backend", &self.inner.backend)
+            .field("nodes", &self.inner.nodes.len())
             .field("wakeups", &self.inner.wakeups.is_some())
             .finish()
     }
@@ -247,7 +333,7 @@ impl Client {
 
     /// The deadline of one call to Redis.
     pub fn timeout(&self) -> Duration {
-        self.inner.backend.timeout()
+        self.inner.nodes.timeout()
     }
 
     /// Release every lock this client still holds (the seeds' `unlockAll`),
@@ -261,22 +347,33 @@ impl Client {
     /// ```
     pub async fn release_all(&self) -> ReleaseAll {
         let entries: Vec<HeldEntry> = self.inner.held().drain().map(|(_, e)| e).collect();
-        let backend = &self.inner.backend;
+        let nodes = &self.inner.nodes;
         let results = futures_util::future::join_all(entries.iter().map(|e| {
             e.stop.cancel();
             e.lease.mark_lost();
-            ops::release(backend, &e.keys, &e.token)
+            nodes.release(&e.name, &e.keys, &e.token)
         }))
         .await;
         let mut report = ReleaseAll::default();
         for r in results {
             match r {
-                Ok(Outcome::Done) => report.released += 1,
+                Ok(r) if r.outcome == Outcome::Done => report.released += 1,
                 Ok(_) => report.already_lost += 1,
                 Err(_) => report.failed += 1,
             }
         }
         report
+    }
+
+    /// Connect to several independent masters for Redlock (see
+    /// [`ClientBuilder::connect_many`]).
+    pub async fn connect_many(urls: &[impl AsRef<str>]) -> Result<Client> {
+        ClientBuilder::default().connect_many(urls).await
+    }
+
+    /// How many independent Redis nodes this client locks on (1, or N for Redlock).
+    pub fn nodes(&self) -> usize {
+        self.inner.nodes.len()
     }
 
     /// How many locks this client holds now (guards alive and not released).

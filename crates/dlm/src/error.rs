@@ -59,6 +59,20 @@ pub enum Error {
         /// The highest token seen so far.
         highest: u64,
     },
+    /// Redlock: fewer than a majority of the nodes answered.
+    #[error(
+        "no quorum for lock {name:?}: {answered} of {nodes} Redis nodes answered, {needed} needed"
+    )]
+    NoQuorum {
+        /// The lock's name.
+        name: String,
+        /// How many nodes answered.
+        answered: usize,
+        /// The majority needed (N/2+1).
+        needed: usize,
+        /// How many nodes there are.
+        nodes: usize,
+    },
     /// An argument is out of range or malformed; nothing was sent to Redis.
     #[error("invalid {arg}: {reason}")]
     InvalidArgument {
@@ -95,9 +109,12 @@ fn fmt_ttl(ttl: &Option<Duration>) -> String {
 
 impl Error {
     /// True for failures that may succeed when tried again later: Redis
-    /// unreachable or too slow.
+    /// unreachable or too slow, or too few Redlock nodes answering.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Unavailable { .. } | Error::Timeout(_))
+        matches!(
+            self,
+            Error::Unavailable { .. } | Error::Timeout(_) | Error::NoQuorum { .. }
+        )
     }
 
     /// True when the error means "our lock is gone" ([`Error::Expired`],

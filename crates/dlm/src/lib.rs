@@ -15,10 +15,10 @@
 //!     .wait(Duration::from_secs(5))                       // keep trying for up to 5 s
 //!     .watchdog(true);                                    // renew every ttl/3 while held
 //! let guard = client.lock("orders:42").acquire(&opts).await?;
-//! let fence = guard.fence();                              // pass to storage writes
+//! let fence = guard.fence();                              // Some(n) on one Redis: pass to storage
 //! tokio::select! {
 //!     _ = guard.lost() => eprintln!("lock lost, stopping"),
-//!     _ = tokio::time::sleep(Duration::from_secs(1)) => println!("work done with fence {fence}"),
+//!     _ = tokio::time::sleep(Duration::from_secs(1)) => println!("work done with fence {fence:?}"),
 //! }
 //! guard.release().await?;                                 // Err(Expired | NotHeld) if it was not ours
 //! # Ok(()) }
@@ -65,6 +65,7 @@ pub use error::{BackendError, Error, Result};
 pub use fenced::MAX_FENCED_VALUE;
 pub use lock::{
     Lock, LockContext, LockGuard, LockOptions, LockStatus, LostSignal, MAX_TTL, MAX_WAIT, MIN_TTL,
+    Released,
 };
 pub use token::{Fence, Token};
 

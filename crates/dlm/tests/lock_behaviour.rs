@@ -119,8 +119,9 @@ async fn fencing_tokens_strictly_increase_across_holders_and_clients() -> TestRe
     for i in 0..20 {
         let c = if i % 2 == 0 { &a } else { &b };
         let g = c.lock("fenced").acquire(&ttl(5000)).await?;
-        assert!(g.fence().get() > last);
-        last = g.fence().get();
+        let f = g.fence().ok_or("fence")?.get();
+        assert!(f > last);
+        last = f;
         g.release().await?;
     }
     // Expiry (no release) does not reset the counter either.
@@ -242,9 +243,9 @@ async fn with_runs_the_work_and_cancels_it_when_the_lock_is_lost() -> TestResult
     let c = client(&s).await;
     let lock = c.lock("scoped");
     let v = lock
-        .with(&ttl(1000), |ctx| async move { ctx.fence.get() })
+        .with(&ttl(1000), |ctx| async move { ctx.fence.map(|f| f.get()) })
         .await?;
-    assert_eq!(v, 1);
+    assert_eq!(v, Some(1));
     assert!(!lock.status().await?.held, "released after the work");
 
     let key = lock.key()?;
@@ -307,8 +308,11 @@ async fn fenced_write_rejects_a_paused_former_holder() -> TestResult {
     let a = lock.acquire(&ttl(100)).await?;
     tokio::time::sleep(Duration::from_millis(200)).await; // A is "paused"
     let b = lock.acquire(&ttl(5000)).await?;
-    c.fenced_write("ledger", b.fence(), b"from B").await?;
-    let late = c.fenced_write("ledger", a.fence(), b"from A").await;
+    let fb = b.fence().ok_or("fence")?;
+    c.fenced_write("ledger", fb, b"from B").await?;
+    let late = c
+        .fenced_write("ledger", a.fence().ok_or("fence")?, b"from A")
+        .await;
     assert!(
         matches!(
             late,
@@ -322,9 +326,9 @@ async fn fenced_write_rejects_a_paused_former_holder() -> TestResult {
     );
     assert_eq!(
         c.fenced_read("ledger").await?,
-        Some((b.fence(), b"from B".to_vec()))
+        Some((fb, b"from B".to_vec()))
     );
-    c.fenced_write("ledger", b.fence(), b"B again").await?; // equal token: same holder
+    c.fenced_write("ledger", fb, b"B again").await?; // equal token: same holder
     b.release().await?;
     Ok(())
 }

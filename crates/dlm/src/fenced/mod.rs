@@ -23,6 +23,15 @@ pub const MAX_FENCED_VALUE: usize = 16 * 1024 * 1024;
 static FENCED_SET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fenced_set.lua")));
 
 impl Client {
+    fn fenced_backend(&self) -> Result<&crate::backend::Backend> {
+        self.inner.nodes.single().ok_or_else(|| {
+            Error::invalid(
+                "client",
+                "fenced writes need a single-Redis client (Redlock hands out no fencing tokens)",
+            )
+        })
+    }
+
     /// Store `value` for `resource` (key `dlm:fenced:{resource}`) only if
     /// `fence` is not lower than the highest fencing token that wrote it
     /// before; otherwise [`Error::StaleFence`].
@@ -31,8 +40,9 @@ impl Client {
     /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
     /// use std::time::Duration;
     /// let guard = client.lock("ledger").acquire(&dlm::LockOptions::new(Duration::from_secs(5))).await?;
+    /// let fence = guard.fence().expect("a single-Redis lock has a fence");
     /// // ... a long pause here may let the lock expire and another client take it ...
-    /// match client.fenced_write("ledger", guard.fence(), b"balance=10").await {
+    /// match client.fenced_write("ledger", fence, b"balance=10").await {
     ///     Ok(()) => println!("written"),
     ///     Err(dlm::Error::StaleFence { highest, .. }) => println!("a newer holder ({highest}) wrote; dropping"),
     ///     Err(e) => return Err(e),
@@ -60,8 +70,7 @@ impl Client {
             ));
         }
         let (stored, highest): (i64, u64) = self
-            .inner
-            .backend
+            .fenced_backend()?
             .eval(FENCED_SET.key(&key).arg(fence.get()).arg(value))
             .await?;
         if stored == 1 {
@@ -79,8 +88,7 @@ impl Client {
     pub async fn fenced_read(&self, resource: &str) -> Result<Option<(Fence, Vec<u8>)>> {
         let key = fenced_key(resource)?;
         let (fence, value): (Option<u64>, Option<Vec<u8>>) = self
-            .inner
-            .backend
+            .fenced_backend()?
             .query(redis::cmd("HMGET").arg(&key).arg("fence").arg("value"))
             .await?;
         Ok(match (fence, value) {

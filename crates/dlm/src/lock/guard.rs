@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::ClientInner;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
-use crate::lock::{Outcome, ops};
+use crate::lock::Outcome;
 use crate::token::{Fence, Token};
 
 /// The clock-drift allowance subtracted from a lease: 1% of the TTL plus 2 ms
@@ -133,10 +133,20 @@ impl LostSignal {
 /// to pass to storage, and a signal that fires if the lock is lost.
 #[derive(Debug, Clone)]
 pub struct LockContext {
-    /// The fencing token of this acquisition.
-    pub fence: Fence,
+    /// The fencing token of this acquisition (`None` under Redlock).
+    pub fence: Option<Fence>,
     /// Fires if the lock is lost while the work runs.
     pub lost: LostSignal,
+}
+
+/// What a successful [`LockGuard::release`] confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Released {
+    /// Nodes that still held our token and deleted it (1 on a single Redis).
+    pub confirmed: usize,
+    /// Nodes asked (1 on a single Redis, N under Redlock).
+    pub nodes: usize,
 }
 
 /// Shared between a guard and its watchdog.
@@ -146,7 +156,8 @@ pub(crate) struct Held {
     pub(crate) name: String,
     pub(crate) keys: LockKeys,
     pub(crate) token: Token,
-    pub(crate) fence: Fence,
+    pub(crate) fence: Option<Fence>,
+    pub(crate) ttl: Duration,
     pub(crate) lease: Arc<LeaseState>,
     pub(crate) stop: CancellationToken,
 }
@@ -161,7 +172,7 @@ pub(crate) struct Held {
 /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
 /// use std::time::Duration;
 /// let guard = client.lock("report").acquire(&dlm::LockOptions::new(Duration::from_secs(10))).await?;
-/// println!("fence {} valid for {:?}", guard.fence(), guard.remaining());
+/// println!("fence {:?} valid for {:?}", guard.fence(), guard.remaining());
 /// guard.extend(Duration::from_secs(10)).await?;
 /// guard.release().await?;
 /// # Ok(()) }
@@ -209,10 +220,17 @@ impl LockGuard {
         &self.held.token
     }
 
-    /// The fencing token of this acquisition (strictly greater than every
-    /// earlier holder's).
-    pub fn fence(&self) -> Fence {
+    /// The fencing token of this acquisition: strictly greater than every
+    /// earlier holder's. `Some` for a lock on one Redis; `None` for a Redlock
+    /// client, where no counter is provably monotonic (a wrong token would be
+    /// worse than none; see the crate's Safety section).
+    pub fn fence(&self) -> Option<Fence> {
         self.held.fence
+    }
+
+    /// The TTL the lock was acquired with (the watchdog renews to it).
+    pub fn ttl(&self) -> Duration {
+        self.held.ttl
     }
 
     /// Time left on the lease, by the local monotonic clock, minus the drift
@@ -238,13 +256,11 @@ impl LockGuard {
 
     /// Ask Redis whether the key still holds our token (the seeds' `isLocking`).
     pub async fn is_held(&self) -> Result<bool> {
-        let value: Option<String> = self
-            .held
+        self.held
             .client
-            .backend
-            .query(redis::cmd("GET").arg(&self.held.keys.lock))
-            .await?;
-        Ok(value.as_deref() == Some(self.held.token.as_str()))
+            .nodes
+            .holds(&self.held.keys, &self.held.token)
+            .await
     }
 
     /// Set the lock's TTL to `ttl` from now, if it is still ours.
@@ -253,13 +269,14 @@ impl LockGuard {
     /// lost), [`Error::InvalidArgument`] for a TTL out of range.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         crate::lock::validate_ttl(ttl)?;
+        self.held.client.nodes.check_ttl(ttl)?;
         extend_held(&self.held, ttl).await
     }
 
-    /// Release the lock, telling whether it was still ours: `Ok(())` when it
-    /// was, [`Error::Expired`] when it had expired, [`Error::NotHeld`] when
-    /// another owner holds it now.
-    pub async fn release(mut self) -> Result<()> {
+    /// Release the lock, telling whether it was still ours: `Ok` when it
+    /// was (with how many nodes confirmed), [`Error::Expired`] when it had
+    /// expired, [`Error::NotHeld`] when another owner holds it now.
+    pub async fn release(mut self) -> Result<Released> {
         self.released = true;
         let held = self.held.clone();
         held.stop.cancel();
@@ -270,9 +287,17 @@ impl LockGuard {
                 name: held.name.clone(),
             });
         }
-        let outcome = ops::release(&held.client.backend, &held.keys, &held.token).await?;
-        tracing::debug!(name = %held.name, ?outcome, "released");
-        outcome.into_result(&held.name)
+        let r = held
+            .client
+            .nodes
+            .release(&held.name, &held.keys, &held.token)
+            .await?;
+        tracing::debug!(name = %held.name, outcome = ?r.outcome, confirmed = r.confirmed, nodes = r.nodes, "released");
+        r.outcome.into_result(&held.name)?;
+        Ok(Released {
+            confirmed: r.confirmed,
+            nodes: r.nodes,
+        })
     }
 }
 
@@ -289,9 +314,9 @@ impl Drop for LockGuard {
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                match ops::release(&held.client.backend, &held.keys, &held.token).await {
-                    Ok(outcome) => {
-                        tracing::debug!(name = %held.name, ?outcome, "released on drop")
+                match held.client.nodes.release(&held.name, &held.keys, &held.token).await {
+                    Ok(r) => {
+                        tracing::debug!(name = %held.name, outcome = ?r.outcome, "released on drop")
                     }
                     Err(e) => {
                         tracing::warn!(name = %held.name, error = %e, "release on drop failed; the TTL will free the lock")
@@ -303,10 +328,35 @@ impl Drop for LockGuard {
 }
 
 async fn extend_held(held: &Held, ttl: Duration) -> Result<()> {
-    let start = Instant::now();
-    let outcome = ops::extend(&held.client.backend, &held.keys, &held.token, ttl).await?;
+    if held.lease.is_lost() {
+        // A lease seen as over stays over, even if the key happens to survive.
+        // On one Redis, ask anyway (without re-taking) to tell "taken" from "expired".
+        let expired = Err(Error::Expired {
+            name: held.name.clone(),
+        });
+        let Some(backend) = held.client.nodes.single() else {
+            return expired;
+        };
+        return match crate::lock::ops::extend(
+            backend,
+            &held.keys,
+            &held.token,
+            ttl,
+            backend.timeout(),
+        )
+        .await?
+        {
+            Outcome::NotHeld => Outcome::NotHeld.into_result(&held.name),
+            _ => expired,
+        };
+    }
+    let (outcome, valid_until) = held
+        .client
+        .nodes
+        .extend(&held.name, &held.keys, &held.token, ttl)
+        .await?;
     if outcome == Outcome::Done {
-        held.lease.renewed(start + ttl.saturating_sub(drift(ttl)));
+        held.lease.renewed(valid_until);
         return Ok(());
     }
     held.lease.mark_lost();

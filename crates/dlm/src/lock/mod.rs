@@ -4,6 +4,7 @@
 //! See [`Lock`] for the entry point and [`crate::keys`] for the key schema.
 
 mod guard;
+pub(crate) mod nodes;
 pub(crate) mod ops;
 mod wait;
 
@@ -16,14 +17,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub(crate) use guard::{Held, LeaseState, drift};
-pub use guard::{LockContext, LockGuard, LostSignal};
+pub use guard::{LockContext, LockGuard, LostSignal, Released};
 pub(crate) use wait::Wakeups;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, lock_keys};
 use crate::token::{Fence, Token};
-use ops::Attempt;
+use nodes::Try;
 
 /// The shortest TTL accepted.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
@@ -150,7 +151,8 @@ pub struct LockStatus {
     pub held: bool,
     /// Its remaining TTL, when held with an expiry.
     pub ttl: Option<Duration>,
-    /// The last fencing token handed out (`None`: never acquired through dlm).
+    /// The last fencing token handed out (`None`: never acquired through dlm,
+    /// or a Redlock client, which hands out none).
     pub fence: Option<Fence>,
 }
 
@@ -213,6 +215,7 @@ impl Lock {
     /// until the deadline. Never waits longer than `wait` plus one call timeout.
     pub async fn acquire(&self, opts: &LockOptions) -> Result<LockGuard> {
         opts.validate()?;
+        self.client.inner.nodes.check_ttl(opts.ttl)?;
         let keys = self.keys()?;
         let span = tracing::debug_span!("dlm.acquire", name = %self.name, key = %keys.lock);
         self.acquire_with(keys, opts).instrument(span).await
@@ -232,28 +235,29 @@ impl Lock {
             if let Some(n) = notified.as_mut().as_pin_mut() {
                 n.enable();
             }
-            let start = Instant::now();
             attempts += 1;
-            let (err, holder_ttl) = match ops::acquire(&inner.backend, &keys, &token, opts.ttl)
-                .await
-            {
-                Ok(Attempt::Acquired(fence)) => {
-                    tracing::debug!(%fence, attempts, "acquired");
-                    let lease = LeaseState::new(start + opts.ttl.saturating_sub(drift(opts.ttl)));
+            let attempt = inner
+                .nodes
+                .acquire(&self.name, &keys, &token, opts.ttl)
+                .await;
+            let (err, holder_ttl) = match attempt {
+                Ok(Try::Acquired(grant)) => {
+                    tracing::debug!(fence = ?grant.fence, attempts, "acquired");
                     let held = Arc::new(Held {
                         client: inner.clone(),
                         id: inner.next_id(),
                         name: self.name.clone(),
                         keys,
                         token,
-                        fence,
-                        lease,
+                        fence: grant.fence,
+                        ttl: opts.ttl,
+                        lease: LeaseState::new(grant.valid_until),
                         stop: CancellationToken::new(),
                     });
                     inner.register(&held);
                     return Ok(LockGuard::new(held, opts.ttl, opts.watchdog));
                 }
-                Ok(Attempt::Busy(ttl)) => (
+                Ok(Try::Busy(ttl)) => (
                     Error::Busy {
                         name: self.name.clone(),
                         ttl,
@@ -310,10 +314,10 @@ impl Lock {
     /// Best-effort release of a token whose acquire reply was lost.
     fn forget(&self, keys: &LockKeys, token: &Token) {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let backend = self.client.inner.backend.clone();
-            let (keys, token) = (keys.clone(), token.clone());
+            let inner = self.client.inner.clone();
+            let (name, keys, token) = (self.name.clone(), keys.clone(), token.clone());
             rt.spawn(async move {
-                let _ = ops::release(&backend, &keys, &token).await;
+                let _ = inner.nodes.release(&name, &keys, &token).await;
             });
         }
     }
@@ -321,30 +325,34 @@ impl Lock {
     /// Who holds the lock, for how long, and the last fencing token.
     pub async fn status(&self) -> Result<LockStatus> {
         let keys = self.keys()?;
-        let (held, ttl, fence) = ops::status(&self.client.inner.backend, &keys).await?;
-        Ok(LockStatus {
-            held,
-            ttl: if held { ttl } else { None },
-            fence: (fence > 0).then_some(Fence::new(fence)),
-        })
+        self.client.inner.nodes.status(&self.name, &keys).await
     }
 
     /// Release by token (for a lock acquired elsewhere, e.g. by
     /// `dlm lock acquire`). `Ok(())` only if the key still held `token`.
     pub async fn release_token(&self, token: &Token) -> Result<()> {
         let keys = self.keys()?;
-        ops::release(&self.client.inner.backend, &keys, token)
-            .await?
-            .into_result(&self.name)
+        let released = self
+            .client
+            .inner
+            .nodes
+            .release(&self.name, &keys, token)
+            .await?;
+        released.outcome.into_result(&self.name)
     }
 
     /// Extend by token to `ttl` from now. `Ok(())` only if the key still held `token`.
     pub async fn extend_token(&self, token: &Token, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
+        self.client.inner.nodes.check_ttl(ttl)?;
         let keys = self.keys()?;
-        ops::extend(&self.client.inner.backend, &keys, token, ttl)
-            .await?
-            .into_result(&self.name)
+        let (outcome, _) = self
+            .client
+            .inner
+            .nodes
+            .extend(&self.name, &keys, token, ttl)
+            .await?;
+        outcome.into_result(&self.name)
     }
 
     /// Run `work` while holding the lock, renewed by a watchdog, then release.
@@ -360,7 +368,7 @@ impl Lock {
     /// use std::time::Duration;
     /// let opts = dlm::LockOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(30));
     /// let total = client.lock("nightly-report").with(&opts, |ctx| async move {
-    ///     println!("running with fence {}", ctx.fence);
+    ///     println!("running with fence {:?}", ctx.fence);
     ///     42
     /// }).await?;
     /// assert_eq!(total, 42);
@@ -389,7 +397,7 @@ impl Lock {
             });
         };
         match guard.release().await {
-            Ok(()) => Ok(out),
+            Ok(_) => Ok(out),
             Err(e) if e.is_lock_lost() => Err(Error::Lost {
                 name: self.name.clone(),
             }),

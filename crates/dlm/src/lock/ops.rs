@@ -16,6 +16,8 @@ static ACQUIRE: LazyLock<Script> =
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
+static EXTEND_OR_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/extend_or_acquire.lua")));
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/status.lua")));
 
 /// What one acquire attempt found.
@@ -39,9 +41,11 @@ pub(crate) async fn acquire(
     keys: &LockKeys,
     token: &Token,
     ttl: Duration,
+    timeout: Duration,
 ) -> Result<Attempt> {
     let (ok, n): (i64, i64) = backend
-        .eval(
+        .eval_within(
+            timeout,
             ACQUIRE
                 .key(&keys.lock)
                 .key(&keys.fence)
@@ -68,9 +72,15 @@ fn outcome(code: i64) -> Result<Outcome> {
     }
 }
 
-pub(crate) async fn release(backend: &Backend, keys: &LockKeys, token: &Token) -> Result<Outcome> {
+pub(crate) async fn release(
+    backend: &Backend,
+    keys: &LockKeys,
+    token: &Token,
+    timeout: Duration,
+) -> Result<Outcome> {
     let code: i64 = backend
-        .eval(
+        .eval_within(
+            timeout,
             RELEASE
                 .key(&keys.lock)
                 .arg(token.as_str())
@@ -85,20 +95,62 @@ pub(crate) async fn extend(
     keys: &LockKeys,
     token: &Token,
     ttl: Duration,
+    timeout: Duration,
 ) -> Result<Outcome> {
     let code: i64 = backend
-        .eval(EXTEND.key(&keys.lock).arg(token.as_str()).arg(millis(ttl)))
+        .eval_within(
+            timeout,
+            EXTEND.key(&keys.lock).arg(token.as_str()).arg(millis(ttl)),
+        )
         .await?;
     outcome(code)
+}
+
+/// Redlock's per-node extend: `Done` when extended or re-taken, `NotHeld` when another owns it.
+pub(crate) async fn extend_or_acquire(
+    backend: &Backend,
+    keys: &LockKeys,
+    token: &Token,
+    ttl: Duration,
+    timeout: Duration,
+) -> Result<Outcome> {
+    let code: i64 = backend
+        .eval_within(
+            timeout,
+            EXTEND_OR_ACQUIRE
+                .key(&keys.lock)
+                .arg(token.as_str())
+                .arg(millis(ttl)),
+        )
+        .await?;
+    match code {
+        1 | 2 => Ok(Outcome::Done),
+        -1 => Ok(Outcome::NotHeld),
+        other => Err(Error::protocol(format!("unexpected script reply {other}"))),
+    }
 }
 
 /// (exists, remaining TTL, last fence handed out).
 pub(crate) async fn status(
     backend: &Backend,
     keys: &LockKeys,
+    timeout: Duration,
 ) -> Result<(bool, Option<Duration>, u64)> {
     let (held, ms, fence): (i64, i64, i64) = backend
-        .eval(STATUS.key(&keys.lock).key(&keys.fence))
+        .eval_within(timeout, STATUS.key(&keys.lock).key(&keys.fence))
         .await?;
     Ok((held == 1, pttl(ms), u64::try_from(fence).unwrap_or(0)))
+}
+
+/// Does the key hold `token`?
+pub(crate) async fn holds(
+    backend: &Backend,
+    keys: &LockKeys,
+    token: &Token,
+    timeout: Duration,
+) -> Result<bool> {
+    let value: Option<String> = backend
+        .query_within(timeout, redis::cmd("GET").arg(&keys.lock))
+        .await?;
+    Ok(value.as_deref() == Some(token.as_str()))
 }

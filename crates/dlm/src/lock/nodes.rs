@@ -1,0 +1,364 @@
+//! Where a lock lives: one Redis, or N independent masters (Redlock).
+//!
+//! Both sides give the same four decisions (acquire, extend, release,
+//! status); the guard, watchdog, waiting and CLI are shared on top of them.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+use crate::lock::ops::{self, Attempt};
+use crate::lock::{LockStatus, Outcome, drift};
+use crate::token::{Fence, Token};
+
+/// A successful acquisition.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Grant {
+    /// `None` under Redlock: no counter there is provably monotonic.
+    pub fence: Option<Fence>,
+    /// The end of the lease on the local monotonic clock: start + ttl - drift.
+    pub valid_until: Instant,
+}
+
+/// One acquire attempt's outcome.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Try {
+    Acquired(Grant),
+    /// Held by another owner (`None`: without expiry, or unknown).
+    Busy(Option<Duration>),
+}
+
+/// What a release found, with how many nodes confirmed our token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReleaseOutcome {
+    pub outcome: Outcome,
+    pub confirmed: usize,
+    pub nodes: usize,
+}
+
+/// One Redis, or a Redlock quorum over independent masters.
+#[derive(Debug)]
+pub(crate) enum Nodes {
+    Single(Backend),
+    Quorum(Quorum),
+}
+
+/// N independent masters, a majority of which must agree.
+#[derive(Debug)]
+pub(crate) struct Quorum {
+    pub backends: Vec<Backend>,
+    /// Per-node deadline; `None`: 5% of the TTL, at least 10 ms, at most the client timeout.
+    pub node_timeout: Option<Duration>,
+}
+
+impl Quorum {
+    fn needed(&self) -> usize {
+        self.backends.len() / 2 + 1
+    }
+
+    fn client_timeout(&self) -> Duration {
+        self.backends
+            .first()
+            .map_or(Duration::from_secs(1), Backend::timeout)
+    }
+
+    fn node_timeout(&self, ttl: Duration) -> Duration {
+        self.node_timeout
+            .unwrap_or_else(|| (ttl / 20).max(Duration::from_millis(10)))
+            .min(self.client_timeout())
+    }
+
+    /// Release and status are not racing a lease: a quarter of the client timeout per node.
+    fn housekeeping_timeout(&self) -> Duration {
+        self.node_timeout
+            .unwrap_or_else(|| self.client_timeout() / 4)
+            .min(self.client_timeout())
+    }
+
+    fn no_quorum(&self, name: &str, answered: usize) -> Error {
+        Error::NoQuorum {
+            name: name.to_string(),
+            answered,
+            needed: self.needed(),
+            nodes: self.backends.len(),
+        }
+    }
+
+    async fn release_everywhere(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        timeout: Duration,
+    ) -> Vec<Result<Outcome>> {
+        join_all(
+            self.backends
+                .iter()
+                .map(|b| ops::release(b, keys, token, timeout)),
+        )
+        .await
+    }
+}
+
+impl Nodes {
+    /// The client-level call deadline.
+    pub(crate) fn timeout(&self) -> Duration {
+        match self {
+            Nodes::Single(b) => b.timeout(),
+            Nodes::Quorum(q) => q.client_timeout(),
+        }
+    }
+
+    /// The one Redis, when there is only one.
+    pub(crate) fn single(&self) -> Option<&Backend> {
+        match self {
+            Nodes::Single(b) => Some(b),
+            Nodes::Quorum(_) => None,
+        }
+    }
+
+    /// How many independent nodes.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Nodes::Single(_) => 1,
+            Nodes::Quorum(q) => q.backends.len(),
+        }
+    }
+
+    /// Under Redlock a TTL must leave room for the drift and the per-node timeout.
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<()> {
+        if let Nodes::Quorum(q) = self {
+            let floor = drift(ttl) + q.node_timeout(ttl);
+            if ttl <= floor * 2 {
+                return Err(Error::invalid(
+                    "ttl",
+                    format!(
+                        "{ttl:?} is too short for Redlock: drift ({:?}) plus the per-node timeout ({:?}) would leave almost no validity",
+                        drift(ttl),
+                        q.node_timeout(ttl)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<Try> {
+        let start = Instant::now();
+        let valid_until = start + ttl.saturating_sub(drift(ttl));
+        let q = match self {
+            Nodes::Single(b) => {
+                return Ok(
+                    match ops::acquire(b, keys, token, ttl, b.timeout()).await? {
+                        Attempt::Acquired(fence) => Try::Acquired(Grant {
+                            fence: Some(fence),
+                            valid_until,
+                        }),
+                        Attempt::Busy(t) => Try::Busy(t),
+                    },
+                );
+            }
+            Nodes::Quorum(q) => q,
+        };
+        let timeout = q.node_timeout(ttl);
+        let replies = join_all(
+            q.backends
+                .iter()
+                .map(|b| ops::acquire(b, keys, token, ttl, timeout)),
+        )
+        .await;
+        let (mut granted, mut answered) = (0, 0);
+        let mut holder_ttls = Vec::new();
+        for r in &replies {
+            match r {
+                Ok(Attempt::Acquired(_)) => {
+                    granted += 1;
+                    answered += 1;
+                }
+                Ok(Attempt::Busy(t)) => {
+                    answered += 1;
+                    holder_ttls.push(*t);
+                }
+                Err(_) => {}
+            }
+        }
+        if granted >= q.needed() && Instant::now() < valid_until {
+            tracing::debug!(granted, nodes = q.backends.len(), "redlock acquired");
+            return Ok(Try::Acquired(Grant {
+                fence: None,
+                valid_until,
+            }));
+        }
+        // Failed: undo every grant, including on nodes whose reply was lost.
+        q.release_everywhere(keys, token, timeout).await;
+        tracing::debug!(
+            granted,
+            answered,
+            nodes = q.backends.len(),
+            "redlock not acquired"
+        );
+        if answered < q.needed() {
+            return Err(q.no_quorum(name, answered));
+        }
+        // The majority's view: the holder's TTL as the median busy node reports it.
+        holder_ttls.sort();
+        Ok(Try::Busy(
+            holder_ttls.get(holder_ttls.len() / 2).copied().flatten(),
+        ))
+    }
+
+    /// Extend to `ttl`; returns the new end of the lease when it counts.
+    pub(crate) async fn extend(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<(Outcome, Instant)> {
+        let start = Instant::now();
+        let valid_until = start + ttl.saturating_sub(drift(ttl));
+        let q = match self {
+            Nodes::Single(b) => {
+                return Ok((
+                    ops::extend(b, keys, token, ttl, b.timeout()).await?,
+                    valid_until,
+                ));
+            }
+            Nodes::Quorum(q) => q,
+        };
+        let timeout = q.node_timeout(ttl);
+        let replies = join_all(
+            q.backends
+                .iter()
+                .map(|b| ops::extend_or_acquire(b, keys, token, ttl, timeout)),
+        )
+        .await;
+        let done = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Outcome::Done)))
+            .count();
+        let taken = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Outcome::NotHeld)))
+            .count();
+        let answered = replies.iter().filter(|r| r.is_ok()).count();
+        if done >= q.needed() && Instant::now() < valid_until {
+            return Ok((Outcome::Done, valid_until));
+        }
+        if taken > q.backends.len() - q.needed() {
+            return Ok((Outcome::NotHeld, valid_until));
+        }
+        if answered < q.needed() {
+            return Err(q.no_quorum(name, answered));
+        }
+        Ok((Outcome::Expired, valid_until))
+    }
+
+    pub(crate) async fn release(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        token: &Token,
+    ) -> Result<ReleaseOutcome> {
+        let q = match self {
+            Nodes::Single(b) => {
+                let outcome = ops::release(b, keys, token, b.timeout()).await?;
+                return Ok(ReleaseOutcome {
+                    outcome,
+                    confirmed: usize::from(outcome == Outcome::Done),
+                    nodes: 1,
+                });
+            }
+            Nodes::Quorum(q) => q,
+        };
+        let replies = q
+            .release_everywhere(keys, token, q.housekeeping_timeout())
+            .await;
+        let confirmed = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Outcome::Done)))
+            .count();
+        let taken = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Outcome::NotHeld)))
+            .count();
+        let answered = replies.iter().filter(|r| r.is_ok()).count();
+        let nodes = q.backends.len();
+        let outcome = if confirmed >= q.needed() {
+            Outcome::Done
+        } else if taken > nodes - q.needed() {
+            Outcome::NotHeld
+        } else if answered < q.needed() {
+            return Err(q.no_quorum(name, answered));
+        } else {
+            Outcome::Expired
+        };
+        Ok(ReleaseOutcome {
+            outcome,
+            confirmed,
+            nodes,
+        })
+    }
+
+    pub(crate) async fn status(&self, name: &str, keys: &LockKeys) -> Result<LockStatus> {
+        let q = match self {
+            Nodes::Single(b) => {
+                let (held, ttl, fence) = ops::status(b, keys, b.timeout()).await?;
+                return Ok(LockStatus {
+                    held,
+                    ttl: if held { ttl } else { None },
+                    fence: (fence > 0).then_some(Fence::new(fence)),
+                });
+            }
+            Nodes::Quorum(q) => q,
+        };
+        let timeout = q.housekeeping_timeout();
+        let replies = join_all(q.backends.iter().map(|b| ops::status(b, keys, timeout))).await;
+        let answers: Vec<_> = replies.into_iter().filter_map(Result::ok).collect();
+        if answers.len() < q.needed() {
+            return Err(q.no_quorum(name, answers.len()));
+        }
+        let mut ttls: Vec<Option<Duration>> = answers.iter().filter(|a| a.0).map(|a| a.1).collect();
+        let held = ttls.len() >= q.needed();
+        ttls.sort();
+        Ok(LockStatus {
+            held,
+            ttl: if held {
+                ttls.get(ttls.len() / 2).copied().flatten()
+            } else {
+                None
+            },
+            fence: None,
+        })
+    }
+
+    /// Does a majority of nodes hold `token`?
+    pub(crate) async fn holds(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+        match self {
+            Nodes::Single(b) => ops::holds(b, keys, token, b.timeout()).await,
+            Nodes::Quorum(q) => {
+                let timeout = q.housekeeping_timeout();
+                let replies = join_all(
+                    q.backends
+                        .iter()
+                        .map(|b| ops::holds(b, keys, token, timeout)),
+                )
+                .await;
+                let answered = replies.iter().filter(|r| r.is_ok()).count();
+                if answered < q.needed() {
+                    return Err(q.no_quorum("", answered));
+                }
+                Ok(replies.iter().filter(|r| matches!(r, Ok(true))).count() >= q.needed())
+            }
+        }
+    }
+}
