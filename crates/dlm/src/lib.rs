@@ -45,6 +45,61 @@
 //!   unreachable Redis yields [`Error::Unavailable`] or [`Error::Timeout`],
 //!   never a hang.
 //!
+//! ## Redlock: one lock over N independent masters
+//! [`Client::connect_many`] with several URLs makes every [`Lock`] of that
+//! client a Redlock: the acquire script is sent to all N nodes **in
+//! parallel**, each with a per-node timeout ([`ClientBuilder::node_timeout`],
+//! default 5% of the TTL), and the lock counts only when a majority
+//! (N/2+1) granted it and `validity = ttl - elapsed - drift` is still
+//! positive (`drift = ttl * 1% + 2 ms`, elapsed on the monotonic clock). On
+//! failure the token is released on every node, also those that did not
+//! answer, and the attempt is retried after a jittered pause until the wait
+//! deadline; [`Error::NoQuorum`] says how many nodes answered. Extend runs on
+//! all nodes in parallel and counts only with a majority and a positive new
+//! validity; on a node that lost the key (restarted empty) it takes the key
+//! again, which is safe because a majority still holds our token. The
+//! guard's watchdog and [`LockGuard::lost`] work as on one Redis. Release
+//! reports how many nodes confirmed ([`Released`]).
+//!
+//! Redlock hands out **no fencing token** ([`LockGuard::fence`] is `None`):
+//! the per-node counters diverge (a node that restarts, or that missed an
+//! acquisition, has a different count), so no number derived from them is
+//! provably monotonic, and a wrong token is worse than none. Use a single
+//! Redis (with persistence and no failover during a TTL) when you need fencing.
+//!
+//! ## Safety: what is assumed, and what breaks when it does not hold
+//! * **Bounded clock drift.** Redis expires keys by its own clock. A node
+//!   whose clock jumps forward (an operator, an NTP step) expires our key
+//!   early, and another client may acquire a majority while we still count on
+//!   our validity. The drift allowance covers rate differences of about 1%,
+//!   not jumps: run NTP in slew mode.
+//! * **Bounded pauses.** A holder paused (GC, swap, SIGSTOP) longer than its
+//!   remaining validity acts after its lock expired. The guard notices when it
+//!   resumes ([`LockGuard::is_lost`]), but a write already in flight is not
+//!   stopped; only fencing at the storage stops it (one Redis only, above).
+//! * **Persistence, or delayed restart.** A node that crashes and restarts
+//!   empty forgets our key. If a majority of our nodes do so within a TTL,
+//!   another client can acquire a majority while we hold. Run nodes with
+//!   `appendfsync always`, or keep a crashed node down for longer than the
+//!   longest TTL before it rejoins.
+//! * **Independent masters.** No replication between the N nodes, and no
+//!   failover to a replica that missed the write: that is exactly how one
+//!   master with a replica hands one lock to two clients.
+//!
+//! Martin Kleppmann ("How to do distributed locking", 2016) argues that
+//! Redlock is unsafe for correctness because it depends on timing
+//! assumptions that real systems violate (process pauses, network delays,
+//! clock jumps) and offers no fencing token, so a lock used for correctness
+//! should be a consensus system with fencing, and for efficiency a single
+//! Redis suffices. Salvatore Sanfilippo (antirez, "Is Redlock safe?", 2016)
+//! replies that the algorithm checks the elapsed time after acquiring, so
+//! delays before that are detected; that pauses after it hit every lock with
+//! a lease, fenced or not; that the random token can be used for
+//! compare-and-set at the storage; and that clock jumps are an operational
+//! matter (no step changes). dlm takes both seriously: it measures validity on
+//! the monotonic clock from before the first request, tells the holder when
+//! its lease ran out, and offers fencing where it can be made correct.
+//!
 //! ## Waiting
 //! [`LockOptions::wait`] keeps trying until a deadline. A release publishes on
 //! the lock's channel; a waiting client wakes one local waiter at once (FIFO).
