@@ -1,1 +1,72 @@
-fn main() {}
+//! `dlm`: distributed locks on Redis from the shell, a benchmark and a demo.
+//!
+//! `main` only parses, dispatches and turns the outcome into an exit code;
+//! see [`cli`] for the commands and [`error`] for the exit codes.
+
+mod bench;
+mod cli;
+mod demo;
+mod error;
+mod lock_cmd;
+mod output;
+mod run_cmd;
+mod stats;
+mod target;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::cli::{BenchCommand, Cli, Command, DemoCommand, Global, LockCommand};
+use crate::error::CliError;
+
+fn main() -> ExitCode {
+    // clap prints its own usage errors and exits 2 (0 for --help/--version).
+    let cli = Cli::parse();
+    init_tracing();
+    let code = match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            output::error_line(&e.to_string());
+            e.exit_code()
+        }
+    };
+    ExitCode::from(code)
+}
+
+/// Logs to stderr, filtered by `DLM_LOG` (default `warn`).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DLM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+fn run(cli: Cli) -> Result<u8, CliError> {
+    let global = cli.global()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(CliError::io("starting the async runtime"))?;
+    let result = runtime.block_on(dispatch(&global, cli.command));
+    // Do not wait for background tasks (pub/sub, reconnects) at exit.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    result
+}
+
+async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
+    match command {
+        Command::Lock(LockCommand::Acquire(a)) => lock_cmd::acquire(global, &a).await,
+        Command::Lock(LockCommand::Release(a)) => lock_cmd::release(global, &a).await,
+        Command::Lock(LockCommand::Extend(a)) => lock_cmd::extend(global, &a).await,
+        Command::Lock(LockCommand::Status(a)) => lock_cmd::status(global, &a).await,
+        Command::Lock(LockCommand::Run(a)) => run_cmd::run(global, &a).await,
+        Command::Bench(BenchCommand::Lock(a)) => bench::bench_lock(global, &a).await,
+        Command::Demo(DemoCommand::Lock) => demo::demo_lock(global).await,
+        Command::Demo(DemoCommand::IncrementKey { key }) => demo::increment_key(global, &key).await,
+    }
+}

@@ -1,0 +1,319 @@
+//! `dlm bench lock`: acquire/release throughput and latency with one shared
+//! client and C tokio tasks.
+//!
+//! * `distinct`: each task loops acquire(random key `bench:lock:<0..1e6>`,
+//!   TTL 30 s, try once) -> release.
+//! * `contended`: all tasks on `bench:lock:contended`, waiting with dlm's own
+//!   waiting (wake-up on release). While holding, an in-process occupancy
+//!   counter must read 1 (else a violation is counted).
+//!
+//! Only cycles that start after the warmup and end before warmup+duration
+//! count as ops; latency is acquire start -> release done.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::cli::{BenchLockArgs, BenchMode, Global};
+use crate::error::{CliError, EXIT_OK};
+use crate::output::{self, cell_us, human, us};
+use crate::stats::{Handoff, percentile};
+use crate::target::{Target, connect, redis_version};
+
+/// The one lock of the contended mode.
+pub const CONTENDED_NAME: &str = "bench:lock:contended";
+/// The lease of every acquire.
+const BENCH_TTL: Duration = Duration::from_secs(30);
+/// How many random keys the distinct mode draws from.
+const DISTINCT_KEYS: u64 = 1_000_000;
+
+/// The JSON line of one run.
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    #[serde(rename = "impl")]
+    implementation: &'static str,
+    mode: &'static str,
+    concurrency: u32,
+    ops: u64,
+    secs: f64,
+    ops_per_s: f64,
+    p50_us: Option<u64>,
+    p99_us: Option<u64>,
+    attempts: u64,
+    failed_attempts: u64,
+    errors: u64,
+    violations: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    handoff_p50_us: Option<Option<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    handoff_p99_us: Option<Option<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_ops_per_worker: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_ops_per_worker: Option<u64>,
+    redis_version: Option<String>,
+}
+
+/// What all workers share.
+struct Shared {
+    client: dlm::Client,
+    mode: BenchMode,
+    measure_from: Instant,
+    measure_until: Instant,
+    occupancy: AtomicUsize,
+    violations: AtomicU64,
+    handoff: Handoff,
+}
+
+/// What one worker counted.
+#[derive(Debug, Default)]
+struct WorkerStats {
+    ops: u64,
+    attempts: u64,
+    failed: u64,
+    errors: u64,
+    latencies_us: Vec<u64>,
+    handoffs_us: Vec<u64>,
+}
+
+/// A small PRNG (splitmix64), enough to spread keys; no dependency needed.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+fn seed(worker: usize) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ ((worker as u64) << 32) ^ u64::from(std::process::id())
+}
+
+async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
+    let mut st = WorkerStats::default();
+    let mut rng = SplitMix(seed(id));
+    let contended = shared.mode == BenchMode::Contended;
+    let one_lock = shared.client.lock(CONTENDED_NAME);
+    loop {
+        let start = Instant::now();
+        if start >= shared.measure_until {
+            break;
+        }
+        let measured = start >= shared.measure_from;
+        let (lock, opts) = if contended {
+            // A long wait: until well after the end, so every waiter gets its turn.
+            let wait =
+                shared.measure_until.saturating_duration_since(start) + Duration::from_secs(30);
+            (
+                one_lock.clone(),
+                dlm::LockOptions::new(BENCH_TTL).wait(wait),
+            )
+        } else {
+            let key = format!("bench:lock:{}", rng.next() % DISTINCT_KEYS);
+            (shared.client.lock(key), dlm::LockOptions::new(BENCH_TTL))
+        };
+        if measured {
+            st.attempts += 1;
+        }
+        let guard = match lock.acquire(&opts).await {
+            Ok(g) => g,
+            Err(dlm::Error::Busy { .. }) => {
+                if measured {
+                    st.failed += 1;
+                }
+                continue;
+            }
+            Err(e) => {
+                if measured {
+                    st.errors += 1;
+                }
+                tracing::debug!(error = %e, "acquire failed");
+                // Do not spin on a Redis that is down.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        if contended {
+            if let Some(h) = shared.handoff.acquired(id)
+                && measured
+            {
+                st.handoffs_us.push(us(h));
+            }
+            if shared.occupancy.fetch_add(1, Ordering::SeqCst) != 0 {
+                shared.violations.fetch_add(1, Ordering::Relaxed);
+            }
+            tokio::task::yield_now().await;
+            shared.occupancy.fetch_sub(1, Ordering::SeqCst);
+        }
+        match guard.release().await {
+            Ok(_) => {
+                if contended {
+                    shared.handoff.released(id);
+                }
+                let done = Instant::now();
+                if measured && done <= shared.measure_until {
+                    st.ops += 1;
+                    st.latencies_us.push(us(done - start));
+                }
+            }
+            Err(e) => {
+                if measured {
+                    st.errors += 1;
+                }
+                tracing::debug!(error = %e, "release failed");
+            }
+        }
+    }
+    st
+}
+
+/// `dlm bench lock`.
+pub async fn bench_lock(global: &Global, args: &BenchLockArgs) -> Result<u8, CliError> {
+    let target = Target::given_or_private(global).await?;
+    let version = redis_version(&target.url, global.timeout).await;
+    let client = connect(&target.url, global.timeout).await?;
+    if !global.json {
+        output::line_out(&format!(
+            "dlm bench lock: mode {}, concurrency {}, duration {}, warmup {}\nredis-server {} ({})",
+            args.mode.as_str(),
+            args.concurrency,
+            humantime::format_duration(args.duration),
+            humantime::format_duration(args.warmup),
+            version.as_deref().unwrap_or("version unknown"),
+            target.describe(),
+        ))?;
+    }
+
+    let begin = Instant::now();
+    let shared = Arc::new(Shared {
+        client,
+        mode: args.mode,
+        measure_from: begin + args.warmup,
+        measure_until: begin + args.warmup + args.duration,
+        occupancy: AtomicUsize::new(0),
+        violations: AtomicU64::new(0),
+        handoff: Handoff::default(),
+    });
+    let workers: Vec<_> = (0..args.concurrency as usize)
+        .map(|id| tokio::spawn(worker(id, shared.clone())))
+        .collect();
+    let mut all = Vec::with_capacity(workers.len());
+    for w in workers {
+        match w.await {
+            Ok(st) => all.push(st),
+            Err(e) => {
+                return Err(CliError::Io {
+                    what: "a benchmark task failed",
+                    source: std::io::Error::other(e),
+                });
+            }
+        }
+    }
+
+    let report = summarize(
+        args,
+        &all,
+        shared.violations.load(Ordering::Relaxed),
+        version,
+    );
+    drop(shared);
+    output::emit(global.json, &report, || table(&report))?;
+    drop(target);
+    Ok(EXIT_OK)
+}
+
+fn summarize(
+    args: &BenchLockArgs,
+    all: &[WorkerStats],
+    violations: u64,
+    redis_version: Option<String>,
+) -> BenchReport {
+    let sum = |f: fn(&WorkerStats) -> u64| all.iter().map(f).sum::<u64>();
+    let ops = sum(|s| s.ops);
+    let mut lat: Vec<u64> = all
+        .iter()
+        .flat_map(|s| s.latencies_us.iter().copied())
+        .collect();
+    lat.sort_unstable();
+    let secs = args.duration.as_secs_f64();
+    let contended = args.mode == BenchMode::Contended;
+    let (handoff_p50_us, handoff_p99_us, min_ops, max_ops) = if contended {
+        let mut h: Vec<u64> = all
+            .iter()
+            .flat_map(|s| s.handoffs_us.iter().copied())
+            .collect();
+        h.sort_unstable();
+        (
+            Some(percentile(&h, 50.0)),
+            Some(percentile(&h, 99.0)),
+            all.iter().map(|s| s.ops).min(),
+            all.iter().map(|s| s.ops).max(),
+        )
+    } else {
+        (None, None, None, None)
+    };
+    BenchReport {
+        implementation: "dlm",
+        mode: args.mode.as_str(),
+        concurrency: args.concurrency,
+        ops,
+        secs,
+        ops_per_s: if secs > 0.0 { ops as f64 / secs } else { 0.0 },
+        p50_us: percentile(&lat, 50.0),
+        p99_us: percentile(&lat, 99.0),
+        attempts: sum(|s| s.attempts),
+        failed_attempts: sum(|s| s.failed),
+        errors: sum(|s| s.errors),
+        violations,
+        handoff_p50_us,
+        handoff_p99_us,
+        min_ops_per_worker: min_ops,
+        max_ops_per_worker: max_ops,
+        redis_version,
+    }
+}
+
+fn table(r: &BenchReport) -> String {
+    let mut s = format!(
+        "{:>10} {:>12} {:>10} {:>10} {:>10} {:>8} {:>7} {:>10}\n{:>10} {:>12.0} {:>10} {:>10} {:>10} {:>8} {:>7} {:>10}",
+        "ops",
+        "ops/s",
+        "p50",
+        "p99",
+        "attempts",
+        "failed",
+        "errors",
+        "violations",
+        r.ops,
+        r.ops_per_s,
+        cell_us(r.p50_us),
+        cell_us(r.p99_us),
+        r.attempts,
+        r.failed_attempts,
+        r.errors,
+        r.violations,
+    );
+    if let (Some(p50), Some(p99)) = (r.handoff_p50_us, r.handoff_p99_us) {
+        s.push_str(&format!(
+            "\nhand-off p50 {}, p99 {}; ops per worker min {}, max {}",
+            cell_us(p50),
+            cell_us(p99),
+            r.min_ops_per_worker.unwrap_or(0),
+            r.max_ops_per_worker.unwrap_or(0),
+        ));
+    }
+    s.push_str(&format!(
+        "\nmeasured over {}",
+        human(Duration::from_secs_f64(r.secs))
+    ));
+    s
+}

@@ -1,0 +1,369 @@
+//! The command line: clap types and the value parsers that reject bad input
+//! (durations, names, tokens) before anything is sent to Redis.
+
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+
+use crate::error::CliError;
+
+/// The Redis URL used when neither `--redis` nor `DLM_REDIS_URL` is given
+/// (`bench` and `demo` start a private server instead).
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  a normal \"no\": not acquired before the deadline, not the holder, expired
+  2  usage error or invalid input
+  3  Redis unavailable, backend or environment failure
+  4  the lock was lost while `lock run`'s command ran
+  `lock run` otherwise exits with the command's code (128+N if killed by signal N)";
+
+/// `dlm`: distributed locks on Redis from the shell.
+#[derive(Debug, Parser)]
+#[command(name = "dlm", version, about, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// Redis URL (redis://, rediss://, unix://). Default: $DLM_REDIS_URL, else
+    /// redis://127.0.0.1:6379; `bench` and `demo` start a private redis-server
+    /// when neither is given. Only one node for now (Redlock comes later).
+    #[arg(long = "redis", value_name = "URL", global = true, env = "DLM_REDIS_URL", action = ArgAction::Append)]
+    pub redis: Vec<String>,
+
+    /// Machine-readable output: one JSON object per line.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Deadline of every call to Redis (and of connecting), e.g. 500ms.
+    #[arg(long, value_name = "D", global = true, default_value = "2s",
+          value_parser = parse_timeout, allow_hyphen_values = true)]
+    pub timeout: Duration,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The options every command shares, checked.
+#[derive(Debug, Clone)]
+pub struct Global {
+    /// The Redis URL given with `--redis` or `DLM_REDIS_URL`, if any.
+    pub redis: Option<String>,
+    /// Print JSON.
+    pub json: bool,
+    /// Per-call deadline.
+    pub timeout: Duration,
+}
+
+impl Global {
+    /// The URL to use: the one given, else the default local Redis.
+    pub fn url(&self) -> &str {
+        self.redis.as_deref().unwrap_or(DEFAULT_REDIS_URL)
+    }
+}
+
+impl Cli {
+    /// The global options, checked (several `--redis` are not supported yet).
+    pub fn global(&self) -> Result<Global, CliError> {
+        if self.redis.len() > 1 {
+            return Err(CliError::Usage(
+                "several --redis nodes (Redlock) are not supported yet".into(),
+            ));
+        }
+        Ok(Global {
+            redis: self.redis.first().cloned(),
+            json: self.json,
+            timeout: self.timeout,
+        })
+    }
+}
+
+/// The command groups.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Acquire, release, extend and inspect locks; run a command under a lock.
+    #[command(subcommand)]
+    Lock(LockCommand),
+    /// Measure lock throughput and latency.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Show what a lock is for, on a private redis-server.
+    #[command(subcommand)]
+    Demo(DemoCommand),
+}
+
+/// `dlm lock ...`
+#[derive(Debug, Subcommand)]
+pub enum LockCommand {
+    /// Acquire a lock and print its owner token.
+    ///
+    /// The lock stays held until its TTL runs out or it is released with
+    /// `dlm lock release NAME --token TOKEN`: no process is left behind to
+    /// renew it, so pick a TTL long enough for the work (or extend it with
+    /// `dlm lock extend`). For work that runs as one command, prefer
+    /// `dlm lock run`, which renews and releases by itself.
+    Acquire(AcquireArgs),
+    /// Release a lock with the token `acquire` printed (silent on success;
+    /// exit 1 when it expired or another owner holds it).
+    Release(ReleaseArgs),
+    /// Set the TTL of a lock held with TOKEN to D from now (silent on
+    /// success; exit 1 when it expired or another owner holds it).
+    Extend(ExtendArgs),
+    /// Show whether a lock is held, its remaining TTL and last fencing token
+    /// (exit 0 either way).
+    Status(StatusArgs),
+    /// Run a command while holding a lock: a distributed flock(1).
+    ///
+    /// The lock is renewed every TTL/3 while CMD runs and released when it
+    /// exits; dlm exits with CMD's exit code (128+N if a signal N killed it).
+    /// CMD gets DLM_FENCE (the fencing token) and DLM_LOCK_KEY in its
+    /// environment. SIGINT, SIGTERM and SIGHUP are forwarded to CMD. If the
+    /// lock is lost while CMD runs, CMD gets SIGTERM (SIGKILL 10 s later) and
+    /// dlm exits 4.
+    Run(RunArgs),
+}
+
+/// The lock a command works on.
+#[derive(Debug, Clone, Args)]
+pub struct LockName {
+    /// The lock's name (1 to 1024 bytes); its key is dlm:lock:{NAME}.
+    #[arg(value_name = "NAME", value_parser = parse_name)]
+    pub name: String,
+
+    /// Use NAME itself as the Redis key (to share the lock with redis-py,
+    /// node-redlock or redsync on the same key).
+    #[arg(long)]
+    pub raw_key: bool,
+}
+
+/// `dlm lock acquire`
+#[derive(Debug, Clone, Args)]
+pub struct AcquireArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub target: LockName,
+    /// Lease length (10ms to 7d): the lock frees itself after this long.
+    #[arg(long, value_name = "D", value_parser = parse_ttl, allow_hyphen_values = true)]
+    pub ttl: Duration,
+    /// Keep trying for up to this long (default: try once).
+    #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_wait, allow_hyphen_values = true)]
+    pub wait: Duration,
+}
+
+/// `dlm lock release`
+#[derive(Debug, Clone, Args)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub target: LockName,
+    /// The owner token `dlm lock acquire` printed.
+    #[arg(long, value_name = "T", value_parser = parse_token)]
+    pub token: dlm::Token,
+}
+
+/// `dlm lock extend`
+#[derive(Debug, Clone, Args)]
+pub struct ExtendArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub target: LockName,
+    /// The owner token `dlm lock acquire` printed.
+    #[arg(long, value_name = "T", value_parser = parse_token)]
+    pub token: dlm::Token,
+    /// The new TTL, counted from now (10ms to 7d).
+    #[arg(long, value_name = "D", value_parser = parse_ttl, allow_hyphen_values = true)]
+    pub ttl: Duration,
+}
+
+/// `dlm lock status`
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub target: LockName,
+}
+
+/// `dlm lock run`
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub target: LockName,
+    /// Lease length (10ms to 7d), renewed every TTL/3 while CMD runs; how
+    /// long the lock outlives a crashed dlm.
+    #[arg(long, value_name = "D", value_parser = parse_ttl, allow_hyphen_values = true)]
+    pub ttl: Duration,
+    /// Keep trying to acquire for up to this long (default: try once; exit 1
+    /// when not acquired).
+    #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_wait, allow_hyphen_values = true)]
+    pub wait: Duration,
+    /// The command and its arguments, after `--`.
+    #[arg(value_name = "CMD", last = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
+}
+
+/// `dlm bench ...`
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Acquire/release throughput and latency. Without --redis (and
+    /// DLM_REDIS_URL) it runs against a private redis-server it starts.
+    Lock(BenchLockArgs),
+}
+
+/// What a lock benchmark measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchMode {
+    /// Every task locks random keys: throughput without contention.
+    Distinct,
+    /// All tasks take turns on one lock: waiting, hand-off and fairness.
+    Contended,
+}
+
+impl BenchMode {
+    /// The name used in output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BenchMode::Distinct => "distinct",
+            BenchMode::Contended => "contended",
+        }
+    }
+}
+
+/// `dlm bench lock`
+#[derive(Debug, Clone, Args)]
+pub struct BenchLockArgs {
+    /// distinct: random keys; contended: one lock for all tasks.
+    #[arg(long, value_enum, default_value_t = BenchMode::Distinct)]
+    pub mode: BenchMode,
+    /// Number of concurrent tasks (sharing one client).
+    #[arg(long, value_name = "C", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub concurrency: u32,
+    /// How long to measure (after the warmup).
+    #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_bench_duration, allow_hyphen_values = true)]
+    pub duration: Duration,
+    /// How long to run before measuring.
+    #[arg(long, value_name = "W", default_value = "1s", value_parser = parse_warmup, allow_hyphen_values = true)]
+    pub warmup: Duration,
+}
+
+/// `dlm demo ...`
+#[derive(Debug, Subcommand)]
+pub enum DemoCommand {
+    /// Lost updates without a lock, none with one: tasks in one process,
+    /// then processes with `dlm lock run`. Starts a private redis-server
+    /// unless --redis is given.
+    Lock,
+    /// One read-modify-write increment of KEY (used by `demo lock`).
+    #[command(hide = true)]
+    IncrementKey {
+        /// The counter's key.
+        key: String,
+    },
+}
+
+/// A humantime duration (`30s`, `250ms`, `1h 5m`), not negative.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t.starts_with('-') {
+        return Err(format!("{s:?} is negative; durations must be >= 0"));
+    }
+    if t.is_empty() {
+        return Err("empty duration; expected e.g. 30s or 250ms".into());
+    }
+    humantime::parse_duration(t)
+        .map_err(|e| format!("{s:?} is not a duration ({e}); expected e.g. 30s or 250ms"))
+}
+
+fn in_range(s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < min || d > max {
+        return Err(format!(
+            "{s} is outside {} ..= {}",
+            humantime::format_duration(min),
+            humantime::format_duration(max)
+        ));
+    }
+    Ok(d)
+}
+
+fn parse_ttl(s: &str) -> Result<Duration, String> {
+    in_range(s, dlm::MIN_TTL, dlm::MAX_TTL)
+}
+
+fn parse_wait(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::ZERO, dlm::MAX_WAIT)
+}
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::from_millis(1), Duration::from_secs(3600))
+}
+
+fn parse_bench_duration(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::from_millis(1), Duration::from_secs(24 * 3600))
+}
+
+fn parse_warmup(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::ZERO, Duration::from_secs(3600))
+}
+
+fn parse_name(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("the lock name must not be empty".into());
+    }
+    if s.len() > dlm::keys::MAX_NAME_LEN {
+        return Err(format!(
+            "the lock name is {} bytes, longer than {}",
+            s.len(),
+            dlm::keys::MAX_NAME_LEN
+        ));
+    }
+    Ok(s.to_string())
+}
+
+fn parse_token(s: &str) -> Result<dlm::Token, String> {
+    s.parse::<dlm::Token>().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("abc").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_ttl("0s").is_err());
+        assert!(parse_ttl("100days").is_err());
+        assert_eq!(parse_ttl("7d"), Ok(dlm::MAX_TTL));
+        assert_eq!(parse_wait("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn names() {
+        assert!(parse_name("").is_err());
+        assert!(parse_name(&"n".repeat(2000)).is_err());
+        assert!(parse_name("orders:42").is_ok());
+    }
+
+    #[test]
+    fn run_takes_everything_after_the_double_dash() -> Result<(), clap::Error> {
+        let cli = Cli::try_parse_from([
+            "dlm", "lock", "run", "n", "--ttl", "1s", "--json", "--", "sh", "-c", "exit 7",
+        ])?;
+        assert!(cli.json);
+        let Command::Lock(LockCommand::Run(run)) = cli.command else {
+            panic!("not run");
+        };
+        assert_eq!(run.command, ["sh", "-c", "exit 7"]);
+        Ok(())
+    }
+}

@@ -1,0 +1,96 @@
+//! Which Redis a command talks to: the `--redis` URL, the default local one,
+//! or (for `bench` and `demo`) a private redis-server started for the run.
+
+use std::time::Duration;
+
+use dlm_testkit::RedisServer;
+
+use crate::cli::Global;
+use crate::error::{CliError, redis_err};
+
+/// A Redis to talk to; when it is a private server, it is stopped when this
+/// is dropped.
+pub struct Target {
+    /// The URL to connect to.
+    pub url: String,
+    /// The private server, if one was started.
+    pub server: Option<RedisServer>,
+}
+
+impl Target {
+    /// The `--redis` URL if one was given, else a fresh private server.
+    pub async fn given_or_private(global: &Global) -> Result<Target, CliError> {
+        if let Some(url) = &global.redis {
+            return Ok(Target {
+                url: url.clone(),
+                server: None,
+            });
+        }
+        // Starting a server blocks (it waits for PING): keep it off the runtime's workers.
+        let server = tokio::task::spawn_blocking(RedisServer::start)
+            .await
+            .map_err(|e| CliError::Io {
+                what: "starting redis-server",
+                source: std::io::Error::other(e),
+            })??;
+        Ok(Target {
+            url: server.url(),
+            server: Some(server),
+        })
+    }
+
+    /// "private" or the URL, for people.
+    pub fn describe(&self) -> String {
+        match &self.server {
+            Some(s) => format!("private redis-server on 127.0.0.1:{}", s.port()),
+            None => self.url.clone(),
+        }
+    }
+}
+
+/// A lock client on `url` whose every call has the deadline `timeout`.
+pub async fn connect(url: &str, timeout: Duration) -> Result<dlm::Client, CliError> {
+    Ok(dlm::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .connect(url)
+        .await?)
+}
+
+/// A plain multiplexed connection (for the demo's counters and INFO).
+pub async fn raw_connection(
+    url: &str,
+    timeout: Duration,
+) -> Result<redis::aio::MultiplexedConnection, CliError> {
+    let client = redis::Client::open(url).map_err(|e| {
+        CliError::Dlm(dlm::Error::InvalidArgument {
+            arg: "Redis URL",
+            reason: e.to_string(),
+        })
+    })?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
+    match tokio::time::timeout(
+        timeout * 2,
+        client.get_multiplexed_async_connection_with_config(&config),
+    )
+    .await
+    {
+        Ok(r) => r.map_err(redis_err),
+        Err(_) => Err(CliError::Dlm(dlm::Error::Timeout(timeout))),
+    }
+}
+
+/// The server's `redis_version` from `INFO server`, if it can be had.
+pub async fn redis_version(url: &str, timeout: Duration) -> Option<String> {
+    let mut conn = raw_connection(url, timeout).await.ok()?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .map(|v| v.trim().to_string())
+}
