@@ -1,0 +1,118 @@
+//! Bad input exits 2 without a panic; an unreachable Redis exits 3, quickly.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn bad_input_exits_2_with_a_message() {
+    let server = server();
+    let url = server.url();
+    let long_name = "n".repeat(2000);
+    let table: Vec<(&str, Vec<&str>)> = vec![
+        ("empty name", vec!["lock", "acquire", "", "--ttl", "1s"]),
+        ("zero ttl", vec!["lock", "acquire", "x", "--ttl", "0s"]),
+        ("negative ttl", vec!["lock", "acquire", "x", "--ttl", "-1s"]),
+        (
+            "negative ttl with =",
+            vec!["lock", "acquire", "x", "--ttl=-1s"],
+        ),
+        (
+            "ttl over 7 days",
+            vec!["lock", "acquire", "x", "--ttl", "100days"],
+        ),
+        (
+            "bad wait",
+            vec!["lock", "acquire", "x", "--ttl", "1s", "--wait", "abc"],
+        ),
+        (
+            "2000-byte name",
+            vec!["lock", "acquire", &long_name, "--ttl", "1s"],
+        ),
+        ("missing token", vec!["lock", "release", "x"]),
+        ("empty token", vec!["lock", "release", "x", "--token", ""]),
+        ("missing ttl", vec!["lock", "acquire", "x"]),
+        (
+            "bad timeout",
+            vec!["--timeout", "0s", "lock", "status", "x"],
+        ),
+        (
+            "run without a command",
+            vec!["lock", "run", "x", "--ttl", "1s"],
+        ),
+        ("bad bench mode", vec!["bench", "lock", "--mode", "fast"]),
+        (
+            "zero concurrency",
+            vec!["bench", "lock", "--concurrency", "0"],
+        ),
+        ("unknown subcommand", vec!["lock", "grab", "x"]),
+    ];
+    for (what, args) in table {
+        let mut all = vec!["--redis", url.as_str()];
+        all.extend(args);
+        let r = run(&all);
+        assert_eq!(r.code(), 2, "{what}: stderr {:?}", r.stderr);
+        assert!(!r.stderr.trim().is_empty(), "{what}: no message");
+        assert!(!r.stderr.contains("panicked"), "{what}: {}", r.stderr);
+    }
+
+    for (what, args) in [
+        ("bad URL", vec!["--redis", "notaurl", "lock", "status", "x"]),
+        (
+            "two --redis",
+            vec!["--redis", &url, "--redis", &url, "lock", "status", "x"],
+        ),
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code(), 2, "{what}: stderr {:?}", r.stderr);
+        assert!(r.stderr.starts_with("dlm: "), "{what}: {:?}", r.stderr);
+        assert_eq!(r.stderr.lines().count(), 1, "{what}: {:?}", r.stderr);
+    }
+    let r = run(&["--redis", &url, "--redis", &url, "lock", "status", "x"]);
+    assert!(
+        r.stderr
+            .contains("several --redis nodes (Redlock) are not supported yet")
+    );
+}
+
+#[test]
+fn unreachable_redis_exits_3_quickly() {
+    let mut server = server();
+    let url = server.url();
+    server.kill();
+    for args in [
+        vec![
+            "--redis",
+            url.as_str(),
+            "lock",
+            "acquire",
+            "x",
+            "--ttl",
+            "1s",
+        ],
+        vec!["--redis", url.as_str(), "lock", "status", "x"],
+        vec![
+            "--redis",
+            url.as_str(),
+            "lock",
+            "run",
+            "x",
+            "--ttl",
+            "1s",
+            "--",
+            "true",
+        ],
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code(), 3, "{args:?}: {:?}", r.stderr);
+        assert!(
+            r.elapsed < Duration::from_secs(10),
+            "{args:?} took {:?}",
+            r.elapsed
+        );
+        assert!(r.stderr.starts_with("dlm: "), "{:?}", r.stderr);
+        assert!(!r.stderr.contains("panicked"));
+    }
+}
