@@ -10,7 +10,7 @@ use common::*;
 #[test]
 fn run_excludes_across_processes_and_fences_increase() -> TestResult {
     let server = server();
-    let dir = tempfile::tempdir()?;
+    let dir = tempdir()?;
     let fences = path_in(&dir, "fences");
     let script = format!(
         "v=$(redis-cli -p {port} GET c); sleep 0.05; redis-cli -p {port} SET c $((v+1)) >/dev/null; \
@@ -115,7 +115,7 @@ fn run_exits_with_the_command_code_and_releases() -> TestResult {
 #[test]
 fn losing_the_lock_stops_the_command_and_exits_4() -> TestResult {
     let server = server();
-    let dir = tempfile::tempdir()?;
+    let dir = tempdir()?;
     let pidfile = path_in(&dir, "pid");
     let mut cmd = dlm();
     cmd.args([
@@ -153,7 +153,7 @@ fn losing_the_lock_stops_the_command_and_exits_4() -> TestResult {
 #[test]
 fn expiry_frees_the_lock_of_a_crashed_dlm() -> TestResult {
     let server = server();
-    let dir = tempfile::tempdir()?;
+    let dir = tempdir()?;
     let pidfile = path_in(&dir, "pid");
     let mut cmd = dlm();
     cmd.args([
@@ -190,7 +190,7 @@ fn expiry_frees_the_lock_of_a_crashed_dlm() -> TestResult {
 #[test]
 fn signals_are_forwarded_and_the_lock_released() -> TestResult {
     let server = server();
-    let dir = tempfile::tempdir()?;
+    let dir = tempdir()?;
     let ready = path_in(&dir, "ready");
     let script = format!(
         "trap 'exit 9' TERM; sleep 30 & echo $! > '{f}.tmp'; mv '{f}.tmp' '{f}'; wait",

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub use dlm_testkit::RedisServer;
@@ -47,10 +48,38 @@ impl Run {
     }
 }
 
+/// A temporary directory, removed when dropped.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh empty directory under the system temp dir.
+pub fn tempdir() -> std::io::Result<TempDir> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!("dlm-cli-test-{}-{n}-{nanos}", std::process::id()));
+    std::fs::create_dir(&dir)?;
+    Ok(TempDir(dir))
+}
+
 /// A started `dlm` whose output goes to files in its own temp dir.
 pub struct Running {
     pub child: Child,
-    dir: tempfile::TempDir,
+    dir: TempDir,
     started: Instant,
 }
 
@@ -90,7 +119,7 @@ fn read(p: &Path) -> String {
 
 /// Start `cmd` with stdout and stderr going to files.
 pub fn start(mut cmd: Command) -> Running {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = tempdir().expect("tempdir");
     let out = std::fs::File::create(dir.path().join("stdout")).expect("stdout file");
     let err = std::fs::File::create(dir.path().join("stderr")).expect("stderr file");
     let started = Instant::now();
@@ -158,7 +187,7 @@ pub fn signal(pid: &str, sig: &str) {
 }
 
 /// A path in `dir`.
-pub fn path_in(dir: &tempfile::TempDir, name: &str) -> PathBuf {
+pub fn path_in(dir: &TempDir, name: &str) -> PathBuf {
     dir.path().join(name)
 }
 
