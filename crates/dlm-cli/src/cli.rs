@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::error::CliError;
 
@@ -27,7 +28,8 @@ pub struct Cli {
     /// Redis URL (redis://, rediss://, unix://). Default: $DLM_REDIS_URL, else
     /// redis://127.0.0.1:6379; `bench` and `demo` start a private redis-server
     /// when neither is given. Only one node for now (Redlock comes later).
-    #[arg(long = "redis", value_name = "URL", global = true, env = "DLM_REDIS_URL", action = ArgAction::Append)]
+    #[arg(long = "redis", value_name = "URL", global = true, env = "DLM_REDIS_URL",
+          hide_env_values = true, action = ArgAction::Append)]
     pub redis: Vec<String>,
 
     /// Machine-readable output: one JSON object per line.
@@ -63,6 +65,21 @@ impl Global {
 }
 
 impl Cli {
+    /// Parse the process's arguments (exits 2 on a usage error, 0 for
+    /// `--help`). An empty `DLM_REDIS_URL` counts as unset.
+    pub fn parse_args() -> Cli {
+        Self::from_matches(Cli::command().get_matches())
+    }
+
+    fn from_matches(matches: clap::ArgMatches) -> Cli {
+        let from_env = matches.value_source("redis") == Some(ValueSource::EnvVariable);
+        let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        if from_env {
+            cli.redis.retain(|url| !url.trim().is_empty());
+        }
+        cli
+    }
+
     /// The global options, checked (several `--redis` are not supported yet).
     pub fn global(&self) -> Result<Global, CliError> {
         if self.redis.len() > 1 {
@@ -328,7 +345,6 @@ fn parse_token(s: &str) -> Result<dlm::Token, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn clap_definition_is_consistent() {

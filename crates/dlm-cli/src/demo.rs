@@ -219,15 +219,18 @@ async fn processes(
             tokio::spawn(async move {
                 let mut errors = 0u64;
                 for _ in 0..RUNS_PER_PROCESS {
+                    // The URL goes in the environment rather than on command
+                    // lines that `ps` shows (it may carry a password); the
+                    // command of `lock run` inherits it.
                     let status = tokio::process::Command::new(&exe)
-                        .args(["--redis", &url, "--timeout", &timeout])
+                        .args(["--timeout", &timeout])
                         .args([
                             "lock", "run", FLOCK_NAME, "--ttl", "2s", "--wait", "30s", "--",
                         ])
                         .arg(&exe)
-                        .args(["--redis", &url, "--timeout", &timeout])
+                        .args(["--timeout", &timeout])
                         .args(["demo", "increment-key", FLOCK_KEY])
-                        .env_remove("DLM_REDIS_URL")
+                        .env("DLM_REDIS_URL", &url)
                         .stdin(std::process::Stdio::null())
                         .stdout(std::process::Stdio::null())
                         .kill_on_drop(true)

@@ -59,6 +59,11 @@ impl CliError {
         move |source| CliError::Io { what, source }
     }
 
+    /// True when stdout was closed by its reader.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, CliError::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+
     /// The process exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {

@@ -16,19 +16,20 @@ mod target;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
-
 use crate::cli::{BenchCommand, Cli, Command, DemoCommand, Global, LockCommand};
 use crate::error::CliError;
 
 fn main() -> ExitCode {
     // clap prints its own usage errors and exits 2 (0 for --help/--version).
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     init_tracing();
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            output::error_line(&e.to_string());
+            // A reader that went away (`dlm ... | head`) is not worth a message.
+            if !e.is_broken_pipe() {
+                output::error_line(&e.to_string());
+            }
             e.exit_code()
         }
     };

@@ -43,8 +43,22 @@ impl Target {
     pub fn describe(&self) -> String {
         match &self.server {
             Some(s) => format!("private redis-server on 127.0.0.1:{}", s.port()),
-            None => self.url.clone(),
+            None => redact(&self.url),
         }
+    }
+}
+
+/// The URL with its password (if any) replaced by `***`, for printing.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
+        None => format!("{scheme}://***@{host}"),
     }
 }
 
@@ -93,4 +107,18 @@ pub async fn redis_version(url: &str, timeout: Duration) -> Option<String> {
     info.lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
         .map(|v| v.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_not_printed() {
+        assert_eq!(redact("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379/");
+        assert_eq!(redact("redis://:s3cret@h:1/"), "redis://:***@h:1/");
+        assert_eq!(redact("rediss://u:p@w@h/0"), "rediss://u:***@h/0");
+        assert_eq!(redact("redis://token@h"), "redis://***@h");
+        assert_eq!(redact("notaurl"), "notaurl");
+    }
 }

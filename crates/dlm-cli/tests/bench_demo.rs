@@ -80,6 +80,27 @@ fn bench_contended_on_a_private_server() -> TestResult {
 }
 
 #[test]
+fn an_empty_dlm_redis_url_counts_as_unset() -> TestResult {
+    let mut cmd = dlm();
+    cmd.env("DLM_REDIS_URL", "").args([
+        "--json",
+        "bench",
+        "lock",
+        "--concurrency",
+        "1",
+        "--duration",
+        "100ms",
+        "--warmup",
+        "0s",
+    ]);
+    let r = start(cmd).finish(Duration::from_secs(30));
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim())?;
+    assert!(v["ops"].as_u64().ok_or("ops")? > 0, "{v}");
+    Ok(())
+}
+
+#[test]
 fn bench_uses_the_given_redis() -> TestResult {
     let server = server();
     let r = run_on(
