@@ -20,7 +20,7 @@ use crate::cli::{BenchLockArgs, BenchMode, Global};
 use crate::error::{CliError, EXIT_OK};
 use crate::output::{self, cell_us, human, us};
 use crate::stats::{Handoff, percentile};
-use crate::target::{Target, connect, redis_version};
+use crate::target::{Target, connect_nodes, redis_version};
 
 /// The one lock of the contended mode.
 pub const CONTENDED_NAME: &str = "bench:lock:contended";
@@ -54,6 +54,8 @@ pub struct BenchReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_ops_per_worker: Option<u64>,
     redis_version: Option<String>,
+    /// Independent Redis nodes locked on (more than 1: Redlock).
+    nodes: usize,
 }
 
 /// What all workers share.
@@ -178,9 +180,9 @@ async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
 
 /// `dlm bench lock`.
 pub async fn bench_lock(global: &Global, args: &BenchLockArgs) -> Result<u8, CliError> {
-    let target = Target::given_or_private(global).await?;
+    let target = Target::given_or_private_many(global, args.nodes as usize).await?;
     let version = redis_version(&target.url, global.timeout).await;
-    let client = connect(&target.url, global.timeout).await?;
+    let client = connect_nodes(&target.urls, global.timeout).await?;
     if !global.json {
         output::line_out(&format!(
             "dlm bench lock: mode {}, concurrency {}, duration {}, warmup {}\nredis-server {} ({})",
@@ -219,12 +221,13 @@ pub async fn bench_lock(global: &Global, args: &BenchLockArgs) -> Result<u8, Cli
         }
     }
 
-    let report = summarize(
+    let mut report = summarize(
         args,
         &all,
         shared.violations.load(Ordering::Relaxed),
         version,
     );
+    report.nodes = target.urls.len();
     drop(shared);
     output::emit(global.json, &report, || table(&report))?;
     drop(target);
@@ -279,6 +282,7 @@ fn summarize(
         min_ops_per_worker: min_ops,
         max_ops_per_worker: max_ops,
         redis_version,
+        nodes: 1,
     }
 }
 

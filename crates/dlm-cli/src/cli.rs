@@ -25,9 +25,11 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "dlm", version, about, after_help = EXIT_CODES)]
 pub struct Cli {
-    /// Redis URL (redis://, rediss://, unix://). Default: $DLM_REDIS_URL, else
-    /// redis://127.0.0.1:6379; `bench` and `demo` start a private redis-server
-    /// when neither is given. Only one node for now (Redlock comes later).
+    /// Redis URL (redis://, rediss://, unix://). Default: $DLM_REDIS_URL
+    /// (several separated by commas), else redis://127.0.0.1:6379; `bench`
+    /// and `demo` start a private redis-server when neither is given. Given
+    /// several times, every `lock` command is a Redlock over those
+    /// independent masters (exit 3 when no majority answers).
     #[arg(long = "redis", value_name = "URL", global = true, env = "DLM_REDIS_URL",
           hide_env_values = true, action = ArgAction::Append)]
     pub redis: Vec<String>,
@@ -49,8 +51,8 @@ pub struct Cli {
 /// The options every command shares, checked.
 #[derive(Debug, Clone)]
 pub struct Global {
-    /// The Redis URL given with `--redis` or `DLM_REDIS_URL`, if any.
-    pub redis: Option<String>,
+    /// The Redis URLs given with `--redis` or `DLM_REDIS_URL` (empty: none).
+    pub redis: Vec<String>,
     /// Print JSON.
     pub json: bool,
     /// Per-call deadline.
@@ -60,7 +62,16 @@ pub struct Global {
 impl Global {
     /// The URL to use: the one given, else the default local Redis.
     pub fn url(&self) -> &str {
-        self.redis.as_deref().unwrap_or(DEFAULT_REDIS_URL)
+        self.redis.first().map_or(DEFAULT_REDIS_URL, String::as_str)
+    }
+
+    /// The URLs to lock on: those given (several: Redlock), else the default local Redis.
+    pub fn urls(&self) -> Vec<String> {
+        if self.redis.is_empty() {
+            vec![DEFAULT_REDIS_URL.to_string()]
+        } else {
+            self.redis.clone()
+        }
     }
 }
 
@@ -75,20 +86,21 @@ impl Cli {
         let from_env = matches.value_source("redis") == Some(ValueSource::EnvVariable);
         let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
         if from_env {
-            cli.redis.retain(|url| !url.trim().is_empty());
+            cli.redis = cli
+                .redis
+                .iter()
+                .flat_map(|v| v.split(','))
+                .map(|u| u.trim().to_string())
+                .filter(|u| !u.is_empty())
+                .collect();
         }
         cli
     }
 
-    /// The global options, checked (several `--redis` are not supported yet).
+    /// The global options, checked.
     pub fn global(&self) -> Result<Global, CliError> {
-        if self.redis.len() > 1 {
-            return Err(CliError::Usage(
-                "several --redis nodes (Redlock) are not supported yet".into(),
-            ));
-        }
         Ok(Global {
-            redis: self.redis.first().cloned(),
+            redis: self.redis.clone(),
             json: self.json,
             timeout: self.timeout,
         })
@@ -262,6 +274,11 @@ pub struct BenchLockArgs {
     /// How long to run before measuring.
     #[arg(long, value_name = "W", default_value = "1s", value_parser = parse_warmup, allow_hyphen_values = true)]
     pub warmup: Duration,
+    /// Without --redis: start this many private servers; more than one makes
+    /// the benchmark a Redlock over them.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=9))]
+    pub nodes: u32,
 }
 
 /// `dlm demo ...`

@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::cli::{AcquireArgs, ExtendArgs, Global, LockName, ReleaseArgs, StatusArgs};
 use crate::error::{CliError, EXIT_OK};
 use crate::output::{self, ms};
-use crate::target::connect;
+use crate::target::connect_nodes;
 
 impl LockName {
     /// The library's handle on this lock.
@@ -27,7 +27,7 @@ struct Acquired<'a> {
 
 /// `dlm lock acquire`: acquire and print the token; the lock stays held.
 pub async fn acquire(global: &Global, args: &AcquireArgs) -> Result<u8, CliError> {
-    let client = connect(global.url(), global.timeout).await?;
+    let client = connect_nodes(&global.urls(), global.timeout).await?;
     let lock = args.target.lock(&client);
     let opts = dlm::LockOptions::new(args.ttl).wait(args.wait);
     let guard = lock.acquire(&opts).await?;
@@ -72,7 +72,7 @@ fn reason(e: &dlm::Error) -> Option<&'static str> {
 
 /// `dlm lock release`: exit 0 when released, 1 when expired or not ours.
 pub async fn release(global: &Global, args: &ReleaseArgs) -> Result<u8, CliError> {
-    let client = connect(global.url(), global.timeout).await?;
+    let client = connect_nodes(&global.urls(), global.timeout).await?;
     let lock = args.target.lock(&client);
     let name = args.target.name.as_str();
     match lock.release_token(&args.token).await {
@@ -119,7 +119,7 @@ struct Extended<'a> {
 
 /// `dlm lock extend`: exit 0 when extended, 1 when expired or not ours.
 pub async fn extend(global: &Global, args: &ExtendArgs) -> Result<u8, CliError> {
-    let client = connect(global.url(), global.timeout).await?;
+    let client = connect_nodes(&global.urls(), global.timeout).await?;
     let lock = args.target.lock(&client);
     let name = args.target.name.as_str();
     let ttl_ms = ms(args.ttl);
@@ -170,7 +170,7 @@ struct Status<'a> {
 
 /// `dlm lock status`: exit 0 whether held or not.
 pub async fn status(global: &Global, args: &StatusArgs) -> Result<u8, CliError> {
-    let client = connect(global.url(), global.timeout).await?;
+    let client = connect_nodes(&global.urls(), global.timeout).await?;
     let lock = args.target.lock(&client);
     let key = lock.key()?;
     let st = lock.status().await?;

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::cli::{Global, RunArgs};
 use crate::error::CliError;
-use crate::target::connect;
+use crate::target::connect_nodes;
 
 /// How long CMD gets to exit after SIGTERM (lock lost) before SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(10);
@@ -85,7 +85,7 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, CliError> {
     // From here on SIGINT/SIGTERM/SIGHUP no longer kill dlm: they abort the
     // wait for the lock, or are forwarded to the command.
     let mut signals = Signals::install()?;
-    let client = connect(global.url(), global.timeout).await?;
+    let client = connect_nodes(&global.urls(), global.timeout).await?;
     let lock = args.target.lock(&client);
     let opts = dlm::LockOptions::new(args.ttl)
         .wait(args.wait)

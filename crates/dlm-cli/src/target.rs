@@ -11,39 +11,54 @@ use crate::error::{CliError, redis_err};
 /// A Redis to talk to; when it is a private server, it is stopped when this
 /// is dropped.
 pub struct Target {
-    /// The URL to connect to.
+    /// The URL to connect to (the first node's, with several).
     pub url: String,
-    /// The private server, if one was started.
-    pub server: Option<RedisServer>,
+    /// Every node's URL (one, or the Redlock masters).
+    pub urls: Vec<String>,
+    /// The private servers, if they were started.
+    pub servers: Vec<RedisServer>,
 }
 
 impl Target {
     /// The `--redis` URL if one was given, else a fresh private server.
     pub async fn given_or_private(global: &Global) -> Result<Target, CliError> {
-        if let Some(url) = &global.redis {
+        Self::given_or_private_many(global, 1).await
+    }
+
+    /// The `--redis` URLs if given, else `n` fresh private servers.
+    pub async fn given_or_private_many(global: &Global, n: usize) -> Result<Target, CliError> {
+        if !global.redis.is_empty() {
             return Ok(Target {
-                url: url.clone(),
-                server: None,
+                url: global.url().to_string(),
+                urls: global.redis.clone(),
+                servers: Vec::new(),
             });
         }
         // Starting a server blocks (it waits for PING): keep it off the runtime's workers.
-        let server = tokio::task::spawn_blocking(RedisServer::start)
+        let servers = tokio::task::spawn_blocking(move || RedisServer::start_many(n.max(1)))
             .await
             .map_err(|e| CliError::Io {
                 what: "starting redis-server",
                 source: std::io::Error::other(e),
             })??;
         Ok(Target {
-            url: server.url(),
-            server: Some(server),
+            url: servers.first().map(RedisServer::url).unwrap_or_default(),
+            urls: servers.iter().map(RedisServer::url).collect(),
+            servers,
         })
     }
 
     /// "private" or the URL, for people.
     pub fn describe(&self) -> String {
-        match &self.server {
-            Some(s) => format!("private redis-server on 127.0.0.1:{}", s.port()),
-            None => redact(&self.url),
+        match self.servers.as_slice() {
+            [] => self
+                .urls
+                .iter()
+                .map(|u| redact(u))
+                .collect::<Vec<_>>()
+                .join(", "),
+            [s] => format!("private redis-server on 127.0.0.1:{}", s.port()),
+            many => format!("{} private redis-servers (Redlock)", many.len()),
         }
     }
 }
@@ -68,6 +83,15 @@ pub async fn connect(url: &str, timeout: Duration) -> Result<dlm::Client, CliErr
         .timeout(timeout)
         .connect_timeout(timeout)
         .connect(url)
+        .await?)
+}
+
+/// A lock client on one URL, or a Redlock client over several.
+pub async fn connect_nodes(urls: &[String], timeout: Duration) -> Result<dlm::Client, CliError> {
+    Ok(dlm::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .connect_many(urls)
         .await?)
 }
 
