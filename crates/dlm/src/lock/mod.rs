@@ -228,12 +228,33 @@ impl Lock {
         let mut waiter = None;
         let mut unsure = false;
         let mut attempts = 0u32;
+        // Fairness within this client: when other tasks of it already wait for
+        // this lock, queue behind them (FIFO wake-ups) instead of cutting in.
+        let mut queue_first = false;
+        if !opts.wait.is_zero()
+            && let Some(w) = &inner.wakeups
+            && w.waiting(&keys.channel) > 0
+        {
+            let w = w.register(&keys.channel);
+            queue_first = w.ensure_subscribed().await;
+            waiter = Some(w);
+        }
         loop {
             let notify = waiter.as_ref().map(wait::Waiter::notify);
             let notified = notify.as_ref().map(|n| n.notified());
             let mut notified = std::pin::pin!(notified);
             if let Some(n) = notified.as_mut().as_pin_mut() {
                 n.enable();
+            }
+            if std::mem::take(&mut queue_first)
+                && let Some(n) = notified.as_mut().as_pin_mut()
+            {
+                let until = (Instant::now() + wait::jittered(opts.retry_interval)).min(deadline);
+                tokio::select! {
+                    _ = n => {}
+                    _ = tokio::time::sleep_until(until) => {}
+                }
+                continue;
             }
             attempts += 1;
             let attempt = inner

@@ -138,6 +138,11 @@ impl Wakeups {
         }
     }
 
+    /// How many local tasks wait on `channel` now.
+    pub(crate) fn waiting(&self, channel: &str) -> usize {
+        self.channels().get(channel).map_or(0, |c| c.waiters)
+    }
+
     async fn ensure_subscribed(self: &Arc<Self>, channel: &str) -> bool {
         let mut guard = self.subscriber.lock().await;
         let stale = match guard.as_ref() {
