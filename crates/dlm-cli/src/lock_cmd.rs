@@ -9,6 +9,12 @@ use crate::output::{self, ms};
 use crate::target::connect_nodes;
 
 impl LockName {
+    /// Refuse a name that cannot be a lock, before any connection is made.
+    pub fn check(&self) -> Result<(), CliError> {
+        dlm::keys::lock_key(dlm::keys::DEFAULT_LOCK_PREFIX, &self.name, self.raw_key)?;
+        Ok(())
+    }
+
     /// The library's handle on this lock.
     pub fn lock(&self, client: &dlm::Client) -> dlm::Lock {
         let lock = client.lock(self.name.clone());
@@ -27,6 +33,7 @@ struct Acquired<'a> {
 
 /// `dlm lock acquire`: acquire and print the token; the lock stays held.
 pub async fn acquire(global: &Global, args: &AcquireArgs) -> Result<u8, CliError> {
+    args.target.check()?;
     let client = connect_nodes(&global.urls(), global.timeout).await?;
     let lock = args.target.lock(&client);
     let opts = dlm::LockOptions::new(args.ttl).wait(args.wait);
@@ -45,12 +52,9 @@ pub async fn acquire(global: &Global, args: &AcquireArgs) -> Result<u8, CliError
         let _ = guard.release().await;
         return Err(e);
     }
-    // The guard releases the lock when dropped (in a background task). Here
-    // the lock must outlive this process: the caller holds it through the
-    // printed token until it releases it or the TTL runs out. Forgetting the
-    // guard skips that release; it leaks only a little memory of a process
-    // about to exit (the guard has no watchdog to stop).
-    std::mem::forget(guard);
+    // The lock must outlive this process: the caller holds it through the
+    // printed token until it releases it or the TTL runs out.
+    let _ = guard.detach();
     Ok(EXIT_OK)
 }
 
@@ -72,6 +76,7 @@ fn reason(e: &dlm::Error) -> Option<&'static str> {
 
 /// `dlm lock release`: exit 0 when released, 1 when expired or not ours.
 pub async fn release(global: &Global, args: &ReleaseArgs) -> Result<u8, CliError> {
+    args.target.check()?;
     let client = connect_nodes(&global.urls(), global.timeout).await?;
     let lock = args.target.lock(&client);
     let name = args.target.name.as_str();
@@ -119,6 +124,7 @@ struct Extended<'a> {
 
 /// `dlm lock extend`: exit 0 when extended, 1 when expired or not ours.
 pub async fn extend(global: &Global, args: &ExtendArgs) -> Result<u8, CliError> {
+    args.target.check()?;
     let client = connect_nodes(&global.urls(), global.timeout).await?;
     let lock = args.target.lock(&client);
     let name = args.target.name.as_str();
@@ -170,6 +176,7 @@ struct Status<'a> {
 
 /// `dlm lock status`: exit 0 whether held or not.
 pub async fn status(global: &Global, args: &StatusArgs) -> Result<u8, CliError> {
+    args.target.check()?;
     let client = connect_nodes(&global.urls(), global.timeout).await?;
     let lock = args.target.lock(&client);
     let key = lock.key()?;

@@ -84,6 +84,7 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, CliError> {
     };
     // From here on SIGINT/SIGTERM/SIGHUP no longer kill dlm: they abort the
     // wait for the lock, or are forwarded to the command.
+    args.target.check()?;
     let mut signals = Signals::install()?;
     let client = connect_nodes(&global.urls(), global.timeout).await?;
     let lock = args.target.lock(&client);

@@ -31,6 +31,14 @@ fn bad_input_exits_2_with_a_message() {
             "2000-byte name",
             vec!["lock", "acquire", &long_name, "--ttl", "1s"],
         ),
+        (
+            "name opening with }",
+            vec!["lock", "acquire", "}x", "--ttl", "1s"],
+        ),
+        (
+            "raw key no slot can share",
+            vec!["lock", "status", "a}b", "--raw-key"],
+        ),
         ("missing token", vec!["lock", "release", "x"]),
         ("empty token", vec!["lock", "release", "x", "--token", ""]),
         ("missing ttl", vec!["lock", "acquire", "x"]),

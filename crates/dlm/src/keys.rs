@@ -61,6 +61,19 @@ pub(crate) fn validate_name(what: &'static str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The Redis key of lock `name` under `prefix` (`raw`: the key is exactly
+/// `name`), or why the name cannot be used. Checks without a connection.
+///
+/// ```
+/// assert_eq!(dlm::keys::lock_key(dlm::keys::DEFAULT_LOCK_PREFIX, "jobs", false)?, "dlm:lock:{jobs}");
+/// assert!(dlm::keys::lock_key("p:", "", false).is_err());
+/// # Ok::<(), dlm::Error>(())
+/// ```
+pub fn lock_key(prefix: &str, name: &str, raw: bool) -> Result<String> {
+    validate_prefix(prefix)?;
+    Ok(lock_keys(prefix, name, raw)?.lock)
+}
+
 /// The keys of lock `name` under `prefix` (`raw` = the key is exactly `name`).
 pub(crate) fn lock_keys(prefix: &str, name: &str, raw: bool) -> Result<LockKeys> {
     validate_name("lock name", name)?;

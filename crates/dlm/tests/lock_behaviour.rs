@@ -497,3 +497,35 @@ async fn waiters_of_one_client_take_turns_instead_of_barging() -> TestResult {
     assert!(min >= 90, "fair share is 100 each, got {counts:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_cancelled_acquire_does_not_leave_its_lock_behind() -> TestResult {
+    // The acquire request is in flight when the caller gives up (a timeout
+    // around acquire): once Redis answers, the token is released again.
+    let s = server();
+    let c = client(&s).await;
+    let lock = c.lock("cancelled");
+    lock.acquire(&ttl(1000)).await?.release().await?; // script loaded
+    s.pause()?;
+    let r = tokio::time::timeout(Duration::from_millis(200), lock.acquire(&ttl(60_000))).await;
+    assert!(r.is_err(), "cancelled while Redis is frozen");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.resume()?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!lock.status().await?.held, "the in-flight SET was undone");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_detached_lock_stays_held_for_its_token() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let lock = c.lock("detached");
+    let (token, fence) = lock.acquire(&ttl(10_000)).await?.detach();
+    assert_eq!(fence.map(|f| f.get()), Some(1));
+    assert_eq!(c.held_count(), 0);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(lock.status().await?.held, "not released on drop");
+    lock.release_token(&token).await?;
+    Ok(())
+}

@@ -263,6 +263,25 @@ impl LockGuard {
             .await
     }
 
+    /// Keep the lock in Redis but let go of it here: no release on drop, no
+    /// watchdog, not in [`crate::Client::release_all`]. The lock stays held
+    /// until its TTL runs out or somebody releases it with the returned
+    /// token (e.g. `dlm lock release`).
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: dlm::Lock) -> dlm::Result<()> {
+    /// let guard = lock.acquire(&dlm::LockOptions::new(std::time::Duration::from_secs(60))).await?;
+    /// let (token, fence) = guard.detach();
+    /// println!("hand over {} (fence {fence:?})", token.as_str());
+    /// # Ok(()) }
+    /// ```
+    pub fn detach(mut self) -> (Token, Option<Fence>) {
+        self.released = true;
+        self.held.stop.cancel();
+        self.held.client.unregister(self.held.id);
+        (self.held.token.clone(), self.held.fence)
+    }
+
     /// Set the lock's TTL to `ttl` from now, if it is still ours.
     ///
     /// Errors: [`Error::Expired`] or [`Error::NotHeld`] (the guard is then

@@ -20,7 +20,7 @@ pub(crate) use guard::{Held, LeaseState, drift};
 pub use guard::{LockContext, LockGuard, LostSignal, Released};
 pub(crate) use wait::Wakeups;
 
-use crate::client::Client;
+use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, lock_keys};
 use crate::token::{Fence, Token};
@@ -156,6 +156,37 @@ pub struct LockStatus {
     pub fence: Option<Fence>,
 }
 
+/// An acquisition's token that may be stored in Redis without our knowing.
+struct PendingToken {
+    inner: Arc<ClientInner>,
+    name: String,
+    keys: LockKeys,
+    token: Token,
+    /// Release on drop.
+    armed: bool,
+    /// An attempt's reply was lost: stay armed until success.
+    unsure: bool,
+}
+
+impl Drop for PendingToken {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let inner = self.inner.clone();
+            let (name, keys, token) = (
+                std::mem::take(&mut self.name),
+                self.keys.clone(),
+                self.token.clone(),
+            );
+            rt.spawn(async move {
+                let _ = inner.nodes.release(&name, &keys, &token).await;
+            });
+        }
+    }
+}
+
 /// A named lock on one Redis; cheap to clone. Get one from [`Client::lock`].
 ///
 /// ```no_run
@@ -226,8 +257,17 @@ impl Lock {
         let token = Token::random()?;
         let deadline = Instant::now() + opts.wait;
         let mut waiter = None;
-        let mut unsure = false;
         let mut attempts = 0u32;
+        // Releases our token if this future is dropped mid-attempt or gives up
+        // after an attempt whose reply was lost: the SET may have landed.
+        let mut pending = PendingToken {
+            inner: inner.clone(),
+            name: self.name.clone(),
+            keys: keys.clone(),
+            token: token.clone(),
+            armed: false,
+            unsure: false,
+        };
         // Fairness within this client: when other tasks of it already wait for
         // this lock, queue behind them (FIFO wake-ups) instead of cutting in.
         let mut queue_first = false;
@@ -257,12 +297,15 @@ impl Lock {
                 continue;
             }
             attempts += 1;
+            pending.armed = true;
             let attempt = inner
                 .nodes
                 .acquire(&self.name, &keys, &token, opts.ttl)
                 .await;
+            pending.armed = pending.unsure;
             let (err, holder_ttl) = match attempt {
                 Ok(Try::Acquired(grant)) => {
+                    pending.armed = false;
                     tracing::debug!(fence = ?grant.fence, attempts, "acquired");
                     let held = Arc::new(Held {
                         client: inner.clone(),
@@ -287,16 +330,14 @@ impl Lock {
                 ),
                 Err(e) if e.is_retryable() => {
                     // The SET may have landed although the reply was lost.
-                    unsure = true;
+                    pending.unsure = true;
+                    pending.armed = true;
                     (e, None)
                 }
                 Err(e) => (e, None),
             };
             let now = Instant::now();
             if now >= deadline || !(err.is_retryable() || matches!(err, Error::Busy { .. })) {
-                if unsure {
-                    self.forget(&keys, &token);
-                }
                 tracing::debug!(attempts, error = %err, "not acquired");
                 return Err(err);
             }
@@ -329,17 +370,6 @@ impl Lock {
                 }
                 None => tokio::time::sleep_until(until).await,
             }
-        }
-    }
-
-    /// Best-effort release of a token whose acquire reply was lost.
-    fn forget(&self, keys: &LockKeys, token: &Token) {
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let inner = self.client.inner.clone();
-            let (name, keys, token) = (self.name.clone(), keys.clone(), token.clone());
-            rt.spawn(async move {
-                let _ = inner.nodes.release(&name, &keys, &token).await;
-            });
         }
     }
 
