@@ -32,6 +32,8 @@ pub(crate) struct ClientInner {
     pub(crate) nodes: Nodes,
     pub(crate) prefix: String,
     pub(crate) wakeups: Option<Arc<Wakeups>>,
+    /// For dedicated connections (a worker's blocking wait), when known.
+    pub(crate) redis: Option<redis::Client>,
     held: Mutex<HashMap<u64, HeldEntry>>,
     next_id: AtomicU64,
 }
@@ -152,8 +154,9 @@ impl ClientBuilder {
     }
 
     /// With [`ClientBuilder::connection`]: where to open the pub/sub
-    /// connection that delivers release wake-ups. Without it, a client built
-    /// on a given connection waits by polling at the retry interval.
+    /// connection that delivers release wake-ups and a queue worker's blocking
+    /// connection. Without it, a client built on a given connection waits by
+    /// polling (at the retry interval, or a worker's idle wait).
     pub fn wakeup_url(mut self, url: impl Into<String>) -> Self {
         self.wakeup_url = Some(url.into());
         self
@@ -249,7 +252,7 @@ impl ClientBuilder {
             backends: ok,
             node_timeout: self.node_timeout,
         });
-        Ok(self.finish(nodes, wakeups))
+        Ok(self.finish(nodes, wakeups, None))
     }
 
     /// Connect to `redis://`, `rediss://` or `unix://` URL with a
@@ -258,8 +261,8 @@ impl ClientBuilder {
         self.validate()?;
         let client = open(url)?;
         let backend = self.manager(client.clone()).await?;
-        let wakeups = Some(Wakeups::new(client, self.timeout));
-        Ok(self.finish(Nodes::Single(backend), wakeups))
+        let wakeups = Some(Wakeups::new(client.clone(), self.timeout));
+        Ok(self.finish(Nodes::Single(backend), wakeups, Some(client)))
     }
 
     /// Use a connection the application already has: a
@@ -270,18 +273,25 @@ impl ClientBuilder {
         C: ConnectionLike + Clone + Send + Sync + 'static,
     {
         self.validate()?;
-        let wakeups = match &self.wakeup_url {
-            Some(url) => Some(Wakeups::new(open(url)?, self.timeout)),
+        let redis = match &self.wakeup_url {
+            Some(url) => Some(open(url)?),
             None => None,
         };
+        let wakeups = redis.clone().map(|c| Wakeups::new(c, self.timeout));
         let backend = Backend::new(conn, self.timeout);
-        Ok(self.finish(Nodes::Single(backend), wakeups))
+        Ok(self.finish(Nodes::Single(backend), wakeups, redis))
     }
 
-    fn finish(self, nodes: Nodes, wakeups: Option<Arc<Wakeups>>) -> Client {
+    fn finish(
+        self,
+        nodes: Nodes,
+        wakeups: Option<Arc<Wakeups>>,
+        redis: Option<redis::Client>,
+    ) -> Client {
         Client {
             inner: Arc::new(ClientInner {
                 nodes,
+                redis,
                 prefix: self.prefix,
                 wakeups,
                 held: Mutex::new(HashMap::new()),

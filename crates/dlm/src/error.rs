@@ -49,6 +49,18 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
+    /// A task's lease is gone: it expired and the task went back to the queue
+    /// (`taken: false`) or another worker has re-claimed it (`taken: true`).
+    /// The handle can no longer ack, nack or extend it.
+    #[error("lease on task {id:?} of queue {queue:?} is lost{}", if *taken { ": another worker holds it" } else { ": it expired" })]
+    LeaseLost {
+        /// The queue.
+        queue: String,
+        /// The task id.
+        id: String,
+        /// Another worker holds a newer lease on it.
+        taken: bool,
+    },
     /// A fenced write carried a lower fencing token than one already seen.
     #[error("stale fencing token {given} for {name:?}: token {highest} has written already")]
     StaleFence {
@@ -122,7 +134,10 @@ impl Error {
     pub fn is_lock_lost(&self) -> bool {
         matches!(
             self,
-            Error::Expired { .. } | Error::NotHeld { .. } | Error::Lost { .. }
+            Error::Expired { .. }
+                | Error::NotHeld { .. }
+                | Error::Lost { .. }
+                | Error::LeaseLost { .. }
         )
     }
 

@@ -107,6 +107,26 @@ pub(crate) fn lock_keys(prefix: &str, name: &str, raw: bool) -> Result<LockKeys>
     })
 }
 
+/// The default prefix of queue keys.
+pub const DEFAULT_QUEUE_PREFIX: &str = "dlm:queue:";
+
+/// The ten keys of one queue, all under the `{name}` hash tag, in the order
+/// every queue script expects them in KEYS.
+pub(crate) fn queue_keys(name: &str) -> Result<Vec<String>> {
+    validate_name("queue name", name)?;
+    if name.starts_with('}') {
+        return Err(Error::invalid("queue name", "must not start with '}'"));
+    }
+    let base = format!("{DEFAULT_QUEUE_PREFIX}{{{name}}}");
+    Ok([
+        "waiting", "payload", "inflight", "lease", "attempts", "dead", "errors", "fence", "stats",
+        "signal",
+    ]
+    .iter()
+    .map(|suffix| format!("{base}:{suffix}"))
+    .collect())
+}
+
 /// The key holding a fenced value for `resource`.
 pub(crate) fn fenced_key(resource: &str) -> Result<String> {
     validate_name("resource name", resource)?;
@@ -162,6 +182,16 @@ mod tests {
         let k = lock_keys("p:", "a}b{c", false)?;
         assert_eq!(cluster_tag(&k.lock), cluster_tag(&k.fence));
         assert_eq!(cluster_tag(&k.lock), cluster_tag(&k.channel));
+        Ok(())
+    }
+
+    #[test]
+    fn queue_keys_share_one_slot() -> Result<()> {
+        let keys = queue_keys("mail")?;
+        assert_eq!(keys.len(), 10);
+        assert_eq!(keys[0], "dlm:queue:{mail}:waiting");
+        assert!(keys.iter().all(|k| cluster_tag(k) == "mail"));
+        assert!(queue_keys("").is_err());
         Ok(())
     }
 

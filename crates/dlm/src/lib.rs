@@ -108,6 +108,7 @@
 
 pub mod error;
 pub mod keys;
+pub mod queue;
 
 mod backend;
 mod client;
@@ -123,6 +124,7 @@ pub use lock::{
     Released,
 };
 pub use token::{Fence, Token};
+pub use tokio_util::sync::CancellationToken;
 
 /// The README's examples, compiled as doc tests so they stay true.
 #[cfg(doctest)]

@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 pub(crate) use guard::{Held, LeaseState, drift};
 pub use guard::{LockContext, LockGuard, LostSignal, Released};
-pub(crate) use wait::Wakeups;
+pub(crate) use wait::{Wakeups, jittered};
 
 use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};

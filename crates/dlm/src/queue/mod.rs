@@ -1,0 +1,620 @@
+//! A task queue in a Redis sorted set that never loses a task.
+//!
+//! The source documents' queue (a sorted set of task ids scored by due time,
+//! with `enqueue`, `top`, `pop` and a score-checked `dequeue`) made reliable:
+//! every operation is **one Lua script**, so it is atomic without the seeds'
+//! lock around several commands (that lock costs three extra round trips
+//! per operation, and a holder that dies inside it stalls every producer
+//! until its TTL). On top: leases with fencing tokens, ack/nack/extend,
+//! automatic return of expired leases, retries with backoff, dead letters
+//! and a [`Worker`] runtime.
+//!
+//! Keys of queue `Q` (all under the `{Q}` hash tag, so one Redis Cluster slot):
+//! `dlm:queue:{Q}:waiting` (ZSET id → due ms), `:payload` (HASH), `:inflight`
+//! (ZSET id → lease deadline), `:lease` (HASH id → fencing token),
+//! `:attempts`, `:dead`, `:errors`, `:fence`, `:stats`, `:signal` (wake-ups).
+//! Times are the Redis server's clock (`TIME`), so producers and workers on
+//! hosts with skewed clocks agree on what is due.
+//!
+//! ```no_run
+//! # async fn demo() -> dlm::Result<()> {
+//! use std::time::Duration;
+//! use dlm::queue::{NewTask, OnDuplicate};
+//! let client = dlm::Client::connect("redis://127.0.0.1:6379").await?;
+//! let queue = client.queue("emails");
+//! queue.enqueue([NewTask::new("welcome:42").payload(b"{\"to\":42}".to_vec())],
+//!               Duration::ZERO, OnDuplicate::Keep).await?;
+//! for lease in queue.claim(10, Duration::from_secs(30)).await? {
+//!     println!("sending {} (attempt {})", lease.task().id, lease.task().attempt);
+//!     lease.ack().await?;              // Err(LeaseLost) if it expired and another worker took it
+//! }
+//! # Ok(()) }
+//! ```
+
+mod ops;
+mod worker;
+
+use std::time::Duration;
+
+pub use worker::{Worker, WorkerOptions, WorkerReport};
+
+use crate::backend::Backend;
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::keys::{MAX_NAME_LEN, queue_keys};
+use crate::token::Fence;
+
+/// The default largest payload (512 KiB).
+pub const DEFAULT_MAX_PAYLOAD: usize = 512 * 1024;
+/// The largest payload limit that can be configured (64 MiB).
+pub const MAX_PAYLOAD_LIMIT: usize = 64 * 1024 * 1024;
+/// The most tasks one call may enqueue, return or claim.
+pub const MAX_BATCH: usize = 10_000;
+/// The longest delay or retry pause (365 days).
+pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The longest error text kept with a failed task.
+pub const MAX_ERROR_LEN: usize = 4096;
+
+/// What to do when an enqueued id is already waiting or in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnDuplicate {
+    /// Keep the existing task (its due time and payload), as the seeds' code does.
+    #[default]
+    Keep,
+    /// Replace it: the new due time and payload win, as the seeds' text says.
+    Replace,
+}
+
+/// A task to enqueue: an id (the de-duplication key) and an optional payload.
+///
+/// ```
+/// let t = dlm::queue::NewTask::new("order:7").payload(b"{\"sku\":1}".to_vec());
+/// assert_eq!(t.id(), "order:7");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTask {
+    id: String,
+    payload: Option<Vec<u8>>,
+}
+
+impl NewTask {
+    /// A task with this id and no payload.
+    pub fn new(id: impl Into<String>) -> Self {
+        NewTask {
+            id: id.into(),
+            payload: None,
+        }
+    }
+
+    /// Attach a payload (bytes; at most the queue's limit).
+    pub fn payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
+        self.payload = Some(payload.into());
+        self
+    }
+
+    /// The id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl<S: Into<String>> From<S> for NewTask {
+    fn from(id: S) -> Self {
+        NewTask::new(id)
+    }
+}
+
+/// What enqueue did with one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    /// Added, due at this time (ms since the epoch, Redis clock).
+    Added(u64),
+    /// The id was already there and was kept: its due time, or `None` while it is in flight.
+    Kept(Option<u64>),
+    /// The id was already there and was replaced; the new due time.
+    Replaced(u64),
+}
+
+/// A waiting task as `top` and `pop` return it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The task's id.
+    pub id: String,
+    /// Its due time (ms since the epoch, Redis clock): pass it to [`Queue::remove_if_score`].
+    pub score: u64,
+    /// Its payload, if it has one.
+    pub payload: Option<Vec<u8>>,
+}
+
+/// What [`Queue::remove_if_score`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removed {
+    /// Removed: the due time still matched.
+    Removed,
+    /// Not removed: it was re-enqueued since and is due at this time now.
+    ScoreChanged(u64),
+    /// Not removed: no such waiting task.
+    NotPresent,
+}
+
+/// A claimed task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    /// The task's id.
+    pub id: String,
+    /// The due time it was claimed at (ms since the epoch, Redis clock).
+    pub score: u64,
+    /// Its payload, if it has one.
+    pub payload: Option<Vec<u8>>,
+    /// 1 on the first attempt, then 2, 3, ...
+    pub attempt: u32,
+    /// The lease's fencing token: strictly increasing per queue, so storage can
+    /// refuse the writes of a worker whose lease was taken over.
+    pub fence: Fence,
+}
+
+/// Exponential backoff with jitter between attempts of a failed task.
+///
+/// ```
+/// use std::time::Duration;
+/// let b = dlm::queue::Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+/// assert!(b.delay(1) <= Duration::from_millis(150));
+/// assert!(b.delay(30) <= Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    base: Duration,
+    max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff::new(Duration::from_secs(1), Duration::from_secs(300))
+    }
+}
+
+impl Backoff {
+    /// `base * 2^(attempt-1)`, capped at `max`, then jittered by ±50%.
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Backoff {
+            base,
+            max: max.max(base),
+        }
+    }
+
+    /// The pause before retrying after attempt `attempt` failed.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let exp = attempt.saturating_sub(1).min(30);
+        let raw = self.base.saturating_mul(1u32 << exp).min(self.max);
+        crate::lock::jittered(raw).min(self.max)
+    }
+}
+
+/// A queue's counts, from one script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct QueueStats {
+    /// Due now, waiting for a worker.
+    pub waiting: u64,
+    /// Due later (delayed or backing off).
+    pub delayed: u64,
+    /// Leased to a worker.
+    pub inflight: u64,
+    /// In the dead-letter set.
+    pub dead: u64,
+    /// Acked since the queue was created.
+    pub processed: u64,
+    /// Moved to the dead-letter set since the queue was created.
+    pub failed: u64,
+}
+
+impl QueueStats {
+    /// Nothing waiting, due later or in flight.
+    pub fn is_drained(&self) -> bool {
+        self.waiting == 0 && self.delayed == 0 && self.inflight == 0
+    }
+}
+
+/// A task in the dead-letter set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadTask {
+    /// The task's id.
+    pub id: String,
+    /// When it died (ms since the epoch, Redis clock).
+    pub died_at: u64,
+    /// Its last error text.
+    pub error: Option<String>,
+    /// Its payload, if it has one.
+    pub payload: Option<Vec<u8>>,
+}
+
+/// A named queue; cheap to clone. Get one from [`Client::queue`].
+#[derive(Debug, Clone)]
+pub struct Queue {
+    client: Client,
+    name: String,
+    max_payload: usize,
+    max_attempts: u32,
+    backoff: Backoff,
+}
+
+impl Client {
+    /// The queue named `name` (1 ..= 1024 bytes), on a single-Redis client.
+    pub fn queue(&self, name: impl Into<String>) -> Queue {
+        Queue {
+            client: self.clone(),
+            name: name.into(),
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            max_attempts: 5,
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+fn check_count(count: usize) -> Result<()> {
+    if count == 0 || count > MAX_BATCH {
+        return Err(Error::invalid(
+            "count",
+            format!("{count} is outside 1 ..= {MAX_BATCH}"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_delay(what: &'static str, d: Duration) -> Result<()> {
+    if d > MAX_DELAY {
+        return Err(Error::invalid(
+            what,
+            format!("{d:?} is longer than 365 days"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_id(id: &str) -> Result<()> {
+    if id.is_empty() || id.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(
+            "task id",
+            format!("must be 1 to {MAX_NAME_LEN} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn cap_error(text: &str) -> String {
+    if text.len() <= MAX_ERROR_LEN {
+        return text.to_string();
+    }
+    let mut end = MAX_ERROR_LEN;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+impl Queue {
+    /// The largest payload accepted (default 512 KiB, at most 64 MiB).
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+
+    /// How many times a task is tried before it goes to the dead-letter set
+    /// (default 5; 1 ..= 1000). Used by claim (expired leases), nack and the worker.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    /// The pause between attempts of a failed task (default 1 s doubling up to 5 min).
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn ready(&self) -> Result<(&Backend, Vec<String>)> {
+        let keys = queue_keys(&self.name)?;
+        if self.max_payload > MAX_PAYLOAD_LIMIT {
+            return Err(Error::invalid(
+                "max payload",
+                format!("{} bytes is above {MAX_PAYLOAD_LIMIT}", self.max_payload),
+            ));
+        }
+        if self.max_attempts == 0 || self.max_attempts > 1000 {
+            return Err(Error::invalid("max attempts", "must be 1 ..= 1000"));
+        }
+        let backend = self.client.inner.nodes.single().ok_or_else(|| {
+            Error::invalid("client", "queues need a single-Redis client, not Redlock")
+        })?;
+        Ok((backend, keys))
+    }
+
+    /// Add tasks due `delay` from now, in one round trip. An id already waiting
+    /// or in flight is kept or replaced as `on_duplicate` says. Returns what
+    /// happened to each task, in order.
+    pub async fn enqueue<T: Into<NewTask>>(
+        &self,
+        tasks: impl IntoIterator<Item = T>,
+        delay: Duration,
+        on_duplicate: OnDuplicate,
+    ) -> Result<Vec<Enqueued>> {
+        let (backend, keys) = self.ready()?;
+        check_delay("delay", delay)?;
+        let tasks: Vec<NewTask> = tasks.into_iter().map(Into::into).collect();
+        if tasks.is_empty() || tasks.len() > MAX_BATCH {
+            return Err(Error::invalid(
+                "tasks",
+                format!("{} tasks; one call takes 1 ..= {MAX_BATCH}", tasks.len()),
+            ));
+        }
+        for t in &tasks {
+            check_id(&t.id)?;
+            if let Some(p) = &t.payload
+                && p.len() > self.max_payload
+            {
+                return Err(Error::invalid(
+                    "payload",
+                    format!(
+                        "task {:?}: {} bytes is larger than the limit of {} bytes",
+                        t.id,
+                        p.len(),
+                        self.max_payload
+                    ),
+                ));
+            }
+        }
+        ops::enqueue(backend, &keys, &tasks, delay, on_duplicate).await
+    }
+
+    /// Enqueue one task, due now, keeping an existing one with the same id.
+    pub async fn push(&self, task: impl Into<NewTask>) -> Result<Enqueued> {
+        let mut r = self
+            .enqueue([task.into()], Duration::ZERO, OnDuplicate::Keep)
+            .await?;
+        r.pop()
+            .ok_or_else(|| Error::protocol("enqueue returned nothing"))
+    }
+
+    /// Up to `count` due tasks, earliest first, without moving them.
+    pub async fn top(&self, count: usize) -> Result<Vec<Entry>> {
+        check_count(count)?;
+        let (backend, keys) = self.ready()?;
+        ops::entries(backend, &keys, ops::Peek::Top, count).await
+    }
+
+    /// Take up to `count` due tasks, earliest first, out of the queue. Two
+    /// concurrent pops never return the same task. (No lease: a popped task
+    /// is gone; use [`Queue::claim`] for at-least-once processing.)
+    pub async fn pop(&self, count: usize) -> Result<Vec<Entry>> {
+        check_count(count)?;
+        let (backend, keys) = self.ready()?;
+        ops::entries(backend, &keys, ops::Peek::Pop, count).await
+    }
+
+    /// The seeds' `dequeue(id, score)`: remove a waiting task only if its due
+    /// time still equals `score` (it was not re-enqueued since it was read).
+    pub async fn remove_if_score(&self, id: &str, score: u64) -> Result<Removed> {
+        check_id(id)?;
+        let (backend, keys) = self.ready()?;
+        ops::remove_if_score(backend, &keys, id, score).await
+    }
+
+    /// Lease up to `count` due tasks for `lease`; first returns expired leases
+    /// of any worker to the queue (or to the dead-letter set after
+    /// `max_attempts`). Each task must then be acked, nacked or extended
+    /// through its [`Lease`] before the lease runs out.
+    pub async fn claim(&self, count: usize, lease: Duration) -> Result<Vec<Lease>> {
+        check_count(count)?;
+        Ok(self
+            .claim_raw(count, lease)
+            .await?
+            .tasks
+            .into_iter()
+            .map(|task| Lease {
+                queue: self.clone(),
+                task,
+            })
+            .collect())
+    }
+
+    pub(crate) async fn claim_raw(&self, count: usize, lease: Duration) -> Result<ops::Claimed> {
+        let (backend, keys) = self.ready()?;
+        check_lease(lease)?;
+        ops::claim(backend, &keys, count, lease, self.max_attempts).await
+    }
+
+    /// Return expired leases to the queue now; how many were returned.
+    pub async fn reap(&self) -> Result<usize> {
+        Ok(self.claim_raw(0, Duration::from_secs(1)).await?.expired)
+    }
+
+    /// The queue's counts.
+    pub async fn stats(&self) -> Result<QueueStats> {
+        let (backend, keys) = self.ready()?;
+        ops::stats(backend, &keys).await
+    }
+
+    /// Up to `count` dead tasks, oldest death first.
+    pub async fn dead(&self, count: usize) -> Result<Vec<DeadTask>> {
+        check_count(count)?;
+        let (backend, keys) = self.ready()?;
+        ops::dead(backend, &keys, count).await
+    }
+
+    /// Move dead tasks back to the queue (due now, attempts reset): the given
+    /// ids, or all of them with `None`. Returns how many moved.
+    pub async fn retry_dead(&self, ids: Option<&[&str]>) -> Result<usize> {
+        let (backend, keys) = self.ready()?;
+        if let Some(ids) = ids {
+            ids.iter().try_for_each(|id| check_id(id))?;
+            if ids.len() > MAX_BATCH {
+                return Err(Error::invalid("ids", format!("more than {MAX_BATCH}")));
+            }
+        }
+        ops::retry_dead(backend, &keys, ids).await
+    }
+
+    /// Delete every dead task; how many were deleted.
+    pub async fn purge_dead(&self) -> Result<usize> {
+        let (backend, keys) = self.ready()?;
+        ops::purge_dead(backend, &keys).await
+    }
+
+    /// A worker runtime on this queue (see [`Worker`]).
+    pub fn worker(&self, options: WorkerOptions) -> Worker {
+        Worker::new(self.clone(), options)
+    }
+
+    pub(crate) async fn ack_many(&self, leases: &[(&str, Fence)]) -> Result<Vec<i64>> {
+        let (backend, keys) = self.ready()?;
+        ops::ack(backend, &keys, leases).await
+    }
+
+    pub(crate) async fn extend_many(
+        &self,
+        leases: &[(&str, Fence)],
+        lease: Duration,
+    ) -> Result<Vec<i64>> {
+        let (backend, keys) = self.ready()?;
+        ops::extend(backend, &keys, leases, lease).await
+    }
+
+    pub(crate) async fn abandon_many(&self, leases: &[(&str, Fence)]) -> Result<usize> {
+        let (backend, keys) = self.ready()?;
+        ops::abandon(backend, &keys, leases).await
+    }
+
+    pub(crate) async fn nack_raw(
+        &self,
+        task: &Task,
+        retry_after: Duration,
+        error: &str,
+    ) -> Result<Nacked> {
+        check_delay("retry after", retry_after)?;
+        let (backend, keys) = self.ready()?;
+        let code = ops::nack(
+            backend,
+            &keys,
+            &task.id,
+            task.fence,
+            retry_after,
+            self.max_attempts,
+            &cap_error(error),
+        )
+        .await?;
+        match code {
+            1 => Ok(Nacked::Retrying),
+            2 => Ok(Nacked::Dead),
+            c => Err(self.lease_lost(&task.id, c)),
+        }
+    }
+
+    pub(crate) fn lease_lost(&self, id: &str, code: i64) -> Error {
+        Error::LeaseLost {
+            queue: self.name.clone(),
+            id: id.to_string(),
+            taken: code == -1,
+        }
+    }
+
+    pub(crate) fn backoff_for(&self, attempt: u32) -> Duration {
+        self.backoff.delay(attempt)
+    }
+}
+
+fn check_lease(lease: Duration) -> Result<()> {
+    if lease < Duration::from_millis(10) || lease > crate::lock::MAX_TTL {
+        return Err(Error::invalid(
+            "lease",
+            format!("{lease:?} is outside 10ms ..= 7 days"),
+        ));
+    }
+    Ok(())
+}
+
+/// What a nack did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nacked {
+    /// Back in the queue, due after the retry pause.
+    Retrying,
+    /// It had its last attempt: moved to the dead-letter set.
+    Dead,
+}
+
+/// A leased task: ack, nack or extend it before the lease runs out.
+///
+/// A handle whose lease expired and was re-claimed by another worker can do
+/// none of these: they fail with [`Error::LeaseLost`].
+#[derive(Debug, Clone)]
+#[must_use = "a lease not acked returns its task to the queue when it expires"]
+pub struct Lease {
+    queue: Queue,
+    task: Task,
+}
+
+impl Lease {
+    /// The task.
+    pub fn task(&self) -> &Task {
+        &self.task
+    }
+
+    /// Done: delete the task.
+    pub async fn ack(self) -> Result<()> {
+        let codes = self
+            .queue
+            .ack_many(&[(&self.task.id, self.task.fence)])
+            .await?;
+        match codes.first() {
+            Some(1) => Ok(()),
+            Some(c) => Err(self.queue.lease_lost(&self.task.id, *c)),
+            None => Err(Error::protocol("ack returned nothing")),
+        }
+    }
+
+    /// Failed: retry after the queue's backoff for this attempt, or move to the
+    /// dead-letter set after the last attempt. `error` is kept (capped at 4 KiB).
+    pub async fn nack(self, error: &str) -> Result<Nacked> {
+        let pause = self.queue.backoff_for(self.task.attempt);
+        self.queue.nack_raw(&self.task, pause, error).await
+    }
+
+    /// Failed: retry after `retry_after` (or die after the last attempt).
+    pub async fn nack_after(self, retry_after: Duration, error: &str) -> Result<Nacked> {
+        self.queue.nack_raw(&self.task, retry_after, error).await
+    }
+
+    /// Renew the lease to `lease` from now.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        check_lease(lease)?;
+        let codes = self
+            .queue
+            .extend_many(&[(&self.task.id, self.task.fence)], lease)
+            .await?;
+        match codes.first() {
+            Some(1) => Ok(()),
+            Some(c) => Err(self.queue.lease_lost(&self.task.id, *c)),
+            None => Err(Error::protocol("extend returned nothing")),
+        }
+    }
+
+    /// Give the task back at once, without counting the attempt.
+    pub async fn abandon(self) -> Result<()> {
+        match self
+            .queue
+            .abandon_many(&[(&self.task.id, self.task.fence)])
+            .await?
+        {
+            1 => Ok(()),
+            _ => Err(self.queue.lease_lost(&self.task.id, 0)),
+        }
+    }
+}

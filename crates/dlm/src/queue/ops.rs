@@ -1,0 +1,352 @@
+//! One Lua script per queue operation, and the decoding of their replies.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{Script, Value};
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::lock::ops::millis;
+use crate::queue::{DeadTask, Enqueued, Entry, NewTask, OnDuplicate, QueueStats, Removed, Task};
+use crate::token::Fence;
+
+macro_rules! script {
+    ($name:ident, $file:literal) => {
+        static $name: LazyLock<Script> =
+            LazyLock::new(|| Script::new(include_str!(concat!("scripts/", $file))));
+    };
+}
+
+script!(ENQUEUE, "enqueue.lua");
+script!(TOP, "top.lua");
+script!(POP, "pop.lua");
+script!(REMOVE_IF_SCORE, "remove_if_score.lua");
+script!(CLAIM, "claim.lua");
+script!(ACK, "ack.lua");
+script!(NACK, "nack.lua");
+script!(EXTEND, "extend.lua");
+script!(ABANDON, "abandon.lua");
+script!(STATS, "stats.lua");
+script!(DEAD, "dead.lua");
+script!(RETRY_DEAD, "retry_dead.lua");
+script!(PURGE_DEAD, "purge_dead.lua");
+
+/// How many expired leases one claim returns to the queue at most.
+const REAP_PER_CLAIM: usize = 1000;
+
+fn invocation<'a>(script: &'a Script, keys: &[String]) -> redis::ScriptInvocation<'a> {
+    let mut inv = script.prepare_invoke();
+    for k in keys {
+        inv.key(k);
+    }
+    inv
+}
+
+fn int(v: &Value) -> Result<i64> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        other => Err(Error::protocol(format!(
+            "expected an integer, got {other:?}"
+        ))),
+    }
+}
+
+fn text(v: &Value) -> Result<String> {
+    match v {
+        Value::BulkString(b) => {
+            String::from_utf8(b.clone()).map_err(|_| Error::protocol("a task id is not UTF-8"))
+        }
+        Value::SimpleString(s) => Ok(s.clone()),
+        other => Err(Error::protocol(format!("expected a string, got {other:?}"))),
+    }
+}
+
+fn bytes(v: &Value) -> Option<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Some(b.clone()),
+        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        _ => None,
+    }
+}
+
+fn array(v: Value) -> Result<Vec<Value>> {
+    match v {
+        Value::Array(a) => Ok(a),
+        Value::Nil => Ok(Vec::new()),
+        other => Err(Error::protocol(format!("expected an array, got {other:?}"))),
+    }
+}
+
+fn unsigned(i: i64) -> u64 {
+    u64::try_from(i).unwrap_or(0)
+}
+
+pub(crate) async fn enqueue(
+    backend: &Backend,
+    keys: &[String],
+    tasks: &[NewTask],
+    delay: Duration,
+    on_duplicate: OnDuplicate,
+) -> Result<Vec<Enqueued>> {
+    let mut inv = invocation(&ENQUEUE, keys);
+    inv.arg(millis(delay)).arg(match on_duplicate {
+        OnDuplicate::Keep => "keep",
+        OnDuplicate::Replace => "replace",
+    });
+    for t in tasks {
+        inv.arg(&t.id);
+        match &t.payload {
+            Some(p) => inv.arg("1").arg(p.as_slice()),
+            None => inv.arg("0").arg(""),
+        };
+    }
+    let reply = array(backend.eval(&inv).await?)?;
+    reply
+        .chunks(2)
+        .map(|c| match c {
+            [status, score] => {
+                let score = int(score)?;
+                Ok(match int(status)? {
+                    1 => Enqueued::Added(unsigned(score)),
+                    2 => Enqueued::Replaced(unsigned(score)),
+                    _ => Enqueued::Kept(u64::try_from(score).ok()),
+                })
+            }
+            _ => Err(Error::protocol("odd enqueue reply")),
+        })
+        .collect()
+}
+
+/// Which of the two read scripts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Peek {
+    Top,
+    Pop,
+}
+
+pub(crate) async fn entries(
+    backend: &Backend,
+    keys: &[String],
+    which: Peek,
+    count: usize,
+) -> Result<Vec<Entry>> {
+    let script = match which {
+        Peek::Top => &*TOP,
+        Peek::Pop => &*POP,
+    };
+    let mut inv = invocation(script, keys);
+    inv.arg(count);
+    let reply = array(backend.eval(&inv).await?)?;
+    reply
+        .chunks(3)
+        .map(|c| match c {
+            [id, score, payload] => Ok(Entry {
+                id: text(id)?,
+                score: unsigned(int(score)?),
+                payload: bytes(payload),
+            }),
+            _ => Err(Error::protocol("short top/pop reply")),
+        })
+        .collect()
+}
+
+pub(crate) async fn remove_if_score(
+    backend: &Backend,
+    keys: &[String],
+    id: &str,
+    score: u64,
+) -> Result<Removed> {
+    let mut inv = invocation(&REMOVE_IF_SCORE, keys);
+    inv.arg(id).arg(score);
+    let (code, current): (i64, i64) = backend.eval(&inv).await?;
+    Ok(match code {
+        1 => Removed::Removed,
+        -1 => Removed::ScoreChanged(unsigned(current)),
+        _ => Removed::NotPresent,
+    })
+}
+
+/// What one claim did.
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    pub expired: usize,
+    /// Time until the earliest waiting task is due (`None`: nothing waiting).
+    pub next_due: Option<Duration>,
+    pub tasks: Vec<Task>,
+}
+
+pub(crate) async fn claim(
+    backend: &Backend,
+    keys: &[String],
+    count: usize,
+    lease: Duration,
+    max_attempts: u32,
+) -> Result<Claimed> {
+    let mut inv = invocation(&CLAIM, keys);
+    inv.arg(count)
+        .arg(millis(lease))
+        .arg(max_attempts)
+        .arg(REAP_PER_CLAIM);
+    let reply = array(backend.eval(&inv).await?)?;
+    let (head, rest) = reply.split_at(reply.len().min(2));
+    let [expired, next_due] = head else {
+        return Err(Error::protocol("short claim reply"));
+    };
+    let tasks = rest
+        .chunks(5)
+        .map(|c| match c {
+            [id, score, payload, fence, attempt] => Ok(Task {
+                id: text(id)?,
+                score: unsigned(int(score)?),
+                payload: bytes(payload),
+                fence: Fence::new(unsigned(int(fence)?)),
+                attempt: u32::try_from(int(attempt)?).unwrap_or(u32::MAX),
+            }),
+            _ => Err(Error::protocol("short claimed task")),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let next_due = u64::try_from(int(next_due)?)
+        .ok()
+        .map(Duration::from_millis);
+    Ok(Claimed {
+        expired: usize::try_from(int(expired)?).unwrap_or(0),
+        next_due,
+        tasks,
+    })
+}
+
+fn with_leases<'a>(inv: &mut redis::ScriptInvocation<'a>, leases: &[(&str, Fence)]) {
+    for (id, fence) in leases {
+        inv.arg(*id).arg(fence.get());
+    }
+}
+
+pub(crate) async fn ack(
+    backend: &Backend,
+    keys: &[String],
+    leases: &[(&str, Fence)],
+) -> Result<Vec<i64>> {
+    let mut inv = invocation(&ACK, keys);
+    with_leases(&mut inv, leases);
+    backend.eval(&inv).await
+}
+
+pub(crate) async fn extend(
+    backend: &Backend,
+    keys: &[String],
+    leases: &[(&str, Fence)],
+    lease: Duration,
+) -> Result<Vec<i64>> {
+    let mut inv = invocation(&EXTEND, keys);
+    inv.arg(millis(lease));
+    with_leases(&mut inv, leases);
+    backend.eval(&inv).await
+}
+
+pub(crate) async fn abandon(
+    backend: &Backend,
+    keys: &[String],
+    leases: &[(&str, Fence)],
+) -> Result<usize> {
+    let mut inv = invocation(&ABANDON, keys);
+    with_leases(&mut inv, leases);
+    let n: i64 = backend.eval(&inv).await?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn nack(
+    backend: &Backend,
+    keys: &[String],
+    id: &str,
+    fence: Fence,
+    retry_after: Duration,
+    max_attempts: u32,
+    error: &str,
+) -> Result<i64> {
+    let mut inv = invocation(&NACK, keys);
+    inv.arg(id)
+        .arg(fence.get())
+        .arg(millis(retry_after))
+        .arg(max_attempts)
+        .arg(error);
+    backend.eval(&inv).await
+}
+
+pub(crate) async fn stats(backend: &Backend, keys: &[String]) -> Result<QueueStats> {
+    let v: Vec<i64> = backend.eval(&invocation(&STATS, keys)).await?;
+    let get = |i: usize| v.get(i).copied().map_or(0, unsigned);
+    Ok(QueueStats {
+        waiting: get(0),
+        delayed: get(1),
+        inflight: get(2),
+        dead: get(3),
+        processed: get(4),
+        failed: get(5),
+    })
+}
+
+pub(crate) async fn dead(
+    backend: &Backend,
+    keys: &[String],
+    count: usize,
+) -> Result<Vec<DeadTask>> {
+    let mut inv = invocation(&DEAD, keys);
+    inv.arg(count);
+    let reply = array(backend.eval(&inv).await?)?;
+    reply
+        .chunks(4)
+        .map(|c| match c {
+            [id, died, error, payload] => Ok(DeadTask {
+                id: text(id)?,
+                died_at: unsigned(int(died)?),
+                error: bytes(error).map(|b| String::from_utf8_lossy(&b).into_owned()),
+                payload: bytes(payload),
+            }),
+            _ => Err(Error::protocol("short dead reply")),
+        })
+        .collect()
+}
+
+pub(crate) async fn retry_dead(
+    backend: &Backend,
+    keys: &[String],
+    ids: Option<&[&str]>,
+) -> Result<usize> {
+    let mut total = 0;
+    loop {
+        let mut inv = invocation(&RETRY_DEAD, keys);
+        match ids {
+            Some(ids) => {
+                inv.arg("ids");
+                for id in ids {
+                    inv.arg(*id);
+                }
+            }
+            None => {
+                inv.arg("all").arg(1000);
+            }
+        }
+        let n: i64 = backend.eval(&inv).await?;
+        let n = usize::try_from(n).unwrap_or(0);
+        total += n;
+        if ids.is_some() || n == 0 {
+            return Ok(total);
+        }
+    }
+}
+
+pub(crate) async fn purge_dead(backend: &Backend, keys: &[String]) -> Result<usize> {
+    let mut total = 0;
+    loop {
+        let mut inv = invocation(&PURGE_DEAD, keys);
+        inv.arg(1000);
+        let n: i64 = backend.eval(&inv).await?;
+        let n = usize::try_from(n).unwrap_or(0);
+        total += n;
+        if n == 0 {
+            return Ok(total);
+        }
+    }
+}

@@ -1,0 +1,55 @@
+-- claim: first return expired leases to the queue (or to the dead set after
+-- max attempts), then lease up to ARGV[1] due tasks, earliest first.
+-- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
+--   1 waiting   ZSET  id -> due time (ms, server clock)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
+--   3 inflight  ZSET  id -> lease deadline (ms, server clock)
+--   4 lease     HASH  id -> fencing token of the current lease
+--   5 attempts  HASH  id -> times claimed
+--   6 dead      ZSET  id -> time it died (ms)
+--   7 errors    HASH  id -> last error text
+--   8 fence     STRING  lease fencing counter (INCR)
+--   9 stats     HASH  processed, failed
+--  10 signal    LIST  wake-up markers for idle workers (at most 64)
+-- ARGV[1]  how many to claim (0: only return expired leases)
+-- ARGV[2]  lease length in ms
+-- ARGV[3]  max attempts (a task whose lease expired on its last attempt dies)
+-- ARGV[4]  how many expired leases to return at most in this call
+-- Returns  {expired_returned, ms_until_next_due (-1: nothing waiting),
+--           then per claimed task five values: id, due time, payload (nil: none),
+--           lease fencing token, attempt number (1 = first)}
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease_ms, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
+for _, id in ipairs(expired) do
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('HDEL', KEYS[4], id)
+  local attempts = tonumber(redis.call('HGET', KEYS[5], id) or '0')
+  if attempts >= max_attempts and not redis.call('ZSCORE', KEYS[1], id) then
+    redis.call('ZADD', KEYS[6], now, id)
+    redis.call('HSET', KEYS[7], id, 'lease expired on attempt ' .. attempts)
+    redis.call('HINCRBY', KEYS[9], 'failed', 1)
+  else
+    redis.call('ZADD', KEYS[1], 'NX', now, id)
+  end
+end
+local out = {#expired, -1}
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
+for i = 1, #due, 2 do
+  local id = due[i]
+  redis.call('ZREM', KEYS[1], id)
+  local fence = redis.call('INCR', KEYS[8])
+  redis.call('HSET', KEYS[4], id, fence)
+  redis.call('ZADD', KEYS[3], now + lease_ms, id)
+  out[#out + 1] = id
+  out[#out + 1] = tonumber(due[i + 1])
+  out[#out + 1] = redis.call('HGET', KEYS[2], id)
+  out[#out + 1] = fence
+  out[#out + 1] = redis.call('HINCRBY', KEYS[5], id, 1)
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if first[2] then
+  out[2] = math.max(0, tonumber(first[2]) - now)
+end
+return out

@@ -1,0 +1,40 @@
+-- nack: a task failed; retry it after a delay, or move it to the dead set once
+-- it has had max attempts. Only with the current lease.
+-- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
+--   1 waiting   ZSET  id -> due time (ms, server clock)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
+--   3 inflight  ZSET  id -> lease deadline (ms, server clock)
+--   4 lease     HASH  id -> fencing token of the current lease
+--   5 attempts  HASH  id -> times claimed
+--   6 dead      ZSET  id -> time it died (ms)
+--   7 errors    HASH  id -> last error text
+--   8 fence     STRING  lease fencing counter (INCR)
+--   9 stats     HASH  processed, failed
+--  10 signal    LIST  wake-up markers for idle workers (at most 64)
+-- ARGV[1]  id
+-- ARGV[2]  lease fencing token
+-- ARGV[3]  retry after (ms)
+-- ARGV[4]  max attempts
+-- ARGV[5]  error text (already capped by the caller)
+-- Returns  1 queued for retry, 2 dead, 0 not in flight any more, -1 leased to another worker
+local id = ARGV[1]
+local lease = redis.call('HGET', KEYS[4], id)
+if lease ~= ARGV[2] then
+  if lease then return -1 end
+  return 0
+end
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREM', KEYS[3], id)
+redis.call('HDEL', KEYS[4], id)
+redis.call('HSET', KEYS[7], id, ARGV[5])
+local attempts = tonumber(redis.call('HGET', KEYS[5], id) or '0')
+if attempts >= tonumber(ARGV[4]) and not redis.call('ZSCORE', KEYS[1], id) then
+  redis.call('ZADD', KEYS[6], now, id)
+  redis.call('HINCRBY', KEYS[9], 'failed', 1)
+  return 2
+end
+redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[3]), id)
+redis.call('LPUSH', KEYS[10], '1')
+redis.call('LTRIM', KEYS[10], 0, 63)
+return 1

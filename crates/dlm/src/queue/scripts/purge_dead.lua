@@ -1,0 +1,24 @@
+-- purge_dead: delete every dead task with its payload and error.
+-- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
+--   1 waiting   ZSET  id -> due time (ms, server clock)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
+--   3 inflight  ZSET  id -> lease deadline (ms, server clock)
+--   4 lease     HASH  id -> fencing token of the current lease
+--   5 attempts  HASH  id -> times claimed
+--   6 dead      ZSET  id -> time it died (ms)
+--   7 errors    HASH  id -> last error text
+--   8 fence     STRING  lease fencing counter (INCR)
+--   9 stats     HASH  processed, failed
+--  10 signal    LIST  wake-up markers for idle workers (at most 64)
+-- ARGV[1]  how many at most in this call (the caller loops until 0)
+-- Returns  how many were deleted
+local ids = redis.call('ZRANGE', KEYS[6], 0, tonumber(ARGV[1]) - 1)
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[6], id)
+  redis.call('HDEL', KEYS[7], id)
+  if not redis.call('ZSCORE', KEYS[1], id) and not redis.call('ZSCORE', KEYS[3], id) then
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('HDEL', KEYS[5], id)
+  end
+end
+return #ids

@@ -1,0 +1,31 @@
+-- remove_if_score: the seeds' dequeue. Remove a waiting task only if its due
+-- time still equals the one read (it was not re-enqueued since).
+-- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
+--   1 waiting   ZSET  id -> due time (ms, server clock)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
+--   3 inflight  ZSET  id -> lease deadline (ms, server clock)
+--   4 lease     HASH  id -> fencing token of the current lease
+--   5 attempts  HASH  id -> times claimed
+--   6 dead      ZSET  id -> time it died (ms)
+--   7 errors    HASH  id -> last error text
+--   8 fence     STRING  lease fencing counter (INCR)
+--   9 stats     HASH  processed, failed
+--  10 signal    LIST  wake-up markers for idle workers (at most 64)
+-- ARGV[1]  id
+-- ARGV[2]  the due time read (ms)
+-- Returns  {1, score}   removed
+--          {0, -1}      not waiting
+--          {-1, score}  waiting with another due time (score = the current one)
+local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not cur then
+  return {0, -1}
+end
+if tonumber(cur) ~= tonumber(ARGV[2]) then
+  return {-1, tonumber(cur)}
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[5], ARGV[1])
+end
+return {1, tonumber(cur)}

@@ -1,0 +1,24 @@
+-- stats: the queue's counts in one round trip.
+-- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
+--   1 waiting   ZSET  id -> due time (ms, server clock)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
+--   3 inflight  ZSET  id -> lease deadline (ms, server clock)
+--   4 lease     HASH  id -> fencing token of the current lease
+--   5 attempts  HASH  id -> times claimed
+--   6 dead      ZSET  id -> time it died (ms)
+--   7 errors    HASH  id -> last error text
+--   8 fence     STRING  lease fencing counter (INCR)
+--   9 stats     HASH  processed, failed
+--  10 signal    LIST  wake-up markers for idle workers (at most 64)
+-- ARGV     none
+-- Returns  {due now, delayed (due later), in flight, dead, processed total, failed total}
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return {
+  redis.call('ZCOUNT', KEYS[1], '-inf', now),
+  redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf'),
+  redis.call('ZCARD', KEYS[3]),
+  redis.call('ZCARD', KEYS[6]),
+  tonumber(redis.call('HGET', KEYS[9], 'processed') or '0'),
+  tonumber(redis.call('HGET', KEYS[9], 'failed') or '0'),
+}
