@@ -297,7 +297,7 @@ async fn worker_processes_retries_survives_panics_and_stops_when_drained() -> Te
             CancellationToken::new(),
         )
         .await?;
-    let runs = runs.lock().expect("lock");
+    let runs = runs.lock().expect("lock").clone();
     assert!(
         ids.iter().all(|id| runs.get(id) == Some(&1)),
         "each task once"
