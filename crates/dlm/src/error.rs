@@ -61,6 +61,16 @@ pub enum Error {
         /// Another worker holds a newer lease on it.
         taken: bool,
     },
+    /// A versioned write found another version than the one it read.
+    #[error("conflict on {name:?}: expected version {expected}, found {current}")]
+    Conflict {
+        /// The record.
+        name: String,
+        /// The version the writer read.
+        expected: u64,
+        /// The version stored now.
+        current: u64,
+    },
     /// A fenced write carried a lower fencing token than one already seen.
     #[error("stale fencing token {given} for {name:?}: token {highest} has written already")]
     StaleFence {

@@ -106,6 +106,7 @@
 //! A jittered retry interval (default 50 ms) covers lost messages and crashed
 //! holders (a waiter also retries when the holder's TTL runs out).
 
+pub mod consistency;
 pub mod error;
 pub mod keys;
 pub mod queue;
