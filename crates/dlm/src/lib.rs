@@ -24,6 +24,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Also in this crate: a task queue that never loses a task ([`queue`]: the
+//! seeds' sorted-set queue, leases, retries, dead letters and a worker
+//! runtime) and lock-free consistency helpers ([`consistency`]: versioned
+//! compare-and-set, atomic stock).
+//!
 //! ## Keys
 //! The lock `NAME` is the key `dlm:lock:{NAME}` (prefix configurable with
 //! [`ClientBuilder::key_prefix`]); its fencing counter `dlm:lock:{NAME}:fence`
