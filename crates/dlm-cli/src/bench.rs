@@ -81,10 +81,10 @@ struct WorkerStats {
 }
 
 /// A small PRNG (splitmix64), enough to spread keys; no dependency needed.
-struct SplitMix(u64);
+pub(crate) struct SplitMix(pub(crate) u64);
 
 impl SplitMix {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -93,7 +93,7 @@ impl SplitMix {
     }
 }
 
-fn seed(worker: usize) -> u64 {
+pub(crate) fn seed(worker: usize) -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);

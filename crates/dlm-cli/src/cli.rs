@@ -19,7 +19,8 @@ Exit codes:
   2  usage error or invalid input
   3  Redis unavailable, backend or environment failure
   4  the lock was lost while `lock run`'s command ran
-  `lock run` otherwise exits with the command's code (128+N if killed by signal N)";
+  `lock run` otherwise exits with the command's code (128+N if killed by signal N);
+  `queue work` exits 127/126 when its command cannot be found / run";
 
 /// `dlm`: distributed locks on Redis from the shell.
 #[derive(Debug, Parser)]
@@ -113,7 +114,10 @@ pub enum Command {
     /// Acquire, release, extend and inspect locks; run a command under a lock.
     #[command(subcommand)]
     Lock(LockCommand),
-    /// Measure lock throughput and latency.
+    /// A reliable task queue: push, inspect, and work off tasks with a command.
+    #[command(subcommand)]
+    Queue(QueueCommand),
+    /// Measure lock and queue throughput and latency.
     #[command(subcommand)]
     Bench(BenchCommand),
     /// Show what a lock is for, on a private redis-server.
@@ -237,6 +241,36 @@ pub enum BenchCommand {
     /// Acquire/release throughput and latency. Without --redis (and
     /// DLM_REDIS_URL) it runs against a private redis-server it starts.
     Lock(BenchLockArgs),
+    /// Queue throughput (enqueue, process) and idle-worker pick-up latency.
+    /// Without --redis (and DLM_REDIS_URL) it runs against a private
+    /// redis-server it starts.
+    Queue(BenchQueueArgs),
+}
+
+/// `dlm bench queue`
+#[derive(Debug, Clone, Args)]
+pub struct BenchQueueArgs {
+    /// How many tasks to enqueue and process.
+    #[arg(long, value_name = "N", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub tasks: u64,
+    /// How many tasks the worker runs at once.
+    #[arg(long, value_name = "C", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub concurrency: u32,
+    /// How many tasks one enqueue call carries.
+    #[arg(long, value_name = "B", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub batch: u32,
+    /// Samples of the idle-start phase.
+    #[arg(long, value_name = "N", default_value_t = 200,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub idle_samples: u32,
+    /// In the idle-start phase, do not push the extra wake-up marker after
+    /// each task that works around the worker's abandoned-BLPOP defect (each
+    /// sample then takes up to the worker's idle wait, 1 s).
+    #[arg(long)]
+    pub raw_wakeups: bool,
 }
 
 /// What a lock benchmark measures.
@@ -279,6 +313,176 @@ pub struct BenchLockArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=9))]
     pub nodes: u32,
+}
+
+/// `dlm queue ...`
+#[derive(Debug, Subcommand)]
+pub enum QueueCommand {
+    /// Enqueue tasks (one call for all ids, each with the same payload).
+    ///
+    /// Prints one line per id: `added ID SCORE`, `kept ID` (already waiting
+    /// or in flight; kept as it was) or `replaced ID SCORE` (with --replace).
+    /// SCORE is the due time in ms since the epoch (Redis clock).
+    Push(PushArgs),
+    /// Show up to N due tasks without taking them (JSON lines, always).
+    Peek(ListArgs),
+    /// Take up to N due tasks out of the queue, without a lease (JSON lines,
+    /// always). A popped task is gone: use `queue work` for at-least-once.
+    Pop(ListArgs),
+    /// Remove a waiting task only if its due time still equals SCORE (as
+    /// peek printed it). Exit 1 when it was re-enqueued since or is absent.
+    Remove(RemoveArgs),
+    /// Show the queue's counts.
+    Stats(QueueArg),
+    /// Run a command once per task until stopped (SIGINT/SIGTERM: graceful).
+    ///
+    /// CMD gets the payload on stdin (empty when none) and DLM_QUEUE,
+    /// DLM_TASK_ID, DLM_TASK_ATTEMPT, DLM_TASK_SCORE and DLM_FENCE in its
+    /// environment; its stdout and stderr are dlm's. Exit status 0 acks the
+    /// task; anything else (or a signal) fails it: it is retried after a
+    /// backoff, and goes to the dead-letter set after --max-attempts. Each
+    /// CMD runs in its own process group. On SIGINT/SIGTERM no new task is
+    /// started; running ones get --grace to finish, then their process
+    /// groups are killed and their tasks given back at once; dlm then prints
+    /// a summary and exits 0. A dlm killed with SIGKILL leaves its commands
+    /// running; their tasks come back when their leases expire.
+    Work(WorkArgs),
+    /// Show up to N dead tasks, oldest death first (JSON lines, always).
+    Dead(DeadArgs),
+    /// Move dead tasks back to the queue, due now, attempts reset; prints how many.
+    Retry(RetryArgs),
+    /// Delete tasks for good; prints how many. Only `--dead` for now.
+    Purge(PurgeArgs),
+}
+
+/// The queue a command works on.
+#[derive(Debug, Clone, Args)]
+pub struct QueueArg {
+    /// The queue's name (1 to 1024 bytes); its keys are dlm:queue:{QUEUE}:*.
+    #[arg(value_name = "QUEUE", value_parser = parse_queue_name)]
+    pub queue: String,
+}
+
+/// `dlm queue push`
+#[derive(Debug, Clone, Args)]
+pub struct PushArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// The task ids (1 to 1024 bytes each; at most 10000).
+    #[arg(value_name = "ID", required = true, num_args = 1.., value_parser = parse_task_id)]
+    pub ids: Vec<String>,
+    /// Due this long from now (default: now; at most 365 days).
+    #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_delay, allow_hyphen_values = true)]
+    pub delay: Duration,
+    /// The payload, as given.
+    #[arg(long, value_name = "STR", conflicts_with = "payload_file")]
+    pub payload: Option<String>,
+    /// The payload, read from a file (`-`: stdin); any bytes.
+    #[arg(long, value_name = "F")]
+    pub payload_file: Option<std::path::PathBuf>,
+    /// Replace a task with the same id that is waiting or in flight (new due
+    /// time and payload); default: keep it.
+    #[arg(long)]
+    pub replace: bool,
+}
+
+/// `dlm queue peek | pop`
+#[derive(Debug, Clone, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// How many tasks at most (1 to 10000).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub count: u32,
+}
+
+/// `dlm queue dead`
+#[derive(Debug, Clone, Args)]
+pub struct DeadArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// How many tasks at most (1 to 10000).
+    #[arg(long, value_name = "N", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub count: u32,
+}
+
+/// `dlm queue remove`
+#[derive(Debug, Clone, Args)]
+pub struct RemoveArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// The task id.
+    #[arg(value_name = "ID", value_parser = parse_task_id)]
+    pub id: String,
+    /// The due time the task was seen with (peek's `score`).
+    #[arg(long, value_name = "S")]
+    pub score: u64,
+}
+
+/// `dlm queue retry`
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["ids", "all"])))]
+pub struct RetryArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// The dead tasks to retry (at most 10000).
+    #[arg(value_name = "ID", value_parser = parse_task_id)]
+    pub ids: Vec<String>,
+    /// Retry every dead task.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// `dlm queue purge`
+#[derive(Debug, Clone, Args)]
+pub struct PurgeArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// Delete every task in the dead-letter set (required).
+    #[arg(long, required = true)]
+    pub dead: bool,
+}
+
+/// `dlm queue work`
+#[derive(Debug, Clone, Args)]
+pub struct WorkArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// How many commands run at once (1 to 10000).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub concurrency: u32,
+    /// Lease of a claimed task (10ms to 7d), renewed every third of it while
+    /// its command runs: how long the task of a crashed dlm stays stuck.
+    #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_lease, allow_hyphen_values = true)]
+    pub lease: Duration,
+    /// Tries before a task goes to the dead-letter set (1 to 1000).
+    #[arg(long, value_name = "N", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_attempts: u32,
+    /// First pause before a retry (doubling per attempt, jittered, at most 10s
+    /// or this if larger).
+    #[arg(long, value_name = "D", default_value = "100ms", value_parser = parse_retry_base, allow_hyphen_values = true)]
+    pub retry_base: Duration,
+    /// After SIGINT/SIGTERM, how long running commands may finish before they
+    /// are killed and their tasks given back.
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_grace, allow_hyphen_values = true)]
+    pub grace: Duration,
+    /// Exit 0 once nothing is waiting, due later or in flight.
+    #[arg(long)]
+    pub exit_when_empty: bool,
+    /// The command and its arguments, after `--`.
+    #[arg(value_name = "CMD", last = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
 }
 
 /// `dlm demo ...`
@@ -339,6 +543,53 @@ fn parse_bench_duration(s: &str) -> Result<Duration, String> {
 
 fn parse_warmup(s: &str) -> Result<Duration, String> {
     in_range(s, Duration::ZERO, Duration::from_secs(3600))
+}
+
+fn parse_delay(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::ZERO, dlm::queue::MAX_DELAY)
+}
+
+fn parse_lease(s: &str) -> Result<Duration, String> {
+    in_range(s, dlm::MIN_TTL, dlm::MAX_TTL)
+}
+
+fn parse_retry_base(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::from_millis(1), Duration::from_secs(24 * 3600))
+}
+
+fn parse_grace(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::ZERO, Duration::from_secs(24 * 3600))
+}
+
+fn parse_queue_name(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("the queue name must not be empty".into());
+    }
+    if s.len() > dlm::keys::MAX_NAME_LEN {
+        return Err(format!(
+            "the queue name is {} bytes, longer than {}",
+            s.len(),
+            dlm::keys::MAX_NAME_LEN
+        ));
+    }
+    if s.starts_with('}') {
+        return Err("the queue name must not start with '}'".into());
+    }
+    Ok(s.to_string())
+}
+
+fn parse_task_id(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("a task id must not be empty".into());
+    }
+    if s.len() > dlm::keys::MAX_NAME_LEN {
+        return Err(format!(
+            "the task id is {} bytes, longer than {}",
+            s.len(),
+            dlm::keys::MAX_NAME_LEN
+        ));
+    }
+    Ok(s.to_string())
 }
 
 fn parse_name(s: &str) -> Result<String, String> {

@@ -21,6 +21,9 @@ pub enum CliError {
     /// Bad usage found after parsing (clap reports its own errors itself).
     #[error("{0}")]
     Usage(String),
+    /// A normal "no" with its explanation (e.g. `queue remove` found another score).
+    #[error("{0}")]
+    No(String),
     /// The lock was lost while `lock run`'s command ran.
     #[error("lock {name} lost while the command ran")]
     Lost {
@@ -69,6 +72,7 @@ impl CliError {
         match self {
             CliError::Dlm(e) => dlm_exit_code(e),
             CliError::Usage(_) => EXIT_USAGE,
+            CliError::No(_) => EXIT_NO,
             CliError::Lost { .. } => EXIT_LOST,
             // As shells do: 127 command not found, 126 not executable.
             CliError::Spawn { source, .. } => match source.kind() {
@@ -85,7 +89,11 @@ impl CliError {
 pub fn dlm_exit_code(e: &dlm::Error) -> u8 {
     use dlm::Error as E;
     match e {
-        E::Busy { .. } | E::Expired { .. } | E::NotHeld { .. } | E::StaleFence { .. } => EXIT_NO,
+        E::Busy { .. }
+        | E::Expired { .. }
+        | E::NotHeld { .. }
+        | E::StaleFence { .. }
+        | E::LeaseLost { .. } => EXIT_NO,
         E::InvalidArgument { .. } => EXIT_USAGE,
         E::Lost { .. } => EXIT_LOST,
         E::Unavailable { .. } | E::Timeout(_) | E::Backend { .. } | E::NoQuorum { .. } => {
@@ -138,5 +146,14 @@ mod tests {
         assert_eq!(code(dlm::Error::Lost { name: name() }), 4);
         assert_eq!(CliError::Lost { name: name() }.exit_code(), 4);
         assert_eq!(CliError::Usage("x".into()).exit_code(), 2);
+        assert_eq!(CliError::No("x".into()).exit_code(), 1);
+        assert_eq!(
+            code(dlm::Error::LeaseLost {
+                queue: name(),
+                id: name(),
+                taken: true
+            }),
+            1
+        );
     }
 }

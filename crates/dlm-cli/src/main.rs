@@ -1,22 +1,26 @@
-//! `dlm`: distributed locks on Redis from the shell, a benchmark and a demo.
+//! `dlm`: distributed locks and a task queue on Redis from the shell,
+//! benchmarks and a demo.
 //!
 //! `main` only parses, dispatches and turns the outcome into an exit code;
 //! see [`cli`] for the commands and [`error`] for the exit codes.
 
 mod bench;
+mod bench_queue;
 mod cli;
 mod demo;
 mod error;
 mod lock_cmd;
 mod output;
+mod queue_cmd;
 mod run_cmd;
 mod stats;
 mod target;
+mod work_cmd;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::cli::{BenchCommand, Cli, Command, DemoCommand, Global, LockCommand};
+use crate::cli::{BenchCommand, Cli, Command, DemoCommand, Global, LockCommand, QueueCommand};
 use crate::error::CliError;
 
 fn main() -> ExitCode {
@@ -66,7 +70,17 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Lock(LockCommand::Extend(a)) => lock_cmd::extend(global, &a).await,
         Command::Lock(LockCommand::Status(a)) => lock_cmd::status(global, &a).await,
         Command::Lock(LockCommand::Run(a)) => run_cmd::run(global, &a).await,
+        Command::Queue(QueueCommand::Push(a)) => queue_cmd::push(global, &a).await,
+        Command::Queue(QueueCommand::Peek(a)) => queue_cmd::list(global, &a, false).await,
+        Command::Queue(QueueCommand::Pop(a)) => queue_cmd::list(global, &a, true).await,
+        Command::Queue(QueueCommand::Remove(a)) => queue_cmd::remove(global, &a).await,
+        Command::Queue(QueueCommand::Stats(a)) => queue_cmd::stats(global, &a).await,
+        Command::Queue(QueueCommand::Work(a)) => work_cmd::work(global, &a).await,
+        Command::Queue(QueueCommand::Dead(a)) => queue_cmd::dead(global, &a).await,
+        Command::Queue(QueueCommand::Retry(a)) => queue_cmd::retry(global, &a).await,
+        Command::Queue(QueueCommand::Purge(a)) => queue_cmd::purge(global, &a).await,
         Command::Bench(BenchCommand::Lock(a)) => bench::bench_lock(global, &a).await,
+        Command::Bench(BenchCommand::Queue(a)) => bench_queue::bench_queue(global, &a).await,
         Command::Demo(DemoCommand::Lock) => demo::demo_lock(global).await,
         Command::Demo(DemoCommand::IncrementKey { key }) => demo::increment_key(global, &key).await,
     }

@@ -20,15 +20,16 @@ use crate::target::connect_nodes;
 /// How long CMD gets to exit after SIGTERM (lock lost) before SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(10);
 
-/// The signals `dlm` catches and forwards to its command.
-struct Signals {
+/// The signals `dlm` catches (and `lock run` forwards to its command).
+pub struct Signals {
     int: Signal,
     term: Signal,
     hup: Signal,
 }
 
 impl Signals {
-    fn install() -> Result<Self, CliError> {
+    /// Catch SIGINT, SIGTERM and SIGHUP from now on.
+    pub fn install() -> Result<Self, CliError> {
         let on = |kind| signal(kind).map_err(CliError::io("installing signal handlers"));
         Ok(Signals {
             int: on(SignalKind::interrupt())?,
@@ -38,7 +39,7 @@ impl Signals {
     }
 
     /// The next signal received (its number).
-    async fn recv(&mut self) -> libc::c_int {
+    pub async fn recv(&mut self) -> libc::c_int {
         tokio::select! {
             Some(()) = self.int.recv() => libc::SIGINT,
             Some(()) = self.term.recv() => libc::SIGTERM,

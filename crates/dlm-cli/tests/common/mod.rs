@@ -197,3 +197,18 @@ pub fn status_json(server: &RedisServer, name: &str) -> serde_json::Value {
     assert_eq!(r.code(), 0, "status failed: {}", r.stderr);
     serde_json::from_str(r.stdout.trim()).expect("status prints JSON")
 }
+
+/// `dlm --json queue stats QUEUE` parsed.
+pub fn queue_stats(server: &RedisServer, queue: &str) -> serde_json::Value {
+    let r = run_on(server, &["--json", "queue", "stats", queue]);
+    assert_eq!(r.code(), 0, "queue stats failed: {}", r.stderr);
+    serde_json::from_str(r.stdout.trim()).expect("stats prints JSON")
+}
+
+/// Every stdout line of `r` parsed as JSON.
+pub fn json_lines(r: &Run) -> Vec<serde_json::Value> {
+    r.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+        .collect()
+}

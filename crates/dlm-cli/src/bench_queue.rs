@@ -1,0 +1,377 @@
+//! `dlm bench queue`: the queue's throughput and an idle worker's pick-up
+//! latency, in three phases on a fresh queue `bench:<random>`.
+//!
+//! * `enqueue`: N tasks with payload `{"i":<n>}`, B per enqueue call, a few
+//!   calls in flight at once; also the Redis memory per waiting task
+//!   (`used_memory` after − before, / N).
+//! * `process`: one [`dlm::queue::Worker`] with concurrency C and a no-op
+//!   handler drains them (claim, run, ack each).
+//! * `idle-start`: with that worker idle (blocked waiting for work), enqueue
+//!   one task at a time, 200 times, 1-5 ms apart, each handled and acked
+//!   before the next: the time from the start of the enqueue call to the
+//!   start of the handler (see [`idle_start`] for the wake-up marker that
+//!   `--raw-wakeups` leaves out).
+//!
+//! At the end the queue must show every task processed and nothing left
+//! (else exit 1); its keys are then deleted.
+
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use dlm::CancellationToken;
+use dlm::queue::{Enqueued, NewTask, OnDuplicate, Queue, WorkerOptions};
+use serde::Serialize;
+use tokio::task::JoinSet;
+
+use crate::bench::{SplitMix, seed};
+use crate::cli::{BenchQueueArgs, Global};
+use crate::error::{CliError, EXIT_OK, redis_err};
+use crate::output::{self, cell_us, human, us};
+use crate::stats::percentile;
+use crate::target::{Target, connect, raw_connection, redis_version};
+
+/// Enqueue calls in flight at once in the `enqueue` phase.
+const ENQUEUE_IN_FLIGHT: usize = 8;
+/// The lease of the benchmark's workers.
+const BENCH_LEASE: Duration = Duration::from_secs(30);
+/// The longest wait for one task in the `idle-start` phase.
+const IDLE_LIMIT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Serialize)]
+struct EnqueuePhase {
+    #[serde(rename = "impl")]
+    implementation: &'static str,
+    phase: &'static str,
+    tasks: u64,
+    secs: f64,
+    ops_per_s: f64,
+    mem_bytes_per_waiting_job: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct ProcessPhase {
+    #[serde(rename = "impl")]
+    implementation: &'static str,
+    phase: &'static str,
+    tasks: u64,
+    secs: f64,
+    ops_per_s: f64,
+    concurrency: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct IdleStartPhase {
+    #[serde(rename = "impl")]
+    implementation: &'static str,
+    phase: &'static str,
+    samples: usize,
+    p50_us: Option<u64>,
+    p99_us: Option<u64>,
+    /// Whether the extra wake-up marker of [`idle_start`] was pushed.
+    wake_marker: bool,
+}
+
+fn rate(n: u64, secs: f64) -> f64 {
+    if secs > 0.0 { n as f64 / secs } else { 0.0 }
+}
+
+fn failed(what: &'static str, detail: impl Into<String>) -> CliError {
+    CliError::Io {
+        what,
+        source: std::io::Error::other(detail.into()),
+    }
+}
+
+/// `used_memory` from `INFO memory`.
+async fn used_memory(conn: &mut redis::aio::MultiplexedConnection) -> Result<i64, CliError> {
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(conn)
+        .await
+        .map_err(redis_err)?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| failed("reading INFO memory", "no used_memory field"))
+}
+
+/// Enqueue tasks `0..n`, `batch` per call, [`ENQUEUE_IN_FLIGHT`] calls at once.
+async fn enqueue_all(queue: &Queue, n: u64, batch: u64) -> Result<(), CliError> {
+    let mut calls: JoinSet<Result<usize, dlm::Error>> = JoinSet::new();
+    let mut added = 0usize;
+    let mut next = 0u64;
+    loop {
+        while next < n && calls.len() < ENQUEUE_IN_FLIGHT {
+            let (lo, hi) = (next, (next + batch).min(n));
+            next = hi;
+            let queue = queue.clone();
+            calls.spawn(async move {
+                let tasks = (lo..hi)
+                    .map(|i| NewTask::new(format!("t{i}")).payload(format!("{{\"i\":{i}}}")));
+                let r = queue
+                    .enqueue(tasks, Duration::ZERO, OnDuplicate::Keep)
+                    .await?;
+                Ok(r.iter().filter(|e| matches!(e, Enqueued::Added(_))).count())
+            });
+        }
+        match calls.join_next().await {
+            None => break,
+            Some(Ok(r)) => added += r?,
+            Some(Err(e)) => return Err(failed("an enqueue task failed", e.to_string())),
+        }
+    }
+    if added as u64 != n {
+        return Err(failed(
+            "enqueueing",
+            format!("{added} of {n} tasks were added"),
+        ));
+    }
+    Ok(())
+}
+
+/// Check that `processed` tasks were acked and nothing is left.
+async fn check_drained(queue: &Queue, processed: u64) -> Result<(), CliError> {
+    let s = queue.stats().await?;
+    if s.processed != processed || !s.is_drained() || s.dead != 0 {
+        return Err(CliError::No(format!(
+            "the queue is not as expected after the benchmark: {s:?}, expected processed {processed} and nothing left"
+        )));
+    }
+    Ok(())
+}
+
+/// The queue's wake-up list (see the key schema in `dlm::queue`).
+fn signal_key(name: &str) -> String {
+    format!("{}{{{name}}}:signal", dlm::keys::DEFAULT_QUEUE_PREFIX)
+}
+
+/// The idle-start phase: one task at a time to an idle worker.
+///
+/// With `wake_marker`, one extra wake-up marker is pushed after each task is
+/// acked. It works around a worker defect: when a task finishes while the
+/// worker blocks in `BLPOP`, the worker drops that call but Redis keeps it
+/// blocked on the shared connection, so the next enqueue's marker goes to
+/// the abandoned call and the worker's next wait sleeps its full idle wait
+/// (1 s). The extra marker releases the abandoned call (or, without the
+/// defect, wakes the worker once for nothing before the next sample starts).
+async fn idle_start(
+    queue: &Queue,
+    raw: &mut redis::aio::MultiplexedConnection,
+    concurrency: u32,
+    base: u64,
+    samples_wanted: usize,
+    wake_marker: bool,
+) -> Result<Vec<u64>, CliError> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let stop = CancellationToken::new();
+    let worker = queue.worker(
+        WorkerOptions::new()
+            .concurrency(concurrency as usize)
+            .lease(BENCH_LEASE),
+    );
+    let handler = move |task: dlm::queue::Task| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send((task.id, Instant::now()));
+            Ok::<(), Infallible>(())
+        }
+    };
+    let running = tokio::spawn(worker.run(handler, stop.clone()));
+    // Let it find the queue empty and block.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let mut rng = SplitMix(seed(0));
+    let mut samples = Vec::with_capacity(samples_wanted);
+    let signal = signal_key(queue.name());
+    let result: Result<(), CliError> = async {
+        for k in 0..samples_wanted {
+            tokio::time::sleep(Duration::from_micros(1000 + rng.next() % 4001)).await;
+            let id = format!("idle{k}");
+            let start = Instant::now();
+            queue.push(id.as_str()).await?;
+            let (got, at) = tokio::time::timeout(IDLE_LIMIT, rx.recv())
+                .await
+                .map_err(|_| failed("idle-start", format!("task {id} not handled in 10s")))?
+                .ok_or_else(|| failed("idle-start", "the worker stopped"))?;
+            if got != id {
+                return Err(failed("idle-start", format!("got {got}, expected {id}")));
+            }
+            samples.push(us(at.saturating_duration_since(start)));
+            // Handled means acked: wait for the ack before the next one.
+            let want = base + k as u64 + 1;
+            let deadline = Instant::now() + IDLE_LIMIT;
+            while queue.stats().await?.processed < want {
+                if Instant::now() > deadline {
+                    return Err(failed("idle-start", format!("task {id} not acked in 10s")));
+                }
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            if wake_marker {
+                redis::cmd("LPUSH")
+                    .arg(&signal)
+                    .arg("1")
+                    .query_async::<i64>(raw)
+                    .await
+                    .map_err(redis_err)?;
+            }
+        }
+        Ok(())
+    }
+    .await;
+    stop.cancel();
+    match running.await {
+        Ok(r) => {
+            r?;
+        }
+        Err(e) => return Err(failed("the idle worker failed", e.to_string())),
+    }
+    result?;
+    samples.sort_unstable();
+    Ok(samples)
+}
+
+/// Delete the benchmark queue's keys.
+async fn cleanup(conn: &mut redis::aio::MultiplexedConnection, name: &str) {
+    let mut del = redis::cmd("DEL");
+    for suffix in [
+        "waiting", "payload", "inflight", "lease", "attempts", "dead", "errors", "fence", "stats",
+        "signal",
+    ] {
+        del.arg(format!(
+            "{}{{{name}}}:{suffix}",
+            dlm::keys::DEFAULT_QUEUE_PREFIX
+        ));
+    }
+    if let Err(e) = del.query_async::<i64>(conn).await {
+        tracing::warn!(error = %e, "could not delete the benchmark queue's keys");
+    }
+}
+
+/// `dlm bench queue`.
+pub async fn bench_queue(global: &Global, args: &BenchQueueArgs) -> Result<u8, CliError> {
+    if global.redis.len() > 1 {
+        return Err(CliError::Usage(
+            "queues live on one Redis: give a single --redis URL, not several".into(),
+        ));
+    }
+    let target = Target::given_or_private(global).await?;
+    let version = redis_version(&target.url, global.timeout).await;
+    let client = connect(&target.url, global.timeout).await?;
+    let mut raw = raw_connection(&target.url, global.timeout).await?;
+    let name = format!("bench:{:016x}", SplitMix(seed(1)).next());
+    let queue = client.queue(name.clone());
+    let result = phases(global, args, &queue, &mut raw, &target, version).await;
+    // The benchmark's tasks are disposable, whatever happened.
+    cleanup(&mut raw, &name).await;
+    drop(target);
+    result
+}
+
+async fn phases(
+    global: &Global,
+    args: &BenchQueueArgs,
+    queue: &Queue,
+    raw: &mut redis::aio::MultiplexedConnection,
+    target: &Target,
+    version: Option<String>,
+) -> Result<u8, CliError> {
+    let name = queue.name();
+    let n = args.tasks;
+    if !global.json {
+        output::line_out(&format!(
+            "dlm bench queue: {n} tasks, batch {}, concurrency {}, queue {name}\nredis-server {} ({})",
+            args.batch,
+            args.concurrency,
+            version.as_deref().unwrap_or("version unknown"),
+            target.describe(),
+        ))?;
+    }
+
+    let before = used_memory(raw).await?;
+    let start = Instant::now();
+    enqueue_all(queue, n, u64::from(args.batch)).await?;
+    let secs = start.elapsed().as_secs_f64();
+    let after = used_memory(raw).await?;
+    let enqueue = EnqueuePhase {
+        implementation: "dlm",
+        phase: "enqueue",
+        tasks: n,
+        secs,
+        ops_per_s: rate(n, secs),
+        mem_bytes_per_waiting_job: (after - before) as f64 / n as f64,
+    };
+    output::emit(global.json, &enqueue, || {
+        format!(
+            "enqueue     {n} tasks in {}: {:.0} tasks/s, {:.0} bytes of Redis memory per waiting task",
+            human(Duration::from_secs_f64(secs)),
+            enqueue.ops_per_s,
+            enqueue.mem_bytes_per_waiting_job
+        )
+    })?;
+
+    let start = Instant::now();
+    let report = queue
+        .worker(
+            WorkerOptions::new()
+                .concurrency(args.concurrency as usize)
+                .lease(BENCH_LEASE)
+                .exit_when_empty(true),
+        )
+        .run(
+            |_task| async { Ok::<(), Infallible>(()) },
+            CancellationToken::new(),
+        )
+        .await?;
+    let secs = start.elapsed().as_secs_f64();
+    if report.acked != n {
+        return Err(CliError::No(format!(
+            "the worker acked {} of {n} tasks: {report:?}",
+            report.acked
+        )));
+    }
+    check_drained(queue, n).await?;
+    let process = ProcessPhase {
+        implementation: "dlm",
+        phase: "process",
+        tasks: n,
+        secs,
+        ops_per_s: rate(n, secs),
+        concurrency: args.concurrency,
+    };
+    output::emit(global.json, &process, || {
+        format!(
+            "process     {n} tasks in {}: {:.0} tasks/s with concurrency {}",
+            human(Duration::from_secs_f64(secs)),
+            process.ops_per_s,
+            args.concurrency
+        )
+    })?;
+
+    let samples = idle_start(
+        queue,
+        raw,
+        args.concurrency,
+        n,
+        args.idle_samples as usize,
+        !args.raw_wakeups,
+    )
+    .await?;
+    check_drained(queue, n + u64::from(args.idle_samples)).await?;
+    let idle = IdleStartPhase {
+        implementation: "dlm",
+        phase: "idle-start",
+        samples: samples.len(),
+        p50_us: percentile(&samples, 50.0),
+        p99_us: percentile(&samples, 99.0),
+        wake_marker: !args.raw_wakeups,
+    };
+    output::emit(global.json, &idle, || {
+        format!(
+            "idle-start  {} samples, enqueue to handler start: p50 {}, p99 {}",
+            idle.samples,
+            cell_us(idle.p50_us),
+            cell_us(idle.p99_us)
+        )
+    })?;
+    Ok(EXIT_OK)
+}
