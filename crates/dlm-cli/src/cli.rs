@@ -15,7 +15,8 @@ pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 const EXIT_CODES: &str = "\
 Exit codes:
   0  success
-  1  a normal \"no\": not acquired before the deadline, not the holder, expired
+  1  a normal \"no\": not acquired before the deadline, not the holder, expired,
+     a queue task not removed (its score changed or it is not waiting)
   2  usage error or invalid input
   3  Redis unavailable, backend or environment failure
   4  the lock was lost while `lock run`'s command ran
@@ -30,7 +31,8 @@ pub struct Cli {
     /// (several separated by commas), else redis://127.0.0.1:6379; `bench`
     /// and `demo` start a private redis-server when neither is given. Given
     /// several times, every `lock` command is a Redlock over those
-    /// independent masters (exit 3 when no majority answers).
+    /// independent masters (exit 3 when no majority answers); `queue`
+    /// commands take a single one.
     #[arg(long = "redis", value_name = "URL", global = true, env = "DLM_REDIS_URL",
           hide_env_values = true, action = ArgAction::Append)]
     pub redis: Vec<String>,
@@ -343,9 +345,11 @@ pub enum QueueCommand {
     /// backoff, and goes to the dead-letter set after --max-attempts. Each
     /// CMD runs in its own process group. On SIGINT/SIGTERM no new task is
     /// started; running ones get --grace to finish, then their process
-    /// groups are killed and their tasks given back at once; dlm then prints
-    /// a summary and exits 0. A dlm killed with SIGKILL leaves its commands
-    /// running; their tasks come back when their leases expire.
+    /// groups are killed and their tasks given back at once (further signals
+    /// are ignored meanwhile); dlm then prints a summary as its last line on
+    /// stdout and exits 0. A dlm killed with SIGKILL leaves its commands
+    /// running; their tasks come back when their leases expire and may run
+    /// twice (at-least-once).
     Work(WorkArgs),
     /// Show up to N dead tasks, oldest death first (JSON lines, always).
     Dead(DeadArgs),
