@@ -9,8 +9,7 @@
 //! * `idle-start`: with that worker idle (blocked waiting for work), enqueue
 //!   one task at a time, 200 times, 1-5 ms apart, each handled and acked
 //!   before the next: the time from the start of the enqueue call to the
-//!   start of the handler (see [`idle_start`] for the wake-up marker that
-//!   `--raw-wakeups` leaves out).
+//!   start of the handler.
 //!
 //! At the end the queue must show every task processed and nothing left
 //! (else exit 1); its keys are then deleted.
@@ -67,8 +66,6 @@ struct IdleStartPhase {
     samples: usize,
     p50_us: Option<u64>,
     p99_us: Option<u64>,
-    /// Whether the extra wake-up marker of [`idle_start`] was pushed.
-    wake_marker: bool,
 }
 
 fn rate(n: u64, secs: f64) -> f64 {
@@ -140,27 +137,12 @@ async fn check_drained(queue: &Queue, processed: u64) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The queue's wake-up list (see the key schema in `dlm::queue`).
-fn signal_key(name: &str) -> String {
-    format!("{}{{{name}}}:signal", dlm::keys::DEFAULT_QUEUE_PREFIX)
-}
-
 /// The idle-start phase: one task at a time to an idle worker.
-///
-/// With `wake_marker`, one extra wake-up marker is pushed after each task is
-/// acked. It works around a worker defect: when a task finishes while the
-/// worker blocks in `BLPOP`, the worker drops that call but Redis keeps it
-/// blocked on the shared connection, so the next enqueue's marker goes to
-/// the abandoned call and the worker's next wait sleeps its full idle wait
-/// (1 s). The extra marker releases the abandoned call (or, without the
-/// defect, wakes the worker once for nothing before the next sample starts).
 async fn idle_start(
     queue: &Queue,
-    raw: &mut redis::aio::MultiplexedConnection,
     concurrency: u32,
     base: u64,
     samples_wanted: usize,
-    wake_marker: bool,
 ) -> Result<Vec<u64>, CliError> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
     let stop = CancellationToken::new();
@@ -182,7 +164,6 @@ async fn idle_start(
 
     let mut rng = SplitMix(seed(0));
     let mut samples = Vec::with_capacity(samples_wanted);
-    let signal = signal_key(queue.name());
     let result: Result<(), CliError> = async {
         for k in 0..samples_wanted {
             tokio::time::sleep(Duration::from_micros(1000 + rng.next() % 4001)).await;
@@ -205,14 +186,6 @@ async fn idle_start(
                     return Err(failed("idle-start", format!("task {id} not acked in 10s")));
                 }
                 tokio::time::sleep(Duration::from_micros(200)).await;
-            }
-            if wake_marker {
-                redis::cmd("LPUSH")
-                    .arg(&signal)
-                    .arg("1")
-                    .query_async::<i64>(raw)
-                    .await
-                    .map_err(redis_err)?;
             }
         }
         Ok(())
@@ -347,15 +320,7 @@ async fn phases(
         )
     })?;
 
-    let samples = idle_start(
-        queue,
-        raw,
-        args.concurrency,
-        n,
-        args.idle_samples as usize,
-        !args.raw_wakeups,
-    )
-    .await?;
+    let samples = idle_start(queue, args.concurrency, n, args.idle_samples as usize).await?;
     check_drained(queue, n + u64::from(args.idle_samples)).await?;
     let idle = IdleStartPhase {
         implementation: "dlm",
@@ -363,7 +328,6 @@ async fn phases(
         samples: samples.len(),
         p50_us: percentile(&samples, 50.0),
         p99_us: percentile(&samples, 99.0),
-        wake_marker: !args.raw_wakeups,
     };
     output::emit(global.json, &idle, || {
         format!(

@@ -268,11 +268,6 @@ pub struct BenchQueueArgs {
     #[arg(long, value_name = "N", default_value_t = 200,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub idle_samples: u32,
-    /// In the idle-start phase, do not push the extra wake-up marker after
-    /// each task that works around the worker's abandoned-BLPOP defect (each
-    /// sample then takes up to the worker's idle wait, 1 s).
-    #[arg(long)]
-    pub raw_wakeups: bool,
 }
 
 /// What a lock benchmark measures.
@@ -492,6 +487,11 @@ pub struct WorkArgs {
 /// `dlm demo ...`
 #[derive(Debug, Subcommand)]
 pub enum DemoCommand {
+    /// The flash sale: a crowd of buyers, a few phones, once per strategy
+    /// (naive, lock, redlock, optimistic, script, queue). Starts private
+    /// redis-servers unless --redis is given. Exit 0 only if every strategy
+    /// but naive sold exactly min(stock, buyers) and decided each order once.
+    Seckill(crate::seckill::SeckillArgs),
     /// Lost updates without a lock, none with one: tasks in one process,
     /// then processes with `dlm lock run`. Starts a private redis-server
     /// unless --redis is given.

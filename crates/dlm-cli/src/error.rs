@@ -93,7 +93,8 @@ pub fn dlm_exit_code(e: &dlm::Error) -> u8 {
         | E::Expired { .. }
         | E::NotHeld { .. }
         | E::StaleFence { .. }
-        | E::LeaseLost { .. } => EXIT_NO,
+        | E::LeaseLost { .. }
+        | E::Conflict { .. } => EXIT_NO,
         E::InvalidArgument { .. } => EXIT_USAGE,
         E::Lost { .. } => EXIT_LOST,
         E::Unavailable { .. } | E::Timeout(_) | E::Backend { .. } | E::NoQuorum { .. } => {

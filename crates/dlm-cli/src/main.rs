@@ -13,6 +13,7 @@ mod lock_cmd;
 mod output;
 mod queue_cmd;
 mod run_cmd;
+mod seckill;
 mod stats;
 mod target;
 mod work_cmd;
@@ -81,6 +82,7 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Queue(QueueCommand::Purge(a)) => queue_cmd::purge(global, &a).await,
         Command::Bench(BenchCommand::Lock(a)) => bench::bench_lock(global, &a).await,
         Command::Bench(BenchCommand::Queue(a)) => bench_queue::bench_queue(global, &a).await,
+        Command::Demo(DemoCommand::Seckill(args)) => seckill::run(global, &args).await,
         Command::Demo(DemoCommand::Lock) => demo::demo_lock(global).await,
         Command::Demo(DemoCommand::IncrementKey { key }) => demo::increment_key(global, &key).await,
     }

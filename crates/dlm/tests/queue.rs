@@ -554,3 +554,49 @@ async fn bad_queue_input_is_an_invalid_argument() -> TestResult {
     ));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_finishing_while_the_worker_idles_does_not_swallow_the_next_wake_up() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let q = c.queue("swallow");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(
+        q.worker(WorkerOptions::new().idle_wait(Duration::from_secs(30)))
+            .run(
+                move |task| {
+                    let tx = tx.clone();
+                    async move {
+                        let _ = tx.send(task.id.clone());
+                        if task.id == "slow" {
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                        }
+                        Ok::<(), String>(())
+                    }
+                },
+                stop.clone(),
+            ),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    q.push("slow").await?;
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(5), rx.recv()).await?,
+        Some("slow".into())
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await; // "slow" finished while the worker idled
+    let t0 = Instant::now();
+    q.push("next").await?;
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(10), rx.recv()).await?,
+        Some("next".into())
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "woken by the enqueue: {:?}",
+        t0.elapsed()
+    );
+    stop.cancel();
+    worker.await??;
+    Ok(())
+}

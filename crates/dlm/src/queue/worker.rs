@@ -254,15 +254,22 @@ impl Worker {
                         _ => {}
                     }
                 }
-                let wait = claimed
+                let mut wait = claimed
                     .next_due
                     .map_or(self.opts.idle_wait, |d| d.min(self.opts.idle_wait))
                     .max(Duration::from_millis(1));
+                if self.opts.exit_when_empty && !tasks.is_empty() {
+                    // Notice soon when the last running task drains the queue.
+                    wait = wait.min(Duration::from_millis(50));
+                }
                 if !claimed.next_due.is_some_and(|d| d.is_zero()) {
+                    // Only shutdown may cut the blocking wait short: a BLPOP dropped
+                    // mid-call stays blocked in Redis and would swallow the next
+                    // wake-up. Finished tasks are counted on the next turn; new work
+                    // (enqueue, nack, a task given back) pushes a wake-up marker.
                     tokio::select! {
                         _ = shutdown.cancelled() => break,
                         _ = idle.wait(wait) => {}
-                        Some(done) = tasks.join_next() => count(&mut report, done),
                     }
                 }
             }
@@ -319,7 +326,11 @@ where
     Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
     E: Display + Send + 'static,
 {
-    let result = tokio::spawn(handler(task.clone())).await;
+    // The handler runs in its own task so that a panic is a failure, not a
+    // crash; aborting this future (shutdown after the grace period) aborts it too.
+    let handle = tokio::spawn(handler(task.clone()));
+    let _abort = AbortOnDrop(handle.abort_handle());
+    let result = handle.await;
     let error = match result {
         Ok(Ok(())) => None,
         Ok(Err(e)) => Some(e.to_string()),
@@ -329,6 +340,14 @@ where
     let outcome = settle(queue, &task, error.as_deref()).await;
     lock_running(running).remove(&task.id);
     outcome
+}
+
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Ack or nack, retrying transient errors for a while (the lease is the limit).
@@ -394,7 +413,13 @@ async fn heartbeat(
             let refs: Vec<(&str, Fence)> = chunk.iter().map(|(id, f)| (id.as_str(), *f)).collect();
             match queue.extend_many(&refs, lease).await {
                 Ok(codes) => {
-                    let lost = codes.iter().filter(|c| **c != 1).count();
+                    // A task settled while the renewal was on its way is not a loss.
+                    let still = lock_running(&running);
+                    let lost = chunk
+                        .iter()
+                        .zip(&codes)
+                        .filter(|((id, f), code)| **code != 1 && still.get(id) == Some(f))
+                        .count();
                     if lost > 0 {
                         tracing::warn!(queue = %queue.name(), lost, "leases lost at renewal");
                     }
