@@ -315,11 +315,7 @@ impl Ctx {
         // One multiplexed connection; each buyer's task sends its own commands on it.
         let shared = raw_connection(&self.url, self.timeout).await?;
         for buyer in 0..self.args.buyers {
-            let permit = gate
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| CliError::Usage("buyer gate closed".into()))?;
+            let permit = next_buyer(&gate).await?;
             let client = self.client.clone();
             let redlock = redlock.clone();
             let retries = retries.clone();
@@ -390,11 +386,7 @@ impl Ctx {
         let gate = Arc::new(Semaphore::new(self.args.concurrency as usize));
         let mut producers = tokio::task::JoinSet::new();
         for buyer in 0..self.args.buyers {
-            let permit = gate
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| CliError::Usage("buyer gate closed".into()))?;
+            let permit = next_buyer(&gate).await?;
             let (queue, enqueued_at) = (queue.clone(), enqueued_at.clone());
             producers.spawn(async move {
                 let id = format!("order-{buyer}");
@@ -466,6 +458,14 @@ impl Ctx {
         let lat = results.iter().map(|(_, us)| *us).collect();
         Ok((buys, lat))
     }
+}
+
+/// Wait until fewer than `--concurrency` buyers are in flight.
+async fn next_buyer(gate: &Arc<Semaphore>) -> Result<tokio::sync::OwnedSemaphorePermit, CliError> {
+    gate.clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| CliError::Usage("buyer gate closed".into()))
 }
 
 /// One buyer's attempt to buy one phone.
