@@ -33,7 +33,7 @@ const DISTINCT_KEYS: u64 = 1_000_000;
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
     #[serde(rename = "impl")]
-    implementation: &'static str,
+    pub(crate) implementation: &'static str,
     mode: &'static str,
     concurrency: u32,
     ops: u64,
@@ -179,8 +179,13 @@ async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
 }
 
 /// `dlm bench lock`.
-pub async fn bench_lock(global: &Global, args: &BenchLockArgs) -> Result<u8, CliError> {
-    let target = Target::given_or_private_many(global, args.nodes as usize).await?;
+pub async fn bench_lock(
+    global: &Global,
+    args: &BenchLockArgs,
+    default_nodes: u32,
+) -> Result<u8, CliError> {
+    let nodes = args.nodes.unwrap_or(default_nodes) as usize;
+    let target = Target::given_or_private_many(global, nodes).await?;
     let version = redis_version(&target.url, global.timeout).await;
     let client = connect_nodes(&target.urls, global.timeout).await?;
     if !global.json {
@@ -230,8 +235,92 @@ pub async fn bench_lock(global: &Global, args: &BenchLockArgs) -> Result<u8, Cli
     report.nodes = target.urls.len();
     drop(shared);
     output::emit(global.json, &report, || table(&report))?;
+    if args.baseline && args.mode == BenchMode::Distinct {
+        let mut raw = raw_distinct(&target.url, global.timeout, args).await?;
+        raw.redis_version = report.redis_version.clone();
+        output::emit(global.json, &raw, || table(&raw))?;
+    }
     drop(target);
     Ok(EXIT_OK)
+}
+
+/// The raw baseline: the same distinct-key work with plain commands through
+/// the `redis` crate on one multiplexed connection, without dlm.
+async fn raw_distinct(
+    url: &str,
+    timeout: Duration,
+    args: &BenchLockArgs,
+) -> Result<BenchReport, CliError> {
+    static RELEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+        redis::Script::new(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+        )
+    });
+    let conn = crate::target::raw_connection(url, timeout).await?;
+    let begin = Instant::now();
+    let (from, until) = (begin + args.warmup, begin + args.warmup + args.duration);
+    let workers: Vec<_> = (0..args.concurrency as usize)
+        .map(|id| {
+            let mut conn = conn.clone();
+            tokio::spawn(async move {
+                let mut st = WorkerStats::default();
+                let mut rng = SplitMix(seed(id));
+                loop {
+                    let start = Instant::now();
+                    if start >= until {
+                        return st;
+                    }
+                    let measured = start >= from;
+                    let key = format!("bench:lock:{}", rng.next() % DISTINCT_KEYS);
+                    let token = format!("{:016x}{:016x}", rng.next(), rng.next());
+                    let set: redis::RedisResult<Option<String>> = redis::cmd("SET")
+                        .arg(&key)
+                        .arg(&token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(30_000)
+                        .query_async(&mut conn)
+                        .await;
+                    if measured {
+                        st.attempts += 1;
+                    }
+                    match set {
+                        Ok(Some(_)) => {}
+                        Ok(None) => {
+                            st.failed += u64::from(measured);
+                            continue;
+                        }
+                        Err(_) => {
+                            st.errors += u64::from(measured);
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    }
+                    let released: redis::RedisResult<i64> =
+                        RELEASE.key(&key).arg(&token).invoke_async(&mut conn).await;
+                    let done = Instant::now();
+                    match released {
+                        Ok(_) if measured && done <= until => {
+                            st.ops += 1;
+                            st.latencies_us.push(us(done - start));
+                        }
+                        Ok(_) => {}
+                        Err(_) => st.errors += u64::from(measured),
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(workers.len());
+    for w in workers {
+        all.push(w.await.map_err(|e| CliError::Io {
+            what: "a benchmark task failed",
+            source: std::io::Error::other(e),
+        })?);
+    }
+    let mut report = summarize(args, &all, 0, None);
+    report.implementation = "redis-rs-raw";
+    Ok(report)
 }
 
 fn summarize(

@@ -41,7 +41,13 @@ struct EnqueuePhase {
     #[serde(rename = "impl")]
     implementation: &'static str,
     phase: &'static str,
+    /// The phase again, under the name the peer harness reads.
+    mode: &'static str,
+    /// Enqueue calls in flight at once.
+    concurrency: usize,
     tasks: u64,
+    /// `tasks`, under the name the peer harness reads.
+    ops: u64,
     secs: f64,
     ops_per_s: f64,
     mem_bytes_per_waiting_job: f64,
@@ -52,7 +58,11 @@ struct ProcessPhase {
     #[serde(rename = "impl")]
     implementation: &'static str,
     phase: &'static str,
+    /// The phase again, under the name the peer harness reads.
+    mode: &'static str,
     tasks: u64,
+    /// `tasks`, under the name the peer harness reads.
+    ops: u64,
     secs: f64,
     ops_per_s: f64,
     concurrency: u32,
@@ -63,7 +73,17 @@ struct IdleStartPhase {
     #[serde(rename = "impl")]
     implementation: &'static str,
     phase: &'static str,
+    /// The phase again, under the name the peer harness reads.
+    mode: &'static str,
+    /// One task at a time.
+    concurrency: u32,
     samples: usize,
+    /// `samples`, under the name the peer harness reads.
+    ops: usize,
+    /// Wall time of the phase.
+    secs: f64,
+    /// Samples per second (one at a time, with pauses: not a throughput).
+    ops_per_s: f64,
     p50_us: Option<u64>,
     p99_us: Option<u64>,
 }
@@ -268,7 +288,10 @@ async fn phases(
     let enqueue = EnqueuePhase {
         implementation: "dlm",
         phase: "enqueue",
+        mode: "enqueue",
+        concurrency: ENQUEUE_IN_FLIGHT,
         tasks: n,
+        ops: n,
         secs,
         ops_per_s: rate(n, secs),
         mem_bytes_per_waiting_job: (after - before) as f64 / n as f64,
@@ -306,7 +329,9 @@ async fn phases(
     let process = ProcessPhase {
         implementation: "dlm",
         phase: "process",
+        mode: "process",
         tasks: n,
+        ops: n,
         secs,
         ops_per_s: rate(n, secs),
         concurrency: args.concurrency,
@@ -320,12 +345,19 @@ async fn phases(
         )
     })?;
 
+    let idle_began = Instant::now();
     let samples = idle_start(queue, args.concurrency, n, args.idle_samples as usize).await?;
+    let idle_secs = idle_began.elapsed().as_secs_f64();
     check_drained(queue, n + u64::from(args.idle_samples)).await?;
     let idle = IdleStartPhase {
         implementation: "dlm",
         phase: "idle-start",
+        mode: "idle-start",
+        concurrency: 1,
         samples: samples.len(),
+        ops: samples.len(),
+        secs: idle_secs,
+        ops_per_s: rate(samples.len() as u64, idle_secs),
         p50_us: percentile(&samples, 50.0),
         p99_us: percentile(&samples, 99.0),
     };

@@ -243,6 +243,9 @@ pub enum BenchCommand {
     /// Acquire/release throughput and latency. Without --redis (and
     /// DLM_REDIS_URL) it runs against a private redis-server it starts.
     Lock(BenchLockArgs),
+    /// `bench lock` over a Redlock of several private servers (default 5),
+    /// or of the several --redis URLs given.
+    Redlock(BenchLockArgs),
     /// Queue throughput (enqueue, process) and idle-worker pick-up latency.
     /// Without --redis (and DLM_REDIS_URL) it runs against a private
     /// redis-server it starts.
@@ -306,10 +309,15 @@ pub struct BenchLockArgs {
     #[arg(long, value_name = "W", default_value = "1s", value_parser = parse_warmup, allow_hyphen_values = true)]
     pub warmup: Duration,
     /// Without --redis: start this many private servers; more than one makes
-    /// the benchmark a Redlock over them.
-    #[arg(long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=9))]
-    pub nodes: u32,
+    /// the benchmark a Redlock over them (default 1 for `bench lock`, 5 for
+    /// `bench redlock`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=9))]
+    pub nodes: Option<u32>,
+    /// Also run the same work with raw Redis commands through the `redis`
+    /// crate (SET NX PX, then a compare-and-delete script), without dlm, and
+    /// print it as a second line (`"impl":"redis-rs-raw"`; distinct mode only).
+    #[arg(long)]
+    pub baseline: bool,
 }
 
 /// `dlm queue ...`

@@ -100,3 +100,42 @@ fn bench_runs_a_redlock_over_private_nodes() {
     assert!(v["ops"].as_u64().unwrap_or(0) > 0, "{v}");
     assert_eq!(v["violations"], 0);
 }
+
+#[test]
+fn bench_redlock_defaults_to_five_nodes_and_the_baseline_adds_a_raw_line() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_dlm"))
+            .env_remove("DLM_REDIS_URL")
+            .args(args)
+            .output()
+            .expect("run dlm");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json line"))
+            .collect::<Vec<_>>()
+    };
+    let short = [
+        "--concurrency",
+        "2",
+        "--duration",
+        "300ms",
+        "--warmup",
+        "100ms",
+    ];
+    let mut args = vec!["--json", "bench", "redlock"];
+    args.extend(short);
+    let lines = run(&args);
+    assert_eq!(lines[0]["nodes"], 5);
+    let mut args = vec!["--json", "bench", "lock", "--baseline"];
+    args.extend(short);
+    let lines = run(&args);
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["impl"], "dlm");
+    assert_eq!(lines[1]["impl"], "redis-rs-raw");
+    assert!(lines[1]["ops"].as_u64().unwrap_or(0) > 0);
+}
