@@ -5,15 +5,20 @@
 //! | what | key or channel |
 //! |---|---|
 //! | the lock (value = owner token, TTL = lease) | `dlm:lock:{NAME}` |
-//! | its fencing counter (never expires) | `dlm:lock:{NAME}:fence` |
 //! | its wake-up channel (published on release) | `dlm:lock:{NAME}:released` |
+//! | the fencing counter of its hash slot (never expires) | `dlm:lock:fence:{S}` |
 //!
-//! All three share the hash tag `{NAME}`, so they live in one Redis Cluster
-//! slot and one script can touch them. With a raw key ([`crate::Lock::raw_key`])
-//! the lock key is exactly `NAME`, as redis-py, node-redlock and redsync use
-//! it, and the companions become `dlm:fence:{T}:NAME` and `dlm:released:{T}:NAME`
-//! where `T` is the part of `NAME` Redis Cluster hashes (its own `{tag}` if it
-//! has one, else all of it), so they still share its slot.
+//! The lock key and channel carry the hash tag `{NAME}`. Fencing counters are
+//! kept **per Redis Cluster hash slot**, not per name: `S` is a short tag that
+//! hashes to the lock key's slot, so the acquire script still touches a
+//! single slot, there are never more than 16 384 counter keys however many
+//! distinct names are locked (a counter per name would leave one key behind
+//! for every name ever used), and the fence of each lock still strictly
+//! increases (the counters only grow; locks in one slot share the sequence).
+//! With a raw key ([`crate::Lock::raw_key`]) the lock key is exactly `NAME`,
+//! as redis-py, node-redlock and redsync use it, and the channel becomes
+//! `dlm:released:{T}:NAME` where `T` is the part of `NAME` Redis Cluster
+//! hashes (its own `{tag}` if it has one, else all of it).
 
 use crate::error::{Error, Result};
 
@@ -89,7 +94,7 @@ pub(crate) fn lock_keys(prefix: &str, name: &str, raw: bool) -> Result<LockKeys>
         }
         return Ok(LockKeys {
             lock: name.to_string(),
-            fence: format!("dlm:fence:{{{tag}}}:{name}"),
+            fence: fence_key(prefix, name),
             channel: format!("dlm:released:{{{tag}}}:{name}"),
         });
     }
@@ -101,10 +106,72 @@ pub(crate) fn lock_keys(prefix: &str, name: &str, raw: bool) -> Result<LockKeys>
     }
     let lock = format!("{prefix}{{{name}}}");
     Ok(LockKeys {
-        fence: format!("{lock}:fence"),
+        fence: fence_key(prefix, &lock),
         channel: format!("{lock}:released"),
         lock,
     })
+}
+
+/// The fencing counter for the slot of `lock_key`.
+fn fence_key(prefix: &str, lock_key: &str) -> String {
+    let tag = SLOT_TAGS
+        .get(usize::from(slot(lock_key)))
+        .map_or("", String::as_str);
+    format!("{prefix}fence:{{{tag}}}")
+}
+
+/// The Redis Cluster hash slot of `key` (CRC16/XMODEM of its tag, mod 16384).
+pub(crate) fn slot(key: &str) -> u16 {
+    crc16(cluster_tag(key).as_bytes()) % 16384
+}
+
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in data {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// For every slot, a short string that hashes to it (found once, by trying
+/// base-36 numbers in order; about 170 000 CRCs, a few milliseconds).
+static SLOT_TAGS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    let mut tags = vec![String::new(); 16384];
+    let mut missing = tags.len();
+    let mut n: u64 = 0;
+    while missing > 0 {
+        let tag = base36(n);
+        let s = usize::from(crc16(tag.as_bytes()) % 16384);
+        if let Some(slot) = tags.get_mut(s)
+            && slot.is_empty()
+        {
+            *slot = tag;
+            missing -= 1;
+        }
+        n += 1;
+    }
+    tags
+});
+
+fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// The default prefix of queue keys.
@@ -153,14 +220,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_keys_share_the_name_as_hash_tag() -> Result<()> {
+    fn crc16_and_slots_match_redis_cluster() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("somekey"), 11058);
+    }
+
+    #[test]
+    fn every_slot_has_a_tag_that_hashes_to_it() {
+        assert_eq!(SLOT_TAGS.len(), 16384);
+        for (s, tag) in SLOT_TAGS.iter().enumerate() {
+            assert_eq!(usize::from(crc16(tag.as_bytes()) % 16384), s);
+        }
+    }
+
+    #[test]
+    fn default_keys_share_one_slot() -> Result<()> {
         let k = lock_keys(DEFAULT_LOCK_PREFIX, "orders:42", false)?;
         assert_eq!(k.lock, "dlm:lock:{orders:42}");
-        assert_eq!(k.fence, "dlm:lock:{orders:42}:fence");
         assert_eq!(k.channel, "dlm:lock:{orders:42}:released");
-        for key in [&k.lock, &k.fence, &k.channel] {
-            assert_eq!(cluster_tag(key), "orders:42");
-        }
+        assert!(k.fence.starts_with("dlm:lock:fence:{"));
+        assert_eq!(cluster_tag(&k.lock), "orders:42");
+        assert_eq!(cluster_tag(&k.channel), "orders:42");
+        assert_eq!(slot(&k.fence), slot(&k.lock));
         Ok(())
     }
 
@@ -168,10 +252,10 @@ mod tests {
     fn raw_keys_keep_the_name_and_its_slot() -> Result<()> {
         let k = lock_keys(DEFAULT_LOCK_PREFIX, "resource", true)?;
         assert_eq!(k.lock, "resource");
-        assert_eq!(cluster_tag(&k.fence), "resource");
+        assert_eq!(slot(&k.fence), slot("resource"));
         let k = lock_keys(DEFAULT_LOCK_PREFIX, "a{user}b", true)?;
         assert_eq!(cluster_tag(&k.lock), "user");
-        assert_eq!(cluster_tag(&k.fence), "user");
+        assert_eq!(slot(&k.fence), slot("user"));
         assert_eq!(cluster_tag(&k.channel), "user");
         assert!(lock_keys(DEFAULT_LOCK_PREFIX, "x}y", true).is_err());
         Ok(())
@@ -180,8 +264,8 @@ mod tests {
     #[test]
     fn names_with_braces_still_share_one_slot() -> Result<()> {
         let k = lock_keys("p:", "a}b{c", false)?;
-        assert_eq!(cluster_tag(&k.lock), cluster_tag(&k.fence));
-        assert_eq!(cluster_tag(&k.lock), cluster_tag(&k.channel));
+        assert_eq!(slot(&k.lock), slot(&k.fence));
+        assert_eq!(slot(&k.lock), slot(&k.channel));
         Ok(())
     }
 

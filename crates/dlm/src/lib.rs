@@ -31,9 +31,11 @@
 //!
 //! ## Keys
 //! The lock `NAME` is the key `dlm:lock:{NAME}` (prefix configurable with
-//! [`ClientBuilder::key_prefix`]); its fencing counter `dlm:lock:{NAME}:fence`
-//! and release channel `dlm:lock:{NAME}:released` carry the same `{NAME}`
-//! hash tag, so every script touches one Redis Cluster slot. With
+//! [`ClientBuilder::key_prefix`]) and its release channel
+//! `dlm:lock:{NAME}:released`. Fencing counters live per Redis Cluster hash
+//! slot (`dlm:lock:fence:{S}` with `S` a tag of the lock key's slot), so every
+//! script touches one slot and locking ever more distinct names leaves no
+//! key behind per name (at most 16 384 counters). With
 //! [`Lock::raw_key`] the key is exactly `NAME`, which shares the lock with
 //! redis-py's `Lock`, node-redlock or redsync on the same key. See [`keys`].
 //!

@@ -151,8 +151,9 @@ pub struct LockStatus {
     pub held: bool,
     /// Its remaining TTL, when held with an expiry.
     pub ttl: Option<Duration>,
-    /// The last fencing token handed out (`None`: never acquired through dlm,
-    /// or a Redlock client, which hands out none).
+    /// The last fencing token handed out for the lock's hash slot: at least
+    /// this lock's last one (`None`: none yet, or a Redlock client, which
+    /// hands out none). See [`crate::keys`].
     pub fence: Option<Fence>,
 }
 
