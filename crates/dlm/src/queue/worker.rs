@@ -203,6 +203,7 @@ impl Worker {
             stop_heartbeat.clone(),
         ));
         let mut idle = Idle::new(&self.queue);
+        let (acks, acker) = Acks::spawn(self.queue.clone());
         let mut error_pause = Duration::from_millis(50);
 
         while !shutdown.is_cancelled() {
@@ -241,8 +242,9 @@ impl Worker {
                 lock_running(&running).insert(task.id.clone(), task.fence);
                 let (queue, handler, running) =
                     (self.queue.clone(), handler.clone(), running.clone());
+                let acks = acks.clone();
                 tasks.spawn(async move {
-                    let outcome = process(&queue, handler, task, &running).await;
+                    let outcome = process(&queue, acks, handler, task, &running).await;
                     drop(permit);
                     outcome
                 });
@@ -290,6 +292,8 @@ impl Worker {
         }
         stop_heartbeat.cancel();
         let _ = heartbeat.await;
+        drop(acks);
+        let _ = acker.await;
         let left: Vec<(String, Fence)> = lock_running(&running).drain().collect();
         if !left.is_empty() {
             let refs: Vec<(&str, Fence)> = left.iter().map(|(id, f)| (id.as_str(), *f)).collect();
@@ -317,6 +321,7 @@ fn count(report: &mut WorkerReport, done: std::result::Result<Outcome, tokio::ta
 /// Run the handler (isolated, so a panic is a failure, not a crash), then ack or nack.
 async fn process<F, Fut, E>(
     queue: &Queue,
+    acks: Acks,
     handler: Arc<F>,
     task: Task,
     running: &Running,
@@ -337,9 +342,76 @@ where
         Err(e) if e.is_panic() => Some("the handler panicked".to_string()),
         Err(_) => Some("the handler was cancelled".to_string()),
     };
-    let outcome = settle(queue, &task, error.as_deref()).await;
+    let outcome = settle(queue, &acks, &task, error.as_deref()).await;
     lock_running(running).remove(&task.id);
     outcome
+}
+
+/// Acks of finished tasks, batched: whatever accumulated while the previous
+/// batch was on its way goes in one script (at most 256), so a busy worker
+/// sends far fewer scripts than tasks and an idle one adds no delay.
+#[derive(Clone)]
+struct Acks(tokio::sync::mpsc::UnboundedSender<AckRequest>);
+
+struct AckRequest {
+    id: String,
+    fence: Fence,
+    reply: tokio::sync::oneshot::Sender<std::result::Result<i64, String>>,
+}
+
+impl Acks {
+    fn spawn(queue: Queue) -> (Acks, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (Acks(tx), tokio::spawn(ack_batches(queue, rx)))
+    }
+
+    /// 1 acked, 0 / -1 lease lost (see ack.lua).
+    async fn ack(&self, id: &str, fence: Fence) -> Result<i64> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let unavailable = |why: String| Error::Unavailable { source: why.into() };
+        self.0
+            .send(AckRequest {
+                id: id.to_string(),
+                fence,
+                reply,
+            })
+            .map_err(|_| unavailable("the ack batcher stopped".into()))?;
+        match answer.await {
+            Ok(Ok(code)) => Ok(code),
+            Ok(Err(why)) => Err(unavailable(why)),
+            Err(_) => Err(unavailable("the ack batcher stopped".into())),
+        }
+    }
+}
+
+async fn ack_batches(queue: Queue, mut rx: tokio::sync::mpsc::UnboundedReceiver<AckRequest>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < 256 {
+            match rx.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        let refs: Vec<(&str, Fence)> = batch.iter().map(|r| (r.id.as_str(), r.fence)).collect();
+        match queue.ack_many(&refs).await {
+            Ok(codes) if codes.len() == batch.len() => {
+                for (r, code) in batch.into_iter().zip(codes) {
+                    let _ = r.reply.send(Ok(code));
+                }
+            }
+            Ok(_) => {
+                for r in batch {
+                    let _ = r.reply.send(Err("short ack reply".into()));
+                }
+            }
+            Err(e) => {
+                for r in batch {
+                    let _ = r.reply.send(Err(format!("ack failed: {e}")));
+                }
+            }
+        }
+    }
 }
 
 struct AbortOnDrop(tokio::task::AbortHandle);
@@ -351,17 +423,14 @@ impl Drop for AbortOnDrop {
 }
 
 /// Ack or nack, retrying transient errors for a while (the lease is the limit).
-async fn settle(queue: &Queue, task: &Task, error: Option<&str>) -> Outcome {
+async fn settle(queue: &Queue, acks: &Acks, task: &Task, error: Option<&str>) -> Outcome {
     let mut pause = Duration::from_millis(20);
     loop {
         let result = match error {
-            None => queue
-                .ack_many(&[(&task.id, task.fence)])
-                .await
-                .map(|c| match c.first() {
-                    Some(1) => Outcome::Acked,
-                    _ => Outcome::Lost,
-                }),
+            None => acks.ack(&task.id, task.fence).await.map(|c| match c {
+                1 => Outcome::Acked,
+                _ => Outcome::Lost,
+            }),
             Some(e) => queue
                 .nack_raw(task, queue.backoff_for(task.attempt), e)
                 .await
