@@ -51,6 +51,8 @@ impl ConnectionLike for BoxedConnection {
 pub(crate) struct Backend {
     conn: Arc<dyn SharedConnection>,
     timeout: Duration,
+    /// The connection may be a cluster: multi-key scripts group keys by slot.
+    by_slot: bool,
 }
 
 impl std::fmt::Debug for Backend {
@@ -69,7 +71,20 @@ impl Backend {
         Backend {
             conn: Arc::new(conn),
             timeout,
+            by_slot: true,
         }
+    }
+
+    /// Known to be one standalone server (dlm opened it from a URL): multi-key
+    /// scripts need not group keys by hash slot.
+    pub(crate) fn standalone(mut self) -> Self {
+        self.by_slot = false;
+        self
+    }
+
+    /// Whether multi-key scripts must group keys by hash slot.
+    pub(crate) fn batch_by_slot(&self) -> bool {
+        self.by_slot
     }
 
     pub(crate) fn timeout(&self) -> Duration {

@@ -13,7 +13,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, LockKeys, validate_prefix};
 use crate::lock::nodes::{Nodes, Quorum};
-use crate::lock::{Held, LeaseState, Lock, Outcome, Wakeups};
+use crate::lock::{Held, LeaseState, Lock, Outcome, Renewer, Wakeups};
 use crate::token::Token;
 
 /// The default deadline of one call to Redis.
@@ -34,6 +34,8 @@ pub(crate) struct ClientInner {
     pub(crate) wakeups: Option<Arc<Wakeups>>,
     /// For dedicated connections (a worker's blocking wait), when known.
     pub(crate) redis: Option<redis::Client>,
+    /// Batched watchdog renewals (single Redis).
+    pub(crate) renewer: Arc<Renewer>,
     held: Mutex<HashMap<u64, HeldEntry>>,
     next_id: AtomicU64,
 }
@@ -260,7 +262,7 @@ impl ClientBuilder {
     pub async fn connect(self, url: &str) -> Result<Client> {
         self.validate()?;
         let client = open(url)?;
-        let backend = self.manager(client.clone()).await?;
+        let backend = self.manager(client.clone()).await?.standalone();
         let wakeups = Some(Wakeups::new(client.clone(), self.timeout));
         Ok(self.finish(Nodes::Single(backend), wakeups, Some(client)))
     }
@@ -292,6 +294,7 @@ impl ClientBuilder {
             inner: Arc::new(ClientInner {
                 nodes,
                 redis,
+                renewer: Renewer::new(),
                 prefix: self.prefix,
                 wakeups,
                 held: Mutex::new(HashMap::new()),

@@ -561,3 +561,50 @@ async fn many_distinct_names_leave_a_bounded_number_of_keys_behind() -> TestResu
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_watchdogs_renew_with_a_few_scripts_per_tick() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let mut guards = Vec::new();
+    for i in 0..2000 {
+        guards.push(
+            c.lock(format!("many:{i}"))
+                .acquire(&ttl(600).watchdog(true))
+                .await?,
+        );
+    }
+    let calls = |stats: String| -> u64 {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|v| v.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let mut conn = raw(&s).await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // renewals settle into shared batches
+    let before: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await; // 2.5 TTLs, ~7 renewals each
+    let after: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await?;
+    let scripts = calls(after) - calls(before);
+    println!("{scripts} renewal scripts");
+    // One script per 1000 locks per batch, a few batches per ttl/3: ~30, not 14 000.
+    assert!(
+        scripts < 150,
+        "{scripts} renewal scripts for 2000 locks over ~7 ticks"
+    );
+    for g in &guards {
+        assert!(!g.is_lost(), "{} lost", g.name());
+    }
+    let keys: i64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
+    assert!(keys >= 2000, "all 2000 locks still there after 2.5 TTLs");
+    let report = c.release_all().await;
+    assert_eq!(report.released, 2000);
+    Ok(())
+}

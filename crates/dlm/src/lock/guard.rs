@@ -26,7 +26,7 @@ pub(crate) fn drift(ttl: Duration) -> Duration {
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     valid_until: Mutex<Instant>,
-    lost: CancellationToken,
+    pub(crate) lost: CancellationToken,
 }
 
 impl LeaseState {
@@ -59,7 +59,7 @@ impl LeaseState {
         self.lost.cancel();
     }
 
-    fn is_lost(&self) -> bool {
+    pub(crate) fn is_lost(&self) -> bool {
         if self.lost.is_cancelled() {
             return true;
         }
@@ -197,7 +197,11 @@ impl std::fmt::Debug for LockGuard {
 impl LockGuard {
     pub(crate) fn new(held: Arc<Held>, ttl: Duration, watchdog: bool) -> Self {
         if watchdog {
-            tokio::spawn(run_watchdog(held.clone(), ttl));
+            if held.client.nodes.single().is_some() {
+                held.client.renewer.add(&held, ttl);
+            } else {
+                tokio::spawn(run_watchdog(held.clone(), ttl));
+            }
         }
         LockGuard {
             held,

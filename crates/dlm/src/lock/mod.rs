@@ -6,6 +6,7 @@
 mod guard;
 pub(crate) mod nodes;
 pub(crate) mod ops;
+mod renew;
 mod wait;
 
 use std::future::Future;
@@ -18,6 +19,7 @@ use tracing::Instrument;
 
 pub(crate) use guard::{Held, LeaseState, drift};
 pub use guard::{LockContext, LockGuard, LostSignal, Released};
+pub(crate) use renew::Renewer;
 pub(crate) use wait::{Wakeups, jittered};
 
 use crate::client::{Client, ClientInner};

@@ -1,0 +1,18 @@
+-- extend_many: a client's batched watchdog tick; extend each lock only if it is still ours.
+-- KEYS[i]      lock keys (on Redis Cluster the caller groups them by hash slot)
+-- ARGV[2i-1]   the owner token of KEYS[i]
+-- ARGV[2i]     the new TTL of KEYS[i] in milliseconds, from now
+-- Returns      per key: 1 extended, 0 the key is gone (expired), -1 held by another token
+local out = {}
+for i = 1, #KEYS do
+  local v = redis.call('GET', KEYS[i])
+  if v == ARGV[2 * i - 1] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+    out[i] = 1
+  elseif v == false then
+    out[i] = 0
+  else
+    out[i] = -1
+  end
+end
+return out
