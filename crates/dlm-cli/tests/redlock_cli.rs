@@ -139,3 +139,27 @@ fn bench_redlock_defaults_to_five_nodes_and_the_baseline_adds_a_raw_line() {
     assert_eq!(lines[1]["impl"], "redis-rs-raw");
     assert!(lines[1]["ops"].as_u64().unwrap_or(0) > 0);
 }
+
+#[test]
+fn dlm_redis_url_with_commas_is_a_redlock_too() {
+    let nodes = RedisServer::start_many(3).expect("3 servers");
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_dlm"))
+        .env("DLM_REDIS_URL", urls.join(","))
+        .args(["--json", "lock", "acquire", "env-job", "--ttl", "10s"])
+        .output()
+        .expect("run dlm");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(v["fence"].is_null(), "Redlock: {v}");
+    for n in &nodes {
+        assert_eq!(
+            n.command(&["GET", "dlm:lock:{env-job}"]).expect("GET"),
+            v["token"].as_str().expect("token")
+        );
+    }
+}
