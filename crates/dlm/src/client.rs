@@ -3,30 +3,19 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::keys::{DEFAULT_LOCK_PREFIX, LockKeys, validate_prefix};
+use crate::keys::{DEFAULT_LOCK_PREFIX, validate_prefix};
 use crate::lock::nodes::{Nodes, Quorum};
-use crate::lock::{Held, LeaseState, Lock, Outcome, Renewer, Wakeups};
-use crate::token::Token;
+use crate::lock::{Held, Lock, Outcome, Renewer, Wakeups};
 
 /// The default deadline of one call to Redis.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A held lock as the registry knows it (for [`Client::release_all`]).
-struct HeldEntry {
-    name: String,
-    keys: LockKeys,
-    token: Token,
-    lease: Arc<LeaseState>,
-    stop: CancellationToken,
-}
 
 pub(crate) struct ClientInner {
     pub(crate) nodes: Nodes,
@@ -36,7 +25,8 @@ pub(crate) struct ClientInner {
     pub(crate) redis: Option<redis::Client>,
     /// Batched watchdog renewals (single Redis).
     pub(crate) renewer: Arc<Renewer>,
-    held: Mutex<HashMap<u64, HeldEntry>>,
+    /// The locks this client holds (for [`Client::release_all`]).
+    held: Mutex<HashMap<u64, Weak<Held>>>,
     next_id: AtomicU64,
 }
 
@@ -45,24 +35,15 @@ impl ClientInner {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<u64, HeldEntry>> {
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Weak<Held>>> {
         match self.held.lock() {
             Ok(h) => h,
             Err(p) => p.into_inner(),
         }
     }
 
-    pub(crate) fn register(&self, held: &Held) {
-        self.held().insert(
-            held.id,
-            HeldEntry {
-                name: held.name.clone(),
-                keys: held.keys.clone(),
-                token: held.token.clone(),
-                lease: held.lease.clone(),
-                stop: held.stop.clone(),
-            },
-        );
+    pub(crate) fn register(&self, held: &Arc<Held>) {
+        self.held().insert(held.id, Arc::downgrade(held));
     }
 
     /// Forget a held lock; false when it was not registered any more.
@@ -174,9 +155,11 @@ impl ClientBuilder {
     }
 
     async fn manager(&self, client: redis::Client) -> Result<Backend> {
+        // Every call already runs under dlm's own deadline (Backend), so the
+        // manager gets no response timeout of its own: one timer per call.
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.timeout))
+            .set_response_timeout(None)
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
         let manager = match tokio::time::timeout(
@@ -359,7 +342,12 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn release_all(&self) -> ReleaseAll {
-        let entries: Vec<HeldEntry> = self.inner.held().drain().map(|(_, e)| e).collect();
+        let entries: Vec<Arc<Held>> = self
+            .inner
+            .held()
+            .drain()
+            .filter_map(|(_, e)| e.upgrade())
+            .collect();
         let nodes = &self.inner.nodes;
         let results = futures_util::future::join_all(entries.iter().map(|e| {
             e.stop.cancel();
