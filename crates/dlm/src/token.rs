@@ -20,7 +20,7 @@ const MAX_TOKEN_LEN: usize = 256;
 /// # Ok::<(), dlm::Error>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Token(String);
+pub struct Token(std::sync::Arc<str>);
 
 impl Token {
     /// A fresh random token (32 lowercase hex digits).
@@ -34,7 +34,7 @@ impl Token {
             s.push(char::from(HEX[usize::from(b >> 4)]));
             s.push(char::from(HEX[usize::from(b & 0xf)]));
         }
-        Ok(Token(s))
+        Ok(Token(s.into()))
     }
 
     /// The token as stored in Redis.
@@ -63,7 +63,7 @@ impl std::str::FromStr for Token {
                 format!("must be 1 to {MAX_TOKEN_LEN} printable bytes"),
             ));
         }
-        Ok(Token(s.to_string()))
+        Ok(Token(s.into()))
     }
 }
 

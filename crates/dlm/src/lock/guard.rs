@@ -153,8 +153,8 @@ pub struct Released {
 pub(crate) struct Held {
     pub(crate) client: Arc<ClientInner>,
     pub(crate) id: u64,
-    pub(crate) name: String,
-    pub(crate) keys: LockKeys,
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: Arc<LockKeys>,
     pub(crate) token: Token,
     pub(crate) fence: Option<Fence>,
     pub(crate) ttl: Duration,
@@ -307,7 +307,7 @@ impl LockGuard {
         if !held.client.unregister(held.id) {
             // release_all() got there first.
             return Err(Error::Expired {
-                name: held.name.clone(),
+                name: held.name.to_string(),
             });
         }
         let r = held
@@ -355,7 +355,7 @@ async fn extend_held(held: &Held, ttl: Duration) -> Result<()> {
         // A lease seen as over stays over, even if the key happens to survive.
         // On one Redis, ask anyway (without re-taking) to tell "taken" from "expired".
         let expired = Err(Error::Expired {
-            name: held.name.clone(),
+            name: held.name.to_string(),
         });
         let Some(backend) = held.client.nodes.single() else {
             return expired;

@@ -162,8 +162,8 @@ pub struct LockStatus {
 /// An acquisition's token that may be stored in Redis without our knowing.
 struct PendingToken {
     inner: Arc<ClientInner>,
-    name: String,
-    keys: LockKeys,
+    name: Arc<str>,
+    keys: Arc<LockKeys>,
     token: Token,
     /// Release on drop.
     armed: bool,
@@ -178,11 +178,7 @@ impl Drop for PendingToken {
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let inner = self.inner.clone();
-            let (name, keys, token) = (
-                std::mem::take(&mut self.name),
-                self.keys.clone(),
-                self.token.clone(),
-            );
+            let (name, keys, token) = (self.name.clone(), self.keys.clone(), self.token.clone());
             rt.spawn(async move {
                 let _ = inner.nodes.release(&name, &keys, &token).await;
             });
@@ -206,7 +202,7 @@ impl Drop for PendingToken {
 #[derive(Debug, Clone)]
 pub struct Lock {
     client: Client,
-    name: String,
+    name: Arc<str>,
     raw: bool,
 }
 
@@ -214,7 +210,7 @@ impl Lock {
     pub(crate) fn new(client: Client, name: String) -> Self {
         Lock {
             client,
-            name,
+            name: name.into(),
             raw: false,
         }
     }
@@ -252,10 +248,10 @@ impl Lock {
         self.client.inner.nodes.check_ttl(opts.ttl)?;
         let keys = self.keys()?;
         let span = tracing::debug_span!("dlm.acquire", name = %self.name, key = %keys.lock);
-        self.acquire_with(keys, opts).instrument(span).await
+        self.acquire_with(Arc::new(keys), opts).instrument(span).await
     }
 
-    async fn acquire_with(&self, keys: LockKeys, opts: &LockOptions) -> Result<LockGuard> {
+    async fn acquire_with(&self, keys: Arc<LockKeys>, opts: &LockOptions) -> Result<LockGuard> {
         let inner = &self.client.inner;
         let token = Token::random()?;
         let deadline = Instant::now() + opts.wait;
@@ -326,7 +322,7 @@ impl Lock {
                 }
                 Ok(Try::Busy(ttl)) => (
                     Error::Busy {
-                        name: self.name.clone(),
+                        name: self.name.to_string(),
                         ttl,
                     },
                     ttl,
@@ -447,13 +443,13 @@ impl Lock {
         let Some(out) = out else {
             drop(guard);
             return Err(Error::Lost {
-                name: self.name.clone(),
+                name: self.name.to_string(),
             });
         };
         match guard.release().await {
             Ok(_) => Ok(out),
             Err(e) if e.is_lock_lost() => Err(Error::Lost {
-                name: self.name.clone(),
+                name: self.name.to_string(),
             }),
             Err(e) => {
                 tracing::warn!(name = %self.name, error = %e, "release after work failed; the TTL will free the lock");
