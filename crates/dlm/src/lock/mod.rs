@@ -248,7 +248,9 @@ impl Lock {
         self.client.inner.nodes.check_ttl(opts.ttl)?;
         let keys = self.keys()?;
         let span = tracing::debug_span!("dlm.acquire", name = %self.name, key = %keys.lock);
-        self.acquire_with(Arc::new(keys), opts).instrument(span).await
+        self.acquire_with(Arc::new(keys), opts)
+            .instrument(span)
+            .await
     }
 
     async fn acquire_with(&self, keys: Arc<LockKeys>, opts: &LockOptions) -> Result<LockGuard> {
