@@ -331,16 +331,14 @@ where
     Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
     E: Display + Send + 'static,
 {
-    // The handler runs in its own task so that a panic is a failure, not a
-    // crash; aborting this future (shutdown after the grace period) aborts it too.
-    let handle = tokio::spawn(handler(task.clone()));
-    let _abort = AbortOnDrop(handle.abort_handle());
-    let result = handle.await;
-    let error = match result {
+    // A panic in the handler is a failure of this task, not a crash of the
+    // worker; aborting this future (shutdown after the grace period) drops
+    // the handler with it.
+    let run = std::panic::AssertUnwindSafe(handler(task.clone()));
+    let error = match futures_util::FutureExt::catch_unwind(run).await {
         Ok(Ok(())) => None,
         Ok(Err(e)) => Some(e.to_string()),
-        Err(e) if e.is_panic() => Some("the handler panicked".to_string()),
-        Err(_) => Some("the handler was cancelled".to_string()),
+        Err(_) => Some("the handler panicked".to_string()),
     };
     let outcome = settle(queue, &acks, &task, error.as_deref()).await;
     lock_running(running).remove(&task.id);
@@ -411,14 +409,6 @@ async fn ack_batches(queue: Queue, mut rx: tokio::sync::mpsc::UnboundedReceiver<
                 }
             }
         }
-    }
-}
-
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
