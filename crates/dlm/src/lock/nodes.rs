@@ -79,6 +79,29 @@ impl Quorum {
             .min(self.client_timeout())
     }
 
+    /// The majority's answer to a token-checked extend or release: `Done`
+    /// when a majority confirmed our token (and `valid`), `NotHeld` when so
+    /// many nodes hold another token that no majority can be ours, an error
+    /// when too few answered, else `Expired`.
+    fn verdict(&self, name: &str, replies: &[Result<Outcome>], valid: bool) -> Result<Outcome> {
+        let count = |o: Outcome| {
+            replies
+                .iter()
+                .filter(|r| matches!(r, Ok(x) if *x == o))
+                .count()
+        };
+        let answered = replies.iter().filter(|r| r.is_ok()).count();
+        if valid && count(Outcome::Done) >= self.needed() {
+            Ok(Outcome::Done)
+        } else if count(Outcome::NotHeld) > self.backends.len() - self.needed() {
+            Ok(Outcome::NotHeld)
+        } else if answered < self.needed() {
+            Err(self.no_quorum(name, answered))
+        } else {
+            Ok(Outcome::Expired)
+        }
+    }
+
     fn no_quorum(&self, name: &str, answered: usize) -> Error {
         Error::NoQuorum {
             name: name.to_string(),
@@ -242,25 +265,8 @@ impl Nodes {
                 .map(|b| ops::extend_or_acquire(b, keys, token, ttl, timeout)),
         )
         .await;
-        let done = replies
-            .iter()
-            .filter(|r| matches!(r, Ok(Outcome::Done)))
-            .count();
-        let taken = replies
-            .iter()
-            .filter(|r| matches!(r, Ok(Outcome::NotHeld)))
-            .count();
-        let answered = replies.iter().filter(|r| r.is_ok()).count();
-        if done >= q.needed() && Instant::now() < valid_until {
-            return Ok((Outcome::Done, valid_until));
-        }
-        if taken > q.backends.len() - q.needed() {
-            return Ok((Outcome::NotHeld, valid_until));
-        }
-        if answered < q.needed() {
-            return Err(q.no_quorum(name, answered));
-        }
-        Ok((Outcome::Expired, valid_until))
+        let valid = Instant::now() < valid_until;
+        Ok((q.verdict(name, &replies, valid)?, valid_until))
     }
 
     pub(crate) async fn release(
@@ -287,21 +293,8 @@ impl Nodes {
             .iter()
             .filter(|r| matches!(r, Ok(Outcome::Done)))
             .count();
-        let taken = replies
-            .iter()
-            .filter(|r| matches!(r, Ok(Outcome::NotHeld)))
-            .count();
-        let answered = replies.iter().filter(|r| r.is_ok()).count();
+        let outcome = q.verdict(name, &replies, true)?;
         let nodes = q.backends.len();
-        let outcome = if confirmed >= q.needed() {
-            Outcome::Done
-        } else if taken > nodes - q.needed() {
-            Outcome::NotHeld
-        } else if answered < q.needed() {
-            return Err(q.no_quorum(name, answered));
-        } else {
-            Outcome::Expired
-        };
         Ok(ReleaseOutcome {
             outcome,
             confirmed,
