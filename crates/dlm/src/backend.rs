@@ -1,13 +1,14 @@
 //! The connection seam: any cloneable `redis` async connection, every call
 //! with a deadline, scripts sent by SHA with a NOSCRIPT fallback.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, RedisFuture, ScriptInvocation, Value};
 
 use crate::error::{Error, Result};
+use crate::lock::batch::Batcher;
 
 /// Something that hands out a fresh handle on a shared connection per call.
 trait SharedConnection: Send + Sync {
@@ -53,6 +54,8 @@ pub(crate) struct Backend {
     timeout: Duration,
     /// The connection may be a cluster: multi-key scripts group keys by slot.
     by_slot: bool,
+    /// This connection's lock batcher, started on first use.
+    batcher: Arc<OnceLock<Batcher>>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -72,6 +75,7 @@ impl Backend {
             conn: Arc::new(conn),
             timeout,
             by_slot: true,
+            batcher: Arc::new(OnceLock::new()),
         }
     }
 
@@ -85,6 +89,18 @@ impl Backend {
     /// Whether multi-key scripts must group keys by hash slot.
     pub(crate) fn batch_by_slot(&self) -> bool {
         self.by_slot
+    }
+
+    /// The batcher of acquire and release calls on this connection, started
+    /// on first use.
+    pub(crate) fn lock_batcher(&self) -> &Batcher {
+        self.batcher.get_or_init(|| {
+            // The batcher's own handle has no batcher (and no cycle).
+            Batcher::new(Backend {
+                batcher: Arc::new(OnceLock::new()),
+                ..self.clone()
+            })
+        })
     }
 
     pub(crate) fn timeout(&self) -> Duration {

@@ -158,6 +158,17 @@ impl Error {
         }
     }
 
+    /// A copy of this error for another caller that waited on the same call.
+    pub(crate) fn share(&self) -> Error {
+        match self {
+            Error::Timeout(d) => Error::Timeout(*d),
+            Error::Unavailable { source } => Error::Unavailable {
+                source: source.to_string().into(),
+            },
+            other => Error::protocol(other.to_string()),
+        }
+    }
+
     pub(crate) fn protocol(what: impl Into<String>) -> Self {
         Error::Backend {
             source: what.into().into(),

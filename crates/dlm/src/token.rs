@@ -25,10 +25,7 @@ pub struct Token(std::sync::Arc<str>);
 impl Token {
     /// A fresh random token (32 lowercase hex digits).
     pub fn random() -> Result<Self> {
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).map_err(|e| Error::Backend {
-            source: format!("operating system random source failed: {e}").into(),
-        })?;
+        let bytes = random_bytes()?;
         let mut s = String::with_capacity(32);
         for b in bytes {
             s.push(char::from(HEX[usize::from(b >> 4)]));
@@ -44,6 +41,46 @@ impl Token {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Tokens per refill of a thread's pool of operating-system random bytes.
+const POOL_TOKENS: usize = 64;
+
+/// A thread's unused bytes from the OS CSPRNG, and the process they were drawn in.
+struct Pool {
+    pid: u32,
+    bytes: [u8; 16 * POOL_TOKENS],
+    used: usize,
+}
+
+thread_local! {
+    static POOL: std::cell::RefCell<Pool> = const {
+        std::cell::RefCell::new(Pool { pid: 0, bytes: [0; 16 * POOL_TOKENS], used: 16 * POOL_TOKENS })
+    };
+}
+
+/// 16 bytes from the OS CSPRNG. They are drawn 64 tokens' worth at a time
+/// (one system call instead of 64); every byte is used once, and a forked
+/// child never reuses its parent's pool.
+fn random_bytes() -> Result<[u8; 16]> {
+    POOL.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        let pid = std::process::id();
+        if pool.used + 16 > pool.bytes.len() || pool.pid != pid {
+            getrandom::fill(&mut pool.bytes).map_err(|e| Error::Backend {
+                source: format!("operating system random source failed: {e}").into(),
+            })?;
+            pool.pid = pid;
+            pool.used = 0;
+        }
+        let at = pool.used;
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&pool.bytes[at..at + 16]);
+        // Wipe what was handed out, so the pool never holds a live token.
+        pool.bytes[at..at + 16].fill(0);
+        pool.used = at + 16;
+        Ok(out)
+    })
+}
 
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -111,6 +148,24 @@ mod tests {
         assert_ne!(a, b);
         assert!(a.as_str().bytes().all(|c| c.is_ascii_hexdigit()));
         assert!(!format!("{a:?}").contains(a.as_str()));
+        Ok(())
+    }
+
+    #[test]
+    fn pooled_tokens_never_repeat_across_refills_and_threads() -> Result<()> {
+        let draw = || {
+            (0..3 * POOL_TOKENS)
+                .map(|_| Token::random())
+                .collect::<Result<Vec<_>>>()
+        };
+        let mut all = draw()?;
+        let other = std::thread::spawn(draw)
+            .join()
+            .map_err(|_| Error::protocol("thread panicked"))??;
+        all.extend(other);
+        let unique: std::collections::HashSet<_> = all.iter().collect();
+        assert_eq!(unique.len(), all.len());
+        assert!(all.iter().all(|t| t.as_str().len() == 32));
         Ok(())
     }
 

@@ -574,25 +574,11 @@ async fn thousands_of_watchdogs_renew_with_a_few_scripts_per_tick() -> TestResul
                 .await?,
         );
     }
-    let calls = |stats: String| -> u64 {
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-            .and_then(|v| v.split(',').next()?.parse().ok())
-            .unwrap_or(0)
-    };
     let mut conn = raw(&s).await;
     tokio::time::sleep(Duration::from_millis(500)).await; // renewals settle into shared batches
-    let before: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await?;
+    let before = script_calls(&mut conn).await?;
     tokio::time::sleep(Duration::from_millis(1500)).await; // 2.5 TTLs, ~7 renewals each
-    let after: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await?;
-    let scripts = calls(after) - calls(before);
+    let scripts = script_calls(&mut conn).await? - before;
     println!("{scripts} renewal scripts");
     // One script per 1000 locks per batch, a few batches per ttl/3: ~30, not 14 000.
     assert!(
@@ -606,5 +592,152 @@ async fn thousands_of_watchdogs_renew_with_a_few_scripts_per_tick() -> TestResul
     assert!(keys >= 2000, "all 2000 locks still there after 2.5 TTLs");
     let report = c.release_all().await;
     assert_eq!(report.released, 2000);
+    Ok(())
+}
+
+fn evalsha_calls(stats: &str) -> u64 {
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> redis::RedisResult<u64> {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    Ok(evalsha_calls(&stats))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_share_script_calls_and_each_gets_its_own_answer() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let mut conn = raw(&s).await;
+    // Warm up: scripts loaded, connections open.
+    c.lock("warm").acquire(&ttl(1000)).await?.release().await?;
+    const N: usize = 600;
+    for i in (0..N).step_by(6) {
+        let key = c.lock(format!("b{i}")).key()?;
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("someone-else")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut conn)
+            .await?;
+    }
+    let before = script_calls(&mut conn).await?;
+    let mut tasks = Vec::new();
+    for i in 0..N {
+        let lock = c.lock(format!("b{i}"));
+        tasks.push(tokio::spawn(async move {
+            (i, lock.acquire(&ttl(30_000)).await)
+        }));
+    }
+    // Two acquires of one name in the same burst: exactly one wins.
+    let dup: Vec<_> = (0..2)
+        .map(|_| {
+            let lock = c.lock("dup");
+            tokio::spawn(async move { lock.acquire(&ttl(30_000)).await })
+        })
+        .collect();
+    let mut guards = Vec::new();
+    for t in tasks {
+        let (i, r) = t.await?;
+        if i % 6 == 0 {
+            match r {
+                Err(Error::Busy { ttl: Some(t), .. }) => {
+                    assert!(t > Duration::from_secs(50), "holder's ttl {t:?}")
+                }
+                other => panic!("b{i} is held by someone else: {other:?}"),
+            }
+        } else {
+            let g = r?;
+            assert!(g.fence().is_some());
+            guards.push(g);
+        }
+    }
+    let mut dup_won = 0;
+    for d in dup {
+        match d.await? {
+            Ok(g) => {
+                dup_won += 1;
+                guards.push(g);
+            }
+            Err(Error::Busy { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    assert_eq!(
+        dup_won, 1,
+        "one of two concurrent acquires of one name wins"
+    );
+    let acquired = script_calls(&mut conn).await? - before;
+    println!("{} acquires in {acquired} script calls", N + 2);
+    assert!(
+        acquired < (N as u64) / 2,
+        "{acquired} scripts for {N} acquires"
+    );
+
+    let before = script_calls(&mut conn).await?;
+    let releases: Vec<_> = guards
+        .into_iter()
+        .map(|g| tokio::spawn(async move { g.release().await }))
+        .collect();
+    for r in releases {
+        r.await??;
+    }
+    let released = script_calls(&mut conn).await? - before;
+    println!("{} releases in {released} script calls", N - N / 6 + 1);
+    assert!(released < (N as u64) / 2);
+    let left: i64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
+    // The foreign holders (100) and the slots' fencing counters stay.
+    let foreign: Vec<String> = conn.keys("dlm:lock:{b*").await?;
+    assert_eq!(
+        foreign.len(),
+        N / 6,
+        "only the foreign holders' keys are left"
+    );
+    assert!(left >= (N / 6) as i64);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_on_a_frozen_redis_fails_every_caller_in_time_and_leaves_nothing_behind()
+-> TestResult {
+    let s = server();
+    let c = client(&s).await; // timeout 1.5 s
+    c.lock("warm").acquire(&ttl(1000)).await?.release().await?;
+    s.pause()?;
+    let t0 = Instant::now();
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let lock = c.lock(format!("frozen{i}"));
+            tokio::spawn(async move { lock.acquire(&ttl(20_000)).await })
+        })
+        .collect();
+    for t in tasks {
+        let r = t.await?;
+        assert!(r.as_ref().is_err_and(Error::is_retryable), "{r:?}");
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(4),
+        "took {:?}",
+        t0.elapsed()
+    );
+    s.resume()?;
+    // Requests that reached Redis after their callers gave up are undone:
+    // another client gets every lock within a few seconds.
+    let other = client(&s).await;
+    for i in 0..50 {
+        let g = other
+            .lock(format!("frozen{i}"))
+            .acquire(&ttl(1000).wait(Duration::from_secs(5)))
+            .await?;
+        g.release().await?;
+    }
     Ok(())
 }

@@ -3,6 +3,7 @@
 //!
 //! See [`Lock`] for the entry point and [`crate::keys`] for the key schema.
 
+pub(crate) mod batch;
 mod guard;
 pub(crate) mod nodes;
 pub(crate) mod ops;
@@ -383,7 +384,7 @@ impl Lock {
     /// Release by token (for a lock acquired elsewhere, e.g. by
     /// `dlm lock acquire`). `Ok(())` only if the key still held `token`.
     pub async fn release_token(&self, token: &Token) -> Result<()> {
-        let keys = self.keys()?;
+        let keys = Arc::new(self.keys()?);
         let released = self
             .client
             .inner

@@ -3,6 +3,7 @@
 //! Both sides give the same four decisions (acquire, extend, release,
 //! status); the guard, watchdog, waiting and CLI are shared on top of them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -113,7 +114,7 @@ impl Quorum {
 
     async fn release_everywhere(
         &self,
-        keys: &LockKeys,
+        keys: &Arc<LockKeys>,
         token: &Token,
         timeout: Duration,
     ) -> Vec<Result<Outcome>> {
@@ -172,7 +173,7 @@ impl Nodes {
     pub(crate) async fn acquire(
         &self,
         name: &str,
-        keys: &LockKeys,
+        keys: &Arc<LockKeys>,
         token: &Token,
         ttl: Duration,
     ) -> Result<Try> {
@@ -272,7 +273,7 @@ impl Nodes {
     pub(crate) async fn release(
         &self,
         name: &str,
-        keys: &LockKeys,
+        keys: &Arc<LockKeys>,
         token: &Token,
     ) -> Result<ReleaseOutcome> {
         let q = match self {

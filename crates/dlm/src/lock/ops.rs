@@ -1,6 +1,6 @@
 //! One Lua script per lock operation; each is a single round trip.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::Script;
@@ -11,10 +11,6 @@ use crate::keys::LockKeys;
 use crate::lock::Outcome;
 use crate::token::{Fence, Token};
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
 static EXTEND_OR_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/extend_or_acquire.lua")));
@@ -36,23 +32,23 @@ fn pttl(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
 }
 
+/// One acquire attempt, batched with concurrent ones on the same connection.
 pub(crate) async fn acquire(
     backend: &Backend,
-    keys: &LockKeys,
+    keys: &Arc<LockKeys>,
     token: &Token,
     ttl: Duration,
     timeout: Duration,
 ) -> Result<Attempt> {
-    let (ok, n): (i64, i64) = backend
-        .eval_within(
-            timeout,
-            ACQUIRE
-                .key(&keys.lock)
-                .key(&keys.fence)
-                .arg(token.as_str())
-                .arg(millis(ttl)),
-        )
-        .await?;
+    let timeout = timeout.min(backend.timeout());
+    backend
+        .lock_batcher()
+        .acquire(keys, token, ttl, timeout)
+        .await
+}
+
+/// Decode one lock's `ok, n` pair of acquire_many.lua.
+pub(crate) fn acquire_reply(ok: i64, n: i64) -> Result<Attempt> {
     match ok {
         1 => {
             let fence = u64::try_from(n)
@@ -63,7 +59,8 @@ pub(crate) async fn acquire(
     }
 }
 
-fn outcome(code: i64) -> Result<Outcome> {
+/// Decode a release or extend reply code (release_many.lua, extend.lua).
+pub(crate) fn release_reply(code: i64) -> Result<Outcome> {
     match code {
         1 => Ok(Outcome::Done),
         0 => Ok(Outcome::Expired),
@@ -72,22 +69,15 @@ fn outcome(code: i64) -> Result<Outcome> {
     }
 }
 
+/// One token-checked release, batched with concurrent ones on the same connection.
 pub(crate) async fn release(
     backend: &Backend,
-    keys: &LockKeys,
+    keys: &Arc<LockKeys>,
     token: &Token,
     timeout: Duration,
 ) -> Result<Outcome> {
-    let code: i64 = backend
-        .eval_within(
-            timeout,
-            RELEASE
-                .key(&keys.lock)
-                .arg(token.as_str())
-                .arg(&keys.channel),
-        )
-        .await?;
-    outcome(code)
+    let timeout = timeout.min(backend.timeout());
+    backend.lock_batcher().release(keys, token, timeout).await
 }
 
 pub(crate) async fn extend(
@@ -103,7 +93,7 @@ pub(crate) async fn extend(
             EXTEND.key(&keys.lock).arg(token.as_str()).arg(millis(ttl)),
         )
         .await?;
-    outcome(code)
+    release_reply(code)
 }
 
 /// Redlock's per-node extend: `Done` when extended or re-taken, `NotHeld` when another owns it.
