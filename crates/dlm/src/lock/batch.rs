@@ -2,9 +2,11 @@
 //! travel to Redis as one script call.
 //!
 //! Up to [`MAX_IN_FLIGHT`] batches are on the wire at once. A call that finds
-//! a free slot sends at once, from its own task, its request together with
-//! whatever has queued; a call that finds none queues its request, and the
-//! batch that frees a slot hands the queue on. So a lone caller pays no delay,
+//! the connection idle sends at once, from its own task; one that finds other
+//! batches on the wire but a free slot yields once to the tasks that are
+//! ready, then sends whatever has queued meanwhile, its own request included;
+//! one that finds no free slot queues its request, and the batch that frees a
+//! slot hands the queue on. So a lone caller pays no delay,
 //! while many concurrent callers share one script call (one command to parse
 //! and one Lua entry on the server, one frame and one reply on the client)
 //! instead of one each. Every lock in a batch is decided on its own, exactly
@@ -154,16 +156,36 @@ impl Batcher {
     ) -> Result<T> {
         let batch = {
             let mut st = self.shared.lock();
-            if st.in_flight < MAX_IN_FLIGHT {
+            if st.in_flight == 0 {
+                // An idle connection: send at once.
                 st.in_flight += 1;
                 let n = st.queue.len().min(MAX_BATCH - 1);
                 let mut batch: Vec<Job> = st.queue.drain(..n).collect();
                 batch.push(job);
                 Some(batch)
+            } else if st.in_flight < MAX_IN_FLIGHT {
+                // Others are on the wire: let the tasks that are ready run
+                // first, so their requests join this batch (see `lead`).
+                st.in_flight += 1;
+                st.queue.push(job);
+                Some(Vec::new())
             } else {
                 st.queue.push(job);
                 None
             }
+        };
+        let batch = match batch {
+            Some(alone) if alone.len() == 1 => {
+                // Alone in its batch: nobody else waits on it, so send it
+                // from here, under the call's own deadline.
+                let slot = Slot(self.shared.clone());
+                send(&self.shared.backend, alone).await;
+                drop(slot);
+                return rx.try_recv().unwrap_or_else(|_| {
+                    Err(Error::protocol("a batched call ended without a reply"))
+                });
+            }
+            other => other,
         };
         let mut leading = Leading(batch.map(|b| Box::pin(lead(self.shared.clone(), b)) as _));
         let expiry = tokio::time::sleep(timeout);
@@ -215,9 +237,16 @@ impl Drop for Leading {
     }
 }
 
-/// Send one batch holding a slot.
-async fn lead(shared: Arc<Shared>, batch: Vec<Job>) {
+/// Send one batch holding a slot; an empty `batch` means: yield once, then
+/// take what has queued (this caller's request included).
+async fn lead(shared: Arc<Shared>, mut batch: Vec<Job>) {
     let _slot = Slot(shared.clone());
+    if batch.is_empty() {
+        tokio::task::yield_now().await;
+        let mut st = shared.lock();
+        let n = st.queue.len().min(MAX_BATCH);
+        batch = st.queue.drain(..n).collect();
+    }
     send(&shared.backend, batch).await;
 }
 
