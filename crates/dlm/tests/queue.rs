@@ -600,3 +600,51 @@ async fn a_task_finishing_while_the_worker_idles_does_not_swallow_the_next_wake_
     worker.await??;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_claim_of_thousands_leases_each_task_once_with_its_payload_and_attempt() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let q = c.queue("big");
+    const N: usize = 5000;
+    let tasks: Vec<_> = (0..N)
+        .map(|i| NewTask::new(format!("t{i}")).payload(format!("p{i}")))
+        .collect();
+    q.enqueue(tasks, NOW, OnDuplicate::Keep).await?;
+    // Some tasks are on their second attempt.
+    let first = q.claim(10, Duration::from_secs(30)).await?;
+    let again: Vec<String> = first.iter().map(|l| l.task().id.clone()).collect();
+    for l in first {
+        l.nack_after(Duration::ZERO, "once more").await?;
+    }
+    let leases = q.claim(N, Duration::from_secs(30)).await?;
+    assert_eq!(leases.len(), N);
+    let mut fences = std::collections::HashSet::new();
+    for l in &leases {
+        let t = l.task();
+        let n = t.id.trim_start_matches('t');
+        assert_eq!(t.payload.as_deref(), Some(format!("p{n}").as_bytes()));
+        let expected = if again.contains(&t.id) { 2 } else { 1 };
+        assert_eq!(t.attempt, expected, "{}", t.id);
+        assert!(fences.insert(t.fence), "fence {:?} given twice", t.fence);
+    }
+    assert!(q.claim(1, Duration::from_secs(30)).await?.is_empty());
+    let stats = q.stats().await?;
+    assert_eq!((stats.waiting, stats.inflight), (0, N as u64));
+    let acks: Vec<_> = leases.into_iter().map(|l| tokio::spawn(l.ack())).collect();
+    for a in acks {
+        a.await??;
+    }
+    let stats = q.stats().await?;
+    assert_eq!((stats.waiting, stats.inflight), (0, 0));
+    let mut conn = raw(&s).await;
+    let keys: Vec<String> = redis::AsyncCommands::keys(&mut conn, "dlm:queue:{big}:*").await?;
+    for k in keys {
+        let kind: String = redis::cmd("TYPE").arg(&k).query_async(&mut conn).await?;
+        if kind == "hash" && !k.ends_with(":stats") {
+            let n: i64 = redis::cmd("HLEN").arg(&k).query_async(&mut conn).await?;
+            assert_eq!(n, 0, "{k} keeps {n} fields after every task was acked");
+        }
+    }
+    Ok(())
+}

@@ -13,24 +13,54 @@
 -- ARGV     per task two values: id, lease fencing token
 -- Returns  per task: 1 acked, 0 not in flight any more (lease expired and
 --          returned), -1 leased to another worker now (re-claimed)
-local out = {}
-for i = 1, #ARGV, 2 do
-  local id = ARGV[i]
-  local lease = redis.call('HGET', KEYS[4], id)
-  if lease == ARGV[i + 1] then
-    redis.call('ZREM', KEYS[3], id)
-    redis.call('HDEL', KEYS[4], id)
-    if not redis.call('ZSCORE', KEYS[1], id) then
-      redis.call('HDEL', KEYS[2], id)
-      redis.call('HDEL', KEYS[5], id)
-      redis.call('HDEL', KEYS[7], id)
-    end
-    redis.call('HINCRBY', KEYS[9], 'processed', 1)
-    out[#out + 1] = 1
-  elseif lease then
-    out[#out + 1] = -1
-  else
-    out[#out + 1] = 0
+-- Needs ZMSCORE (Redis 6.2 or newer).
+local function chunked(cmd, key, list)
+  for i = 1, #list, 2000 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 1999, #list)))
   end
+end
+local function fetch(cmd, key, list)
+  local all = {}
+  for i = 1, #list, 2000 do
+    local part = redis.call(cmd, key, unpack(list, i, math.min(i + 1999, #list)))
+    for k = 1, #part do all[#all + 1] = part[k] end
+  end
+  return all
+end
+local ids = {}
+for i = 1, #ARGV / 2 do ids[i] = ARGV[2 * i - 1] end
+local out = {}
+if #ids == 0 then return out end
+local leases = fetch('HMGET', KEYS[4], ids)
+local done, seen = {}, {}
+for i, id in ipairs(ids) do
+  local lease = leases[i]
+  if seen[id] then
+    out[i] = 0 -- the same lease twice in one call: the first ack took it
+  elseif lease == ARGV[2 * i] then
+    done[#done + 1] = id
+    out[i] = 1
+  elseif lease then
+    out[i] = -1
+  else
+    out[i] = 0
+  end
+  seen[id] = true
+end
+if #done > 0 then
+  chunked('ZREM', KEYS[3], done)
+  chunked('HDEL', KEYS[4], done)
+  -- A task enqueued again (replace) while in flight keeps its payload and history.
+  local waiting = fetch('ZMSCORE', KEYS[1], done)
+  local gone = {}
+  for i, id in ipairs(done) do
+    if not waiting[i] then gone[#gone + 1] = id end
+  end
+  if #gone > 0 then
+    chunked('HDEL', KEYS[2], gone)
+    chunked('HDEL', KEYS[5], gone)
+    chunked('HDEL', KEYS[7], gone)
+  end
+  redis.call('HINCRBY', KEYS[9], 'processed', #done)
 end
 return out

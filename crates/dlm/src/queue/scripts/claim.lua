@@ -36,17 +36,47 @@ for _, id in ipairs(expired) do
 end
 local out = {#expired, -1}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
-for i = 1, #due, 2 do
-  local id = due[i]
-  redis.call('ZREM', KEYS[1], id)
-  local fence = redis.call('INCR', KEYS[8])
-  redis.call('HSET', KEYS[4], id, fence)
-  redis.call('ZADD', KEYS[3], now + lease_ms, id)
-  out[#out + 1] = id
-  out[#out + 1] = tonumber(due[i + 1])
-  out[#out + 1] = redis.call('HGET', KEYS[2], id)
-  out[#out + 1] = fence
-  out[#out + 1] = redis.call('HINCRBY', KEYS[5], id, 1)
+local n = #due / 2
+if n > 0 then
+  -- A few commands for the whole batch, not a few per task; in chunks, as
+  -- Lua's unpack() is limited to a few thousand values.
+  local function chunked(cmd, key, list)
+    for i = 1, #list, 2000 do
+      redis.call(cmd, key, unpack(list, i, math.min(i + 1999, #list)))
+    end
+  end
+  local function hmget(key, list)
+    local all = {}
+    for i = 1, #list, 2000 do
+      local part = redis.call('HMGET', key, unpack(list, i, math.min(i + 1999, #list)))
+      for k = 1, #part do all[#all + 1] = part[k] end
+    end
+    return all
+  end
+  local ids = {}
+  for i = 1, n do ids[i] = due[2 * i - 1] end
+  -- The due tasks are the n lowest scores: ranks 0 .. n-1.
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
+  local first_fence = redis.call('INCRBY', KEYS[8], n) - n + 1
+  local payloads = hmget(KEYS[2], ids)
+  local attempts = hmget(KEYS[5], ids)
+  local leases, flying, counts = {}, {}, {}
+  local deadline = now + lease_ms
+  for i = 1, n do
+    local id, fence = ids[i], first_fence + i - 1
+    local attempt = tonumber(attempts[i] or '0') + 1
+    leases[2 * i - 1], leases[2 * i] = id, fence
+    flying[2 * i - 1], flying[2 * i] = deadline, id
+    counts[2 * i - 1], counts[2 * i] = id, attempt
+    out[#out + 1] = id
+    out[#out + 1] = tonumber(due[2 * i])
+    out[#out + 1] = payloads[i]
+    out[#out + 1] = fence
+    out[#out + 1] = attempt
+  end
+  chunked('HSET', KEYS[4], leases)
+  chunked('ZADD', KEYS[3], flying)
+  chunked('HSET', KEYS[5], counts)
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[2] then
