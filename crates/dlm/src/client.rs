@@ -215,12 +215,13 @@ impl ClientBuilder {
                 .set_max_delay(Duration::from_millis(500));
             let eager = self.manager(c.clone());
             async move {
+                // Each node is one standalone server opened from its URL.
                 match eager.await {
-                    Ok(b) => Ok(b),
+                    Ok(b) => Ok(b.standalone()),
                     // Down now: connect lazily, so the node counts again once it is back.
                     Err(e) if e.is_retryable() => {
                         redis::aio::ConnectionManager::new_lazy_with_config(c.clone(), lazy)
-                            .map(|m| Backend::new(m, self.timeout))
+                            .map(|m| Backend::new(m, self.timeout).standalone())
                             .map_err(|_| e)
                     }
                     Err(e) => Err(e),

@@ -595,14 +595,6 @@ async fn thousands_of_watchdogs_renew_with_a_few_scripts_per_tick() -> TestResul
     Ok(())
 }
 
-fn evalsha_calls(stats: &str) -> u64 {
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|v| v.split(',').next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> redis::RedisResult<u64> {
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")

@@ -248,3 +248,44 @@ async fn bad_redlock_configuration_is_rejected() -> TestResult {
     g.release().await?;
     Ok(())
 }
+
+fn scripts_run(node: &RedisServer) -> u64 {
+    evalsha_calls(&node.command(&["INFO", "commandstats"]).expect("INFO"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_redlock_watchdogs_renew_with_a_few_scripts_per_node_per_tick() -> TestResult {
+    let nodes = five();
+    let c = redlock(&nodes).await;
+    let mut guards = Vec::new();
+    for i in 0..500 {
+        guards.push(
+            c.lock(format!("many:{i}"))
+                .acquire(&dlm::LockOptions::new(Duration::from_millis(900)).watchdog(true))
+                .await?,
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await; // renewals settle into shared batches
+    let before: Vec<u64> = nodes.iter().map(scripts_run).collect();
+    tokio::time::sleep(Duration::from_millis(1800)).await; // 2 TTLs, ~6 renewals each
+    let scripts: Vec<u64> = nodes
+        .iter()
+        .zip(&before)
+        .map(|(n, b)| scripts_run(n) - b)
+        .collect();
+    println!("renewal scripts per node: {scripts:?}");
+    // One script per node per batch, a few batches per ttl/3: tens, not 3000.
+    for s in &scripts {
+        assert!(
+            *s < 150,
+            "{scripts:?} renewal scripts for 500 locks over ~6 ticks"
+        );
+    }
+    for g in &guards {
+        assert!(!g.is_lost(), "{} lost", g.name());
+        assert!(g.remaining() > Duration::from_millis(200));
+    }
+    let report = c.release_all().await;
+    assert_eq!(report.released, 500);
+    Ok(())
+}

@@ -197,11 +197,7 @@ impl std::fmt::Debug for LockGuard {
 impl LockGuard {
     pub(crate) fn new(held: Arc<Held>, ttl: Duration, watchdog: bool) -> Self {
         if watchdog {
-            if held.client.nodes.single().is_some() {
-                held.client.renewer.add(&held, ttl);
-            } else {
-                tokio::spawn(run_watchdog(held.clone(), ttl));
-            }
+            held.client.renewer.add(&held, ttl);
         }
         LockGuard {
             held,
@@ -385,33 +381,4 @@ async fn extend_held(held: &Held, ttl: Duration) -> Result<()> {
     held.lease.mark_lost();
     tracing::warn!(name = %held.name, ?outcome, "lock lost: extend found it gone");
     outcome.into_result(&held.name)
-}
-
-/// Renew every `ttl / 3`; on a definite "not ours" mark the lease lost and
-/// stop; on transient errors retry sooner until the lease runs out.
-async fn run_watchdog(held: Arc<Held>, ttl: Duration) {
-    let period = ttl / 3;
-    let mut pause = period;
-    loop {
-        tokio::select! {
-            _ = held.stop.cancelled() => return,
-            _ = held.lease.lost.cancelled() => return,
-            _ = tokio::time::sleep(pause) => {}
-        }
-        match extend_held(&held, ttl).await {
-            Ok(()) => {
-                tracing::trace!(name = %held.name, "renewed");
-                pause = period;
-            }
-            Err(e) if e.is_lock_lost() => return,
-            Err(e) => {
-                if held.lease.is_lost() {
-                    tracing::warn!(name = %held.name, error = %e, "lock lost: lease ran out while renewals failed");
-                    return;
-                }
-                tracing::debug!(name = %held.name, error = %e, "renewal failed; retrying");
-                pause = (period / 4).max(Duration::from_millis(1));
-            }
-        }
-    }
 }

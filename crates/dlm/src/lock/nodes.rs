@@ -57,7 +57,7 @@ pub(crate) struct Quorum {
 }
 
 impl Quorum {
-    fn needed(&self) -> usize {
+    pub(crate) fn needed(&self) -> usize {
         self.backends.len() / 2 + 1
     }
 
@@ -67,7 +67,7 @@ impl Quorum {
             .map_or(Duration::from_secs(1), Backend::timeout)
     }
 
-    fn node_timeout(&self, ttl: Duration) -> Duration {
+    pub(crate) fn node_timeout(&self, ttl: Duration) -> Duration {
         self.node_timeout
             .unwrap_or_else(|| (ttl / 20).max(Duration::from_millis(10)))
             .min(self.client_timeout())
@@ -84,7 +84,12 @@ impl Quorum {
     /// when a majority confirmed our token (and `valid`), `NotHeld` when so
     /// many nodes hold another token that no majority can be ours, an error
     /// when too few answered, else `Expired`.
-    fn verdict(&self, name: &str, replies: &[Result<Outcome>], valid: bool) -> Result<Outcome> {
+    pub(crate) fn verdict(
+        &self,
+        name: &str,
+        replies: &[Result<Outcome>],
+        valid: bool,
+    ) -> Result<Outcome> {
         let count = |o: Outcome| {
             replies
                 .iter()

@@ -1,7 +1,8 @@
-//! Batched watchdog renewals on one Redis: a client holding thousands of
-//! locks with watchdogs renews them with a few scripts per tick (one per
-//! batch of up to 1000 locks, or per hash slot on a connection that may be a
-//! cluster), not one call per lock.
+//! Batched watchdog renewals: a client holding thousands of locks with
+//! watchdogs renews them with a few scripts per tick (one per batch of up to
+//! 1000 locks, or per hash slot on a connection that may be a cluster; under
+//! Redlock one such script per node, decided per lock by the majority), not
+//! one call per lock.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,10 +15,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
+use crate::lock::nodes::{Nodes, Quorum};
 use crate::lock::{Held, Outcome, drift};
+use futures_util::future::join_all;
 
 static EXTEND_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/extend_many.lua")));
+static EXTEND_OR_ACQUIRE_MANY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/extend_or_acquire_many.lua")));
 
 /// The most locks renewed by one script.
 const BATCH: usize = 1000;
@@ -28,8 +33,7 @@ struct Entry {
     next: Instant,
 }
 
-/// The renewal service of one client (single Redis only; Redlock guards keep
-/// their own watchdog task).
+/// The renewal service of one client.
 pub(crate) struct Renewer {
     entries: Mutex<HashMap<u64, Entry>>,
     wake: Notify,
@@ -71,16 +75,13 @@ impl Renewer {
             },
         );
         if !self.running.swap(true, Ordering::AcqRel) {
-            let backend = held.client.nodes.single().cloned();
-            if let Some(backend) = backend {
-                tokio::spawn(run(Arc::downgrade(self), backend, self.shutdown.clone()));
-            }
+            tokio::spawn(run(Arc::downgrade(self), self.shutdown.clone()));
         }
         self.wake.notify_one();
     }
 }
 
-async fn run(renewer: Weak<Renewer>, backend: Backend, shutdown: CancellationToken) {
+async fn run(renewer: Weak<Renewer>, shutdown: CancellationToken) {
     loop {
         let Some(r) = renewer.upgrade() else { return };
         let now = Instant::now();
@@ -96,8 +97,22 @@ async fn run(renewer: Weak<Renewer>, backend: Backend, shutdown: CancellationTok
             continue;
         }
         drop(r);
-        for group in group(due, backend.batch_by_slot()) {
-            renew_batch(&renewer, &backend, group).await;
+        // Every lock of a client lives on the client's nodes.
+        let Some(client) = due.first().map(|d| d.1.client.clone()) else {
+            continue;
+        };
+        match &client.nodes {
+            Nodes::Single(backend) => {
+                for group in group(due, backend.batch_by_slot()) {
+                    renew_batch(&renewer, backend, group).await;
+                }
+            }
+            Nodes::Quorum(quorum) => {
+                let by_slot = quorum.backends.iter().any(Backend::batch_by_slot);
+                for group in group(due, by_slot) {
+                    renew_quorum_batch(&renewer, quorum, group).await;
+                }
+            }
         }
     }
 }
@@ -208,6 +223,76 @@ async fn renew_batch(renewer: &Weak<Renewer>, backend: &Backend, batch: Vec<Due>
                     entries.remove(id);
                 } else if let Some(e) = entries.get_mut(id) {
                     e.next = Instant::now() + (*ttl / 12).max(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+}
+
+/// One batch under Redlock: one script per node, all nodes at once; each lock
+/// is renewed when a majority confirmed it in time (as `Nodes::extend` decides).
+async fn renew_quorum_batch(renewer: &Weak<Renewer>, quorum: &Quorum, batch: Vec<Due>) {
+    // A lease seen as over stays over: never take its keys again.
+    let (batch, over): (Vec<Due>, Vec<Due>) = batch.into_iter().partition(|d| !d.1.lease.is_lost());
+    if !over.is_empty()
+        && let Some(r) = renewer.upgrade()
+    {
+        let mut entries = r.entries();
+        for (id, h, _) in &over {
+            tracing::warn!(name = %h.name, "lock lost: its lease ran out before the renewal");
+            entries.remove(id);
+        }
+    }
+    if batch.is_empty() {
+        return;
+    }
+    let start = Instant::now();
+    let shortest = batch.iter().map(|d| d.2).min().unwrap_or_default();
+    let timeout = quorum.node_timeout(shortest);
+    let mut inv = EXTEND_OR_ACQUIRE_MANY.prepare_invoke();
+    for (_, h, ttl) in &batch {
+        inv.key(&h.keys.lock)
+            .arg(h.token.as_str())
+            .arg(crate::lock::ops::millis(*ttl));
+    }
+    let replies: Vec<crate::Result<Vec<i64>>> =
+        join_all(quorum.backends.iter().map(|b| b.eval_within(timeout, &inv))).await;
+    let Some(r) = renewer.upgrade() else { return };
+    let mut entries = r.entries();
+    let now = Instant::now();
+    for (i, (id, h, ttl)) in batch.iter().enumerate() {
+        let per_node: Vec<crate::Result<Outcome>> = replies
+            .iter()
+            .map(|node| match node {
+                Ok(codes) => match codes.get(i) {
+                    Some(1 | 2) => Ok(Outcome::Done),
+                    Some(-1) => Ok(Outcome::NotHeld),
+                    _ => Err(crate::Error::protocol("short extend_or_acquire_many reply")),
+                },
+                Err(e) => Err(e.share()),
+            })
+            .collect();
+        let valid_until = start + ttl.saturating_sub(drift(*ttl));
+        match quorum.verdict(&h.name, &per_node, now < valid_until) {
+            Ok(Outcome::Done) => {
+                h.lease.renewed(valid_until);
+                if let Some(e) = entries.get_mut(id) {
+                    e.next = start + *ttl / 3;
+                }
+                tracing::trace!(name = %h.name, "renewed on a majority");
+            }
+            Ok(outcome) => {
+                tracing::warn!(name = %h.name, ?outcome, "lock lost: renewal found no majority for it");
+                h.lease.mark_lost();
+                entries.remove(id);
+            }
+            Err(e) => {
+                if h.lease.is_lost() {
+                    tracing::warn!(name = %h.name, error = %e, "lock lost: lease ran out while renewals failed");
+                    entries.remove(id);
+                } else if let Some(entry) = entries.get_mut(id) {
+                    tracing::debug!(name = %h.name, error = %e, "renewal failed; retrying sooner");
+                    entry.next = Instant::now() + (*ttl / 12).max(Duration::from_millis(1));
                 }
             }
         }

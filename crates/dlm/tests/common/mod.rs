@@ -31,3 +31,12 @@ pub async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
 pub fn ttl(ms: u64) -> dlm::LockOptions {
     dlm::LockOptions::new(Duration::from_millis(ms))
 }
+
+/// `cmdstat_evalsha:calls` from an `INFO commandstats` reply (0 if absent).
+pub fn evalsha_calls(stats: &str) -> u64 {
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
