@@ -235,13 +235,6 @@ async fn cleanup(conn: &mut redis::aio::MultiplexedConnection, name: &str) {
             dlm::keys::DEFAULT_QUEUE_PREFIX
         ));
     }
-    // The payload buckets (empty ones are gone already).
-    for bucket in 0..1024 {
-        del.arg(format!(
-            "{}{{{name}}}:payload:{bucket}",
-            dlm::keys::DEFAULT_QUEUE_PREFIX
-        ));
-    }
     if let Err(e) = del.query_async::<i64>(conn).await {
         tracing::warn!(error = %e, "could not delete the benchmark queue's keys");
     }

@@ -10,9 +10,7 @@
 //! and a [`Worker`] runtime.
 //!
 //! Keys of queue `Q` (all under the `{Q}` hash tag, so one Redis Cluster slot):
-//! `dlm:queue:{Q}:waiting` (ZSET id → due ms), `:payload:0` … `:payload:1023`
-//! (1024 HASHes id → payload, the bucket a hash of the id: small hashes keep
-//! Redis's compact encoding, about a third of the memory per small payload), `:inflight`
+//! `dlm:queue:{Q}:waiting` (ZSET id → due ms), `:payload` (HASH), `:inflight`
 //! (ZSET id → lease deadline), `:lease` (HASH id → fencing token),
 //! `:attempts`, `:dead`, `:errors`, `:fence`, `:stats`, `:signal` (wake-ups).
 //! Times are the Redis server's clock (`TIME`), so producers and workers on

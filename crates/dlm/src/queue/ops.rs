@@ -11,16 +11,10 @@ use crate::lock::ops::millis;
 use crate::queue::{DeadTask, Enqueued, Entry, NewTask, OnDuplicate, QueueStats, Removed, Task};
 use crate::token::Fence;
 
-/// A queue script: `scripts/prelude.lua` (payload buckets, chunked calls)
-/// followed by the operation's own file.
 macro_rules! script {
     ($name:ident, $file:literal) => {
-        static $name: LazyLock<Script> = LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("scripts/prelude.lua"),
-                include_str!(concat!("scripts/", $file))
-            ))
-        });
+        static $name: LazyLock<Script> =
+            LazyLock::new(|| Script::new(include_str!(concat!("scripts/", $file))));
     };
 }
 

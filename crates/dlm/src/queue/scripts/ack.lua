@@ -1,8 +1,7 @@
 -- ack: finish tasks whose lease is still ours; delete them (no history kept).
 -- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
---   2 payload   prefix of the payload HASHes <KEYS[2]>:<bucket>, id -> payload bytes
---               (absent: no payload; bucket = payload_key(id), see prelude.lua)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
 --   4 lease     HASH  id -> fencing token of the current lease
 --   5 attempts  HASH  id -> times claimed
@@ -14,7 +13,20 @@
 -- ARGV     per task two values: id, lease fencing token
 -- Returns  per task: 1 acked, 0 not in flight any more (lease expired and
 --          returned), -1 leased to another worker now (re-claimed)
--- Needs ZMSCORE (Redis 6.2 or newer). chunked, fetch, payload_key: prelude.lua.
+-- Needs ZMSCORE (Redis 6.2 or newer).
+local function chunked(cmd, key, list)
+  for i = 1, #list, 2000 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 1999, #list)))
+  end
+end
+local function fetch(cmd, key, list)
+  local all = {}
+  for i = 1, #list, 2000 do
+    local part = redis.call(cmd, key, unpack(list, i, math.min(i + 1999, #list)))
+    for k = 1, #part do all[#all + 1] = part[k] end
+  end
+  return all
+end
 local ids = {}
 for i = 1, #ARGV / 2 do ids[i] = ARGV[2 * i - 1] end
 local out = {}
@@ -45,9 +57,7 @@ if #done > 0 then
     if not waiting[i] then gone[#gone + 1] = id end
   end
   if #gone > 0 then
-    for _, id in ipairs(gone) do
-      redis.call('HDEL', payload_key(id), id)
-    end
+    chunked('HDEL', KEYS[2], gone)
     chunked('HDEL', KEYS[5], gone)
     chunked('HDEL', KEYS[7], gone)
   end

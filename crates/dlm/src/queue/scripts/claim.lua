@@ -2,8 +2,7 @@
 -- max attempts), then lease up to ARGV[1] due tasks, earliest first.
 -- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
---   2 payload   prefix of the payload HASHes <KEYS[2]>:<bucket>, id -> payload bytes
---               (absent: no payload; bucket = payload_key(id), see prelude.lua)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
 --   4 lease     HASH  id -> fencing token of the current lease
 --   5 attempts  HASH  id -> times claimed
@@ -39,13 +38,28 @@ local out = {#expired, -1}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
 local n = #due / 2
 if n > 0 then
-  -- A few commands for the whole batch, not a few per task (chunked, fetch: prelude.lua).
+  -- A few commands for the whole batch, not a few per task; in chunks, as
+  -- Lua's unpack() is limited to a few thousand values.
+  local function chunked(cmd, key, list)
+    for i = 1, #list, 2000 do
+      redis.call(cmd, key, unpack(list, i, math.min(i + 1999, #list)))
+    end
+  end
+  local function hmget(key, list)
+    local all = {}
+    for i = 1, #list, 2000 do
+      local part = redis.call('HMGET', key, unpack(list, i, math.min(i + 1999, #list)))
+      for k = 1, #part do all[#all + 1] = part[k] end
+    end
+    return all
+  end
   local ids = {}
   for i = 1, n do ids[i] = due[2 * i - 1] end
   -- The due tasks are the n lowest scores: ranks 0 .. n-1.
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
   local first_fence = redis.call('INCRBY', KEYS[8], n) - n + 1
-  local attempts = fetch('HMGET', KEYS[5], ids)
+  local payloads = hmget(KEYS[2], ids)
+  local attempts = hmget(KEYS[5], ids)
   local leases, flying, counts = {}, {}, {}
   local deadline = now + lease_ms
   for i = 1, n do
@@ -56,7 +70,7 @@ if n > 0 then
     counts[2 * i - 1], counts[2 * i] = id, attempt
     out[#out + 1] = id
     out[#out + 1] = tonumber(due[2 * i])
-    out[#out + 1] = redis.call('HGET', payload_key(id), id)
+    out[#out + 1] = payloads[i]
     out[#out + 1] = fence
     out[#out + 1] = attempt
   end

@@ -1,8 +1,7 @@
 -- dead: list dead tasks, oldest death first.
 -- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
---   2 payload   prefix of the payload HASHes <KEYS[2]>:<bucket>, id -> payload bytes
---               (absent: no payload; bucket = payload_key(id), see prelude.lua)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
 --   4 lease     HASH  id -> fencing token of the current lease
 --   5 attempts  HASH  id -> times claimed
@@ -19,6 +18,6 @@ for i = 1, #r, 2 do
   out[#out + 1] = r[i]
   out[#out + 1] = tonumber(r[i + 1])
   out[#out + 1] = redis.call('HGET', KEYS[7], r[i])
-  out[#out + 1] = redis.call('HGET', payload_key(r[i]), r[i])
+  out[#out + 1] = redis.call('HGET', KEYS[2], r[i])
 end
 return out

@@ -2,8 +2,7 @@
 -- kept (mode 'keep') or replaced (mode 'replace': new due time and payload).
 -- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
---   2 payload   prefix of the payload HASHes <KEYS[2]>:<bucket>, id -> payload bytes
---               (absent: no payload; bucket = payload_key(id), see prelude.lua)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
 --   4 lease     HASH  id -> fencing token of the current lease
 --   5 attempts  HASH  id -> times claimed
@@ -32,9 +31,9 @@ for i = 3, #ARGV, 3 do
   else
     redis.call('ZADD', KEYS[1], score, id)
     if ARGV[i + 1] == '1' then
-      redis.call('HSET', payload_key(id), id, ARGV[i + 2])
+      redis.call('HSET', KEYS[2], id, ARGV[i + 2])
     else
-      redis.call('HDEL', payload_key(id), id)
+      redis.call('HDEL', KEYS[2], id)
     end
     if not cur then
       redis.call('HDEL', KEYS[5], id)

@@ -2,8 +2,7 @@
 -- it has had max attempts. Only with the current lease.
 -- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
---   2 payload   prefix of the payload HASHes <KEYS[2]>:<bucket>, id -> payload bytes
---               (absent: no payload; bucket = payload_key(id), see prelude.lua)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
 --   4 lease     HASH  id -> fencing token of the current lease
 --   5 attempts  HASH  id -> times claimed

@@ -2,8 +2,7 @@
 -- Two concurrent pops never return the same task (the script is atomic).
 -- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
---   2 payload   prefix of the payload HASHes <KEYS[2]>:<bucket>, id -> payload bytes
---               (absent: no payload; bucket = payload_key(id), see prelude.lua)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
 --   4 lease     HASH  id -> fencing token of the current lease
 --   5 attempts  HASH  id -> times claimed
@@ -22,10 +21,10 @@ for i = 1, #r, 2 do
   local id = r[i]
   out[#out + 1] = id
   out[#out + 1] = tonumber(r[i + 1])
-  out[#out + 1] = redis.call('HGET', payload_key(id), id)
+  out[#out + 1] = redis.call('HGET', KEYS[2], id)
   redis.call('ZREM', KEYS[1], id)
   if not redis.call('ZSCORE', KEYS[3], id) then
-    redis.call('HDEL', payload_key(id), id)
+    redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[5], id)
   end
 end

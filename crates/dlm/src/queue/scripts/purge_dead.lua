@@ -1,8 +1,7 @@
 -- purge_dead: delete every dead task with its payload and error.
 -- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
---   2 payload   prefix of the payload HASHes <KEYS[2]>:<bucket>, id -> payload bytes
---               (absent: no payload; bucket = payload_key(id), see prelude.lua)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
 --   4 lease     HASH  id -> fencing token of the current lease
 --   5 attempts  HASH  id -> times claimed
@@ -18,7 +17,7 @@ for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[6], id)
   redis.call('HDEL', KEYS[7], id)
   if not redis.call('ZSCORE', KEYS[1], id) and not redis.call('ZSCORE', KEYS[3], id) then
-    redis.call('HDEL', payload_key(id), id)
+    redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[5], id)
   end
 end

@@ -2,8 +2,7 @@
 -- time still equals the one read (it was not re-enqueued since).
 -- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
---   2 payload   prefix of the payload HASHes <KEYS[2]>:<bucket>, id -> payload bytes
---               (absent: no payload; bucket = payload_key(id), see prelude.lua)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
 --   4 lease     HASH  id -> fencing token of the current lease
 --   5 attempts  HASH  id -> times claimed
@@ -26,7 +25,7 @@ if tonumber(cur) ~= tonumber(ARGV[2]) then
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-  redis.call('HDEL', payload_key(ARGV[1]), ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[5], ARGV[1])
 end
 return {1, tonumber(cur)}

@@ -1,8 +1,7 @@
 -- top: the due tasks (due time <= now), earliest first, without moving them.
 -- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
---   2 payload   prefix of the payload HASHes <KEYS[2]>:<bucket>, id -> payload bytes
---               (absent: no payload; bucket = payload_key(id), see prelude.lua)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
 --   4 lease     HASH  id -> fencing token of the current lease
 --   5 attempts  HASH  id -> times claimed
@@ -20,6 +19,6 @@ local out = {}
 for i = 1, #r, 2 do
   out[#out + 1] = r[i]
   out[#out + 1] = tonumber(r[i + 1])
-  out[#out + 1] = redis.call('HGET', payload_key(r[i]), r[i])
+  out[#out + 1] = redis.call('HGET', KEYS[2], r[i])
 end
 return out
