@@ -55,7 +55,9 @@ impl WorkerOptions {
         Self::default()
     }
 
-    /// How many tasks run at once (1 ..= 10 000).
+    /// How many handlers run at once (1 ..= 10 000). A task whose handler has
+    /// returned frees its slot at once; its ack travels in the next batch
+    /// while the slot already runs another task.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n;
         self
@@ -243,11 +245,7 @@ impl Worker {
                 let (queue, handler, running) =
                     (self.queue.clone(), handler.clone(), running.clone());
                 let acks = acks.clone();
-                tasks.spawn(async move {
-                    let outcome = process(&queue, acks, handler, task, &running).await;
-                    drop(permit);
-                    outcome
-                });
+                tasks.spawn(process(queue, acks, handler, task, running, permit));
             }
             if got < free {
                 if self.opts.exit_when_empty && tasks.is_empty() {
@@ -320,11 +318,12 @@ fn count(report: &mut WorkerReport, done: std::result::Result<Outcome, tokio::ta
 
 /// Run the handler (isolated, so a panic is a failure, not a crash), then ack or nack.
 async fn process<F, Fut, E>(
-    queue: &Queue,
+    queue: Queue,
     acks: Acks,
     handler: Arc<F>,
     task: Task,
-    running: &Running,
+    running: Running,
+    permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Outcome
 where
     F: Fn(Task) -> Fut + Send + Sync + 'static,
@@ -340,8 +339,11 @@ where
         Ok(Err(e)) => Some(e.to_string()),
         Err(_) => Some("the handler panicked".to_string()),
     };
-    let outcome = settle(queue, &acks, &task, error.as_deref()).await;
-    lock_running(running).remove(&task.id);
+    // The handler is done: its slot can take the next task while the ack
+    // is on its way (claims and acks overlap instead of taking turns).
+    drop(permit);
+    let outcome = settle(&queue, &acks, &task, error.as_deref()).await;
+    lock_running(&running).remove(&task.id);
     outcome
 }
 
