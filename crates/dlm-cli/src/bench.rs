@@ -41,6 +41,9 @@ pub struct BenchReport {
     ops_per_s: f64,
     p50_us: Option<u64>,
     p99_us: Option<u64>,
+    /// Successful acquires alone (start of the call to the guard in hand).
+    acquire_p50_us: Option<u64>,
+    acquire_p99_us: Option<u64>,
     attempts: u64,
     failed_attempts: u64,
     errors: u64,
@@ -77,6 +80,7 @@ struct WorkerStats {
     failed: u64,
     errors: u64,
     latencies_us: Vec<u64>,
+    acquires_us: Vec<u64>,
     handoffs_us: Vec<u64>,
 }
 
@@ -127,7 +131,12 @@ async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
             st.attempts += 1;
         }
         let guard = match lock.acquire(&opts).await {
-            Ok(g) => g,
+            Ok(g) => {
+                if measured {
+                    st.acquires_us.push(us(start.elapsed()));
+                }
+                g
+            }
             Err(dlm::Error::Busy { .. }) => {
                 if measured {
                     st.failed += 1;
@@ -285,6 +294,7 @@ async fn raw_distinct(
                         st.attempts += 1;
                     }
                     match set {
+                        Ok(Some(_)) if measured => st.acquires_us.push(us(start.elapsed())),
                         Ok(Some(_)) => {}
                         Ok(None) => {
                             st.failed += u64::from(measured);
@@ -336,6 +346,11 @@ fn summarize(
         .flat_map(|s| s.latencies_us.iter().copied())
         .collect();
     lat.sort_unstable();
+    let mut acq: Vec<u64> = all
+        .iter()
+        .flat_map(|s| s.acquires_us.iter().copied())
+        .collect();
+    acq.sort_unstable();
     let secs = args.duration.as_secs_f64();
     let contended = args.mode == BenchMode::Contended;
     let (handoff_p50_us, handoff_p99_us, min_ops, max_ops) = if contended {
@@ -362,6 +377,8 @@ fn summarize(
         ops_per_s: if secs > 0.0 { ops as f64 / secs } else { 0.0 },
         p50_us: percentile(&lat, 50.0),
         p99_us: percentile(&lat, 99.0),
+        acquire_p50_us: percentile(&acq, 50.0),
+        acquire_p99_us: percentile(&acq, 99.0),
         attempts: sum(|s| s.attempts),
         failed_attempts: sum(|s| s.failed),
         errors: sum(|s| s.errors),
@@ -395,6 +412,11 @@ fn table(r: &BenchReport) -> String {
         r.errors,
         r.violations,
     );
+    s.push_str(&format!(
+        "\nacquire alone p50 {}, p99 {}",
+        cell_us(r.acquire_p50_us),
+        cell_us(r.acquire_p99_us)
+    ));
     if let (Some(p50), Some(p99)) = (r.handoff_p50_us, r.handoff_p99_us) {
         s.push_str(&format!(
             "\nhand-off p50 {}, p99 {}; ops per worker min {}, max {}",
