@@ -58,7 +58,10 @@
 //! parallel**, each with a per-node timeout ([`ClientBuilder::node_timeout`],
 //! default 5% of the TTL), and the lock counts only when a majority
 //! (N/2+1) granted it and `validity = ttl - elapsed - drift` is still
-//! positive (`drift = ttl * 1% + 2 ms`, elapsed on the monotonic clock). On
+//! positive (`drift = ttl * 1% + 2 ms`, elapsed on the monotonic clock).
+//! The attempt is decided as soon as a majority granted (or a majority is
+//! held by another owner): slow nodes are not waited for, and a grant they
+//! give later carries our token and goes with the release. On
 //! failure the token is released on every node, also those that did not
 //! answer, and the attempt is retried after a jittered pause until the wait
 //! deadline; [`Error::NoQuorum`] says how many nodes answered. Extend runs on

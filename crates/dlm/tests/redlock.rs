@@ -289,3 +289,34 @@ async fn many_redlock_watchdogs_renew_with_a_few_scripts_per_node_per_tick() -> 
     assert_eq!(report.released, 500);
     Ok(())
 }
+
+#[tokio::test]
+async fn acquire_returns_once_a_majority_granted_without_waiting_for_frozen_nodes() -> TestResult {
+    let nodes = five();
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let c = Client::builder()
+        .node_timeout(Duration::from_millis(1500))
+        .connect_many(&urls)
+        .await?;
+    let lock = c.lock("majority");
+    lock.acquire(&ttl(20_000)).await?.release().await?; // scripts loaded everywhere
+    nodes[3].pause()?;
+    nodes[4].pause()?;
+    let t0 = Instant::now();
+    let g = lock.acquire(&ttl(20_000)).await?;
+    let took = t0.elapsed();
+    // Three healthy nodes answer in milliseconds; the frozen two would take 1.5 s.
+    assert!(took < Duration::from_millis(700), "took {took:?}");
+    let token = key_on(&nodes[0], &lock.key()?);
+    assert!(!token.is_empty());
+    nodes[3].resume()?;
+    nodes[4].resume()?;
+    // The grants the frozen nodes gave late carry our token and go with the release.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = g.release().await?;
+    assert_eq!(released.nodes, 5);
+    for n in &nodes {
+        assert_eq!(key_on(n, &lock.key()?), "", "released everywhere");
+    }
+    Ok(())
+}

@@ -199,15 +199,21 @@ impl Nodes {
             Nodes::Quorum(q) => q,
         };
         let timeout = q.node_timeout(ttl);
-        let replies = join_all(
-            q.backends
-                .iter()
-                .map(|b| ops::acquire(b, keys, token, ttl, timeout)),
-        )
-        .await;
-        let (mut granted, mut answered) = (0, 0);
+        // Decide as soon as the outcome is certain: a majority granted, or a
+        // majority is held by another owner (with failed nodes among the
+        // refusals, wait for all to tell Busy from NoQuorum). The nodes still
+        // pending are not waited for; a grant they give later holds our own
+        // token and goes with the release (or with the release everywhere
+        // below when the attempt failed).
+        let mut pending: futures_util::stream::FuturesUnordered<_> = q
+            .backends
+            .iter()
+            .map(|b| ops::acquire(b, keys, token, ttl, timeout))
+            .collect();
+        let nodes = q.backends.len();
+        let (mut granted, mut answered, mut busy) = (0, 0, 0);
         let mut holder_ttls = Vec::new();
-        for r in &replies {
+        while let Some(r) = futures_util::StreamExt::next(&mut pending).await {
             match r {
                 Ok(Attempt::Acquired(_)) => {
                     granted += 1;
@@ -215,11 +221,16 @@ impl Nodes {
                 }
                 Ok(Attempt::Busy(t)) => {
                     answered += 1;
-                    holder_ttls.push(*t);
+                    busy += 1;
+                    holder_ttls.push(t);
                 }
                 Err(_) => {}
             }
+            if granted >= q.needed() || busy > nodes - q.needed() {
+                break;
+            }
         }
+        drop(pending);
         if granted >= q.needed() && Instant::now() < valid_until {
             tracing::debug!(granted, nodes = q.backends.len(), "redlock acquired");
             return Ok(Try::Acquired(Grant {
