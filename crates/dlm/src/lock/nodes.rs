@@ -201,10 +201,9 @@ impl Nodes {
         let timeout = q.node_timeout(ttl);
         // Decide as soon as the outcome is certain: a majority granted, or a
         // majority is held by another owner (with failed nodes among the
-        // refusals, wait for all to tell Busy from NoQuorum). The nodes still
-        // pending are not waited for; a grant they give later holds our own
-        // token and goes with the release (or with the release everywhere
-        // below when the attempt failed).
+        // refusals, wait for all to tell Busy from NoQuorum). After a success
+        // the nodes still pending are not waited for: a grant they give later
+        // holds our own token and goes with the release.
         let mut pending: futures_util::stream::FuturesUnordered<_> = q
             .backends
             .iter()
@@ -230,7 +229,6 @@ impl Nodes {
                 break;
             }
         }
-        drop(pending);
         if granted >= q.needed() && Instant::now() < valid_until {
             tracing::debug!(granted, nodes = q.backends.len(), "redlock acquired");
             return Ok(Try::Acquired(Grant {
@@ -238,7 +236,11 @@ impl Nodes {
                 valid_until,
             }));
         }
-        // Failed: undo every grant, including on nodes whose reply was lost.
+        // Failed: let the pending requests finish (bounded by the node
+        // timeout) so that none lands after the release below, then undo
+        // every grant, including on nodes whose reply was lost.
+        while futures_util::StreamExt::next(&mut pending).await.is_some() {}
+        drop(pending);
         q.release_everywhere(keys, token, timeout).await;
         tracing::debug!(
             granted,
