@@ -115,6 +115,12 @@
 //! the lock's channel; a waiting client wakes one local waiter at once (FIFO).
 //! A jittered retry interval (default 50 ms) covers lost messages and crashed
 //! holders (a waiter also retries when the holder's TTL runs out).
+//! On one Redis, a guard released while a task of the same client waits for
+//! that lock hands it over inside the release script: the key takes the
+//! waiter's token and TTL and a new fencing token at once, so the next holder
+//! needs no round trip of its own and nobody can cut in. After 16 hand-overs
+//! in a row the lock is really released once, so that waiters of other
+//! clients get their chance.
 
 pub mod consistency;
 pub mod error;

@@ -733,3 +733,85 @@ async fn a_batch_on_a_frozen_redis_fails_every_caller_in_time_and_leaves_nothing
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_straight_to_a_waiting_task_of_the_same_client() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let mut conn = raw(&s).await;
+    let lock = c.lock("baton");
+    let key = lock.key()?;
+    let first = lock.acquire(&ttl(10_000)).await?;
+    let first_fence = first.fence().ok_or("a fence")?;
+    let waiting = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire(&ttl(7_000).wait(Duration::from_secs(5))).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await; // the task is waiting now
+    let first_token: String = conn.get(&key).await?;
+    first.release().await?;
+    // Handed over inside the release script: the key already holds the waiter's
+    // token, with the waiter's TTL, before the waiter has run again.
+    let now: String = conn.get(&key).await?;
+    assert!(!now.is_empty() && now != first_token, "handed over");
+    let pttl: i64 = conn.pttl(&key).await?;
+    assert!(pttl > 6_000 && pttl <= 7_000, "the successor's TTL: {pttl}");
+    let second = waiting.await??;
+    assert_eq!(second.fence().map(|f| f.get()), Some(first_fence.get() + 1));
+    assert!(second.remaining() > Duration::from_secs(6));
+    second.release().await?;
+    let left: Option<String> = conn.get(&key).await?;
+    assert_eq!(left, None, "nobody waits: really released");
+
+    // A waiter that gave up is not handed anything.
+    let holder = lock.acquire(&ttl(10_000)).await?;
+    let quitter = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            lock.acquire(&ttl(5_000).wait(Duration::from_secs(30)))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    quitter.abort();
+    let _ = quitter.await;
+    holder.release().await?;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let left: Option<String> = conn.get(&key).await?;
+    assert_eq!(left, None, "released, not handed to a cancelled waiter");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clients_waiter_is_not_starved_by_local_hand_overs() -> TestResult {
+    let s = server();
+    let (a, b) = (client(&s).await, client(&s).await);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut busy = Vec::new();
+    for _ in 0..4 {
+        let (lock, stop) = (a.lock("shared"), stop.clone());
+        busy.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let g = lock
+                    .acquire(&ttl(5_000).wait(Duration::from_secs(30)))
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                g.release().await?;
+            }
+            Ok::<_, Error>(())
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await; // client a hands the lock around
+    let t0 = Instant::now();
+    let g = b
+        .lock("shared")
+        .acquire(&ttl(5_000).wait(Duration::from_secs(20)))
+        .await?;
+    println!("the other client waited {:?}", t0.elapsed());
+    g.release().await?;
+    stop.store(true, Ordering::Relaxed);
+    for t in busy {
+        t.await??;
+    }
+    Ok(())
+}

@@ -143,7 +143,8 @@ pub struct LockContext {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Released {
-    /// Nodes that still held our token and deleted it (1 on a single Redis).
+    /// Nodes that still held our token and deleted it, or handed it to a
+    /// waiting task of this client (1 on a single Redis).
     pub confirmed: usize,
     /// Nodes asked (1 on a single Redis, N under Redlock).
     pub nodes: usize,
@@ -306,6 +307,9 @@ impl LockGuard {
                 name: held.name.to_string(),
             });
         }
+        if let Some(released) = hand_over(&held).await? {
+            return Ok(released);
+        }
         let r = held
             .client
             .nodes
@@ -318,6 +322,32 @@ impl LockGuard {
             nodes: r.nodes,
         })
     }
+}
+
+/// On one Redis, when a task of this client waits for the lock, hand it over
+/// directly (one round trip, nobody cuts in); `None`: release normally.
+async fn hand_over(held: &Held) -> Result<Option<Released>> {
+    let (Some(backend), Some(wakeups)) = (held.client.nodes.single(), &held.client.wakeups) else {
+        return Ok(None);
+    };
+    let Some(next) = wakeups.next_baton(&held.keys.channel) else {
+        return Ok(None);
+    };
+    let started = Instant::now();
+    let Some(fence) =
+        crate::lock::ops::release_to(backend, &held.keys, &held.token, next.token(), next.ttl())
+            .await?
+    else {
+        // Not ours any more: the normal release tells expired from taken.
+        return Ok(None);
+    };
+    wakeups.handed(&held.keys.channel, &next);
+    next.grant(fence, started);
+    tracing::debug!(name = %held.name, "handed over to a waiting task");
+    Ok(Some(Released {
+        confirmed: 1,
+        nodes: 1,
+    }))
 }
 
 impl Drop for LockGuard {

@@ -160,6 +160,14 @@ pub struct LockStatus {
     pub fence: Option<Fence>,
 }
 
+/// Completes when the lock was handed to `baton` (never without one).
+async fn handed(baton: Option<Arc<wait::Baton>>) {
+    match baton {
+        Some(b) => b.granted().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// An acquisition's token that may be stored in Redis without our knowing.
 struct PendingToken {
     inner: Arc<ClientInner>,
@@ -259,6 +267,7 @@ impl Lock {
         let token = Token::random()?;
         let deadline = Instant::now() + opts.wait;
         let mut waiter = None;
+        let mut baton = None;
         let mut attempts = 0u32;
         // Releases our token if this future is dropped mid-attempt or gives up
         // after an attempt whose reply was lost: the SET may have landed.
@@ -280,8 +289,23 @@ impl Lock {
             let w = w.register(&keys.channel);
             queue_first = w.ensure_subscribed().await;
             waiter = Some(w);
+            baton = self.enlist(&keys, &token, opts.ttl, &mut pending);
         }
         loop {
+            // A releasing task of this client handed the lock to us.
+            if let Some((b, _)) = &baton
+                && let Some((fence, started)) = b.take_grant()
+            {
+                pending.armed = false;
+                let grant = nodes::Grant {
+                    fence: Some(fence),
+                    valid_until: started + opts.ttl.saturating_sub(drift(opts.ttl)),
+                };
+                tracing::debug!(fence = ?grant.fence, attempts, "handed over");
+                return Ok(self.guard(keys, token, grant, opts));
+            }
+            let handed = handed(baton.as_ref().map(|b| b.0.clone()));
+            let mut handed = std::pin::pin!(handed);
             let notify = waiter.as_ref().map(wait::Waiter::notify);
             let notified = notify.as_ref().map(|n| n.notified());
             let mut notified = std::pin::pin!(notified);
@@ -294,6 +318,7 @@ impl Lock {
                 let until = (Instant::now() + wait::jittered(opts.retry_interval)).min(deadline);
                 tokio::select! {
                     _ = n => {}
+                    _ = &mut handed => {}
                     _ = tokio::time::sleep_until(until) => {}
                 }
                 continue;
@@ -309,19 +334,7 @@ impl Lock {
                 Ok(Try::Acquired(grant)) => {
                     pending.armed = false;
                     tracing::debug!(fence = ?grant.fence, attempts, "acquired");
-                    let held = Arc::new(Held {
-                        client: inner.clone(),
-                        id: inner.next_id(),
-                        name: self.name.clone(),
-                        keys,
-                        token,
-                        fence: grant.fence,
-                        ttl: opts.ttl,
-                        lease: LeaseState::new(grant.valid_until),
-                        stop: CancellationToken::new(),
-                    });
-                    inner.register(&held);
-                    return Ok(LockGuard::new(held, opts.ttl, opts.watchdog));
+                    return Ok(self.guard(keys, token, grant, opts));
                 }
                 Ok(Try::Busy(ttl)) => (
                     Error::Busy {
@@ -348,14 +361,13 @@ impl Lock {
             {
                 let w = w.register(&keys.channel);
                 let left = deadline.saturating_duration_since(now);
-                let subscribed = tokio::time::timeout(left, w.ensure_subscribed())
-                    .await
-                    .unwrap_or(false);
+                // Without a subscription the timed fallback still works.
+                let _ = tokio::time::timeout(left, w.ensure_subscribed()).await;
                 waiter = Some(w);
-                if subscribed {
-                    // A release may have happened before the subscription: look again now.
-                    continue;
-                }
+                baton = self.enlist(&keys, &token, opts.ttl, &mut pending);
+                // A release may have happened before the subscription: look
+                // again now (and wait with the baton from the next turn on).
+                continue;
             }
             let mut pause = wait::jittered(opts.retry_interval);
             if let Some(t) = holder_ttl {
@@ -367,12 +379,58 @@ impl Lock {
                 Some(n) => {
                     tokio::select! {
                         _ = n => {}
+                        _ = &mut handed => {}
                         _ = tokio::time::sleep_until(until) => {}
                     }
                 }
                 None => tokio::time::sleep_until(until).await,
             }
         }
+    }
+
+    /// Queue this acquisition for a direct hand-over by a releasing task of
+    /// the same client (one Redis only). From then on the token may be set
+    /// in Redis without a reply of ours, so it stays armed for release until
+    /// the lock is ours.
+    fn enlist(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl: Duration,
+        pending: &mut PendingToken,
+    ) -> Option<(Arc<wait::Baton>, wait::Enlisted)> {
+        let inner = &self.client.inner;
+        inner.nodes.single()?;
+        let wakeups = inner.wakeups.as_ref()?;
+        let baton = wait::Baton::new(token.clone(), ttl);
+        let enlisted = wakeups.enlist(&keys.channel, &baton);
+        pending.unsure = true;
+        pending.armed = true;
+        Some((baton, enlisted))
+    }
+
+    /// The guard of an acquisition that succeeded.
+    fn guard(
+        &self,
+        keys: Arc<LockKeys>,
+        token: Token,
+        grant: nodes::Grant,
+        opts: &LockOptions,
+    ) -> LockGuard {
+        let inner = &self.client.inner;
+        let held = Arc::new(Held {
+            client: inner.clone(),
+            id: inner.next_id(),
+            name: self.name.clone(),
+            keys,
+            token,
+            fence: grant.fence,
+            ttl: opts.ttl,
+            lease: LeaseState::new(grant.valid_until),
+            stop: CancellationToken::new(),
+        });
+        inner.register(&held);
+        LockGuard::new(held, opts.ttl, opts.watchdog)
     }
 
     /// Who holds the lock, for how long, and the last fencing token.

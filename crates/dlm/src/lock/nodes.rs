@@ -202,12 +202,15 @@ impl Nodes {
         // Decide as soon as the outcome is certain: a majority granted, or a
         // majority is held by another owner (with failed nodes among the
         // refusals, wait for all to tell Busy from NoQuorum). After a success
-        // the nodes still pending are not waited for: a grant they give later
-        // holds our own token and goes with the release.
+        // the nodes still pending finish in the background: a grant they give
+        // later holds our own token and goes with the release.
         let mut pending: futures_util::stream::FuturesUnordered<_> = q
             .backends
             .iter()
-            .map(|b| ops::acquire(b, keys, token, ttl, timeout))
+            .map(|b| {
+                let (b, keys, token) = (b.clone(), keys.clone(), token.clone());
+                async move { ops::acquire(&b, &keys, &token, ttl, timeout).await }
+            })
             .collect();
         let nodes = q.backends.len();
         let (mut granted, mut answered, mut busy) = (0, 0, 0);
@@ -230,6 +233,13 @@ impl Nodes {
             }
         }
         if granted >= q.needed() && Instant::now() < valid_until {
+            // The other nodes' requests are on their way: let them finish in
+            // the background, so that the healthy ones hold the lock too.
+            if !pending.is_empty() {
+                tokio::spawn(async move {
+                    while futures_util::StreamExt::next(&mut pending).await.is_some() {}
+                });
+            }
             tracing::debug!(granted, nodes = q.backends.len(), "redlock acquired");
             return Ok(Try::Acquired(Grant {
                 fence: None,

@@ -14,6 +14,8 @@ use crate::token::{Fence, Token};
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
 static EXTEND_OR_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/extend_or_acquire.lua")));
+static RELEASE_TO: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release_to.lua")));
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/status.lua")));
 
 /// What one acquire attempt found.
@@ -78,6 +80,32 @@ pub(crate) async fn release(
 ) -> Result<Outcome> {
     let timeout = timeout.min(backend.timeout());
     backend.lock_batcher().release(keys, token, timeout).await
+}
+
+/// Hand the lock from `token` to `successor` (a waiting acquisition of this
+/// client) with the successor's TTL: its fence, or `None` when the lock was
+/// not ours any more (nothing handed over).
+pub(crate) async fn release_to(
+    backend: &Backend,
+    keys: &LockKeys,
+    token: &Token,
+    successor: &Token,
+    ttl: Duration,
+) -> Result<Option<Fence>> {
+    let (ok, n): (i64, i64) = backend
+        .eval(
+            RELEASE_TO
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .arg(token.as_str())
+                .arg(successor.as_str())
+                .arg(millis(ttl)),
+        )
+        .await?;
+    match acquire_reply(ok, n)? {
+        Attempt::Acquired(fence) => Ok(Some(fence)),
+        Attempt::Busy(_) => Ok(None),
+    }
 }
 
 pub(crate) async fn extend(

@@ -6,8 +6,12 @@
 //! each release message wakes exactly one local waiter (FIFO), which then
 //! tries again. If the subscriber connection drops, every waiter is woken and
 //! the next wait reconnects.
+//!
+//! Waiters of one Redis also queue a [`Baton`]: a releasing guard of the same
+//! client hands the lock to the first one directly (`release_to.lua`), and
+//! after [`MAX_HANDOFFS`] hand-overs in a row releases it for real once.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -15,7 +19,10 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::aio::PubSubSink;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::token::{Fence, Token};
 
 /// A pause around `interval`, drawn uniformly from [interval/2, 3*interval/2),
 /// so that waiters that failed together do not retry together.
@@ -27,6 +34,81 @@ pub(crate) fn jittered(interval: Duration) -> Duration {
 struct Channel {
     notify: Arc<Notify>,
     waiters: usize,
+    /// Waiting acquisitions a releasing task may hand the lock to, in FIFO order.
+    batons: VecDeque<Arc<Baton>>,
+    /// Hand-overs since the lock was last really released.
+    handoffs: u32,
+}
+
+/// After this many hand-overs in a row a lock is really released (and
+/// published), so that waiters of other clients get their chance.
+const MAX_HANDOFFS: u32 = 16;
+
+/// A waiting acquisition that a releasing task of the same client may hand
+/// the lock to directly (see `release_to.lua`).
+pub(crate) struct Baton {
+    token: Token,
+    ttl: Duration,
+    /// Set by the releaser: the fence and when the hand-over request started.
+    granted: Mutex<Option<(Fence, Instant)>>,
+    notify: Notify,
+}
+
+impl Baton {
+    pub(crate) fn new(token: Token, ttl: Duration) -> Arc<Self> {
+        Arc::new(Baton {
+            token,
+            ttl,
+            granted: Mutex::new(None),
+            notify: Notify::new(),
+        })
+    }
+
+    pub(crate) fn token(&self) -> &Token {
+        &self.token
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<(Fence, Instant)>> {
+        match self.granted.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The lock was handed to this acquisition.
+    pub(crate) fn grant(&self, fence: Fence, started: Instant) {
+        *self.slot() = Some((fence, started));
+        self.notify.notify_one();
+    }
+
+    /// The hand-over, if one happened.
+    pub(crate) fn take_grant(&self) -> Option<(Fence, Instant)> {
+        self.slot().take()
+    }
+
+    /// Completes after a hand-over (also one that happened before the call).
+    pub(crate) async fn granted(&self) {
+        self.notify.notified().await;
+    }
+}
+
+/// A baton in its channel's queue; leaves the queue on drop.
+pub(crate) struct Enlisted {
+    wakeups: Arc<Wakeups>,
+    channel: String,
+    baton: Arc<Baton>,
+}
+
+impl Drop for Enlisted {
+    fn drop(&mut self) {
+        if let Some(ch) = self.wakeups.channels().get_mut(&self.channel) {
+            ch.batons.retain(|b| !Arc::ptr_eq(b, &self.baton));
+        }
+    }
 }
 
 struct Subscriber {
@@ -127,6 +209,8 @@ impl Wakeups {
                 .or_insert_with(|| Channel {
                     notify: Arc::new(Notify::new()),
                     waiters: 0,
+                    batons: VecDeque::new(),
+                    handoffs: 0,
                 });
             entry.waiters += 1;
             entry.notify.clone()
@@ -135,6 +219,38 @@ impl Wakeups {
             wakeups: self.clone(),
             channel: channel.to_string(),
             notify,
+        }
+    }
+
+    /// Queue `baton` for a hand-over on `channel` (registered by a [`Waiter`]).
+    pub(crate) fn enlist(self: &Arc<Self>, channel: &str, baton: &Arc<Baton>) -> Enlisted {
+        if let Some(ch) = self.channels().get_mut(channel) {
+            ch.batons.push_back(baton.clone());
+        }
+        Enlisted {
+            wakeups: self.clone(),
+            channel: channel.to_string(),
+            baton: baton.clone(),
+        }
+    }
+
+    /// The first waiting acquisition to hand the lock to, unless the lock was
+    /// handed over [`MAX_HANDOFFS`] times in a row (then: none, this once).
+    pub(crate) fn next_baton(&self, channel: &str) -> Option<Arc<Baton>> {
+        let mut channels = self.channels();
+        let ch = channels.get_mut(channel)?;
+        if ch.handoffs >= MAX_HANDOFFS {
+            ch.handoffs = 0;
+            return None;
+        }
+        ch.batons.front().cloned()
+    }
+
+    /// `baton` got the lock: out of the queue, and count the hand-over.
+    pub(crate) fn handed(&self, channel: &str, baton: &Arc<Baton>) {
+        if let Some(ch) = self.channels().get_mut(channel) {
+            ch.batons.retain(|b| !Arc::ptr_eq(b, baton));
+            ch.handoffs += 1;
         }
     }
 
