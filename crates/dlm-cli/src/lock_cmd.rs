@@ -55,6 +55,8 @@ pub async fn acquire(global: &Global, args: &AcquireArgs) -> Result<u8, CliError
     // The lock must outlive this process: the caller holds it through the
     // printed token until it releases it or the TTL runs out.
     let _ = guard.detach();
+    // Under Redlock, let the requests to slower nodes land before exiting.
+    client.settle(global.timeout).await;
     Ok(EXIT_OK)
 }
 

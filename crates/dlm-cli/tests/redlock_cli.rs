@@ -29,13 +29,11 @@ fn several_redis_urls_make_a_redlock_with_the_same_contract() {
     let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
     assert!(v["fence"].is_null(), "Redlock hands out no fence: {v}");
     let token = v["token"].as_str().expect("token").to_string();
-    // Acquire returns on the first majority; a slower node's request may not
-    // have left before the process exited.
-    let holding = nodes
-        .iter()
-        .filter(|n| n.command(&["GET", "dlm:lock:{job}"]).expect("GET") == token)
-        .count();
-    assert!(holding >= 2, "a majority holds the token ({holding} of 3)");
+    // Acquire returns on the first majority; the CLI lets the requests to
+    // the other nodes land before it exits.
+    for n in &nodes {
+        assert_eq!(n.command(&["GET", "dlm:lock:{job}"]).expect("GET"), token);
+    }
     let (code, out, _) = dlm(&nodes, &["--json", "lock", "status", "job"]);
     assert_eq!(code, 0);
     assert!(out.contains("\"held\":true"), "{out}");

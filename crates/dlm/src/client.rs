@@ -28,6 +28,8 @@ pub(crate) struct ClientInner {
     /// The locks this client holds (for [`Client::release_all`]).
     held: Mutex<HashMap<u64, Weak<Held>>>,
     next_id: AtomicU64,
+    /// Work left running in the background (see [`Client::settle`]).
+    pub(crate) background: tokio_util::task::TaskTracker,
 }
 
 impl ClientInner {
@@ -237,6 +239,7 @@ impl ClientBuilder {
         let nodes = Nodes::Quorum(Quorum {
             backends: ok,
             node_timeout: self.node_timeout,
+            background: tokio_util::task::TaskTracker::new(),
         });
         Ok(self.finish(nodes, wakeups, None))
     }
@@ -274,8 +277,13 @@ impl ClientBuilder {
         wakeups: Option<Arc<Wakeups>>,
         redis: Option<redis::Client>,
     ) -> Client {
+        let background = match &nodes {
+            Nodes::Quorum(q) => q.background.clone(),
+            Nodes::Single(_) => tokio_util::task::TaskTracker::new(),
+        };
         Client {
             inner: Arc::new(ClientInner {
+                background,
                 nodes,
                 redis,
                 renewer: Renewer::new(),
@@ -331,6 +339,26 @@ impl Client {
     /// The deadline of one call to Redis.
     pub fn timeout(&self) -> Duration {
         self.inner.nodes.timeout()
+    }
+
+    /// Wait up to `timeout` for work this client left running in the
+    /// background: releases of dropped guards and abandoned acquisitions,
+    /// and Redlock requests still on their way after a majority decided.
+    /// A short-lived process (a CLI, a cron job) calls it before exiting;
+    /// a long-running one never needs to. True when all of it finished.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) {
+    /// drop(client.lock("report").acquire(&dlm::LockOptions::new(std::time::Duration::from_secs(5))).await);
+    /// client.settle(std::time::Duration::from_secs(1)).await;
+    /// # }
+    /// ```
+    pub async fn settle(&self, timeout: Duration) -> bool {
+        let tracker = &self.inner.background;
+        tracker.close();
+        let done = tokio::time::timeout(timeout, tracker.wait()).await.is_ok();
+        tracker.reopen();
+        done
     }
 
     /// Release every lock this client still holds (the seeds' `unlockAll`),

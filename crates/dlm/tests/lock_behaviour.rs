@@ -286,6 +286,19 @@ async fn release_all_frees_every_held_lock_and_marks_guards_lost() -> TestResult
 }
 
 #[tokio::test]
+async fn settle_waits_for_the_release_of_a_dropped_guard() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let lock = c.lock("settle");
+    drop(lock.acquire(&ttl(30_000)).await?);
+    assert!(c.settle(Duration::from_secs(2)).await);
+    let mut conn = raw(&s).await;
+    let left: Option<String> = conn.get(lock.key()?).await?;
+    assert_eq!(left, None, "released before settle returned");
+    Ok(())
+}
+
+#[tokio::test]
 async fn dropping_a_guard_releases_in_the_background() -> TestResult {
     let s = server();
     let c = client(&s).await;

@@ -362,7 +362,8 @@ impl Drop for LockGuard {
             return;
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
+            let background = held.client.background.clone();
+            rt.spawn(background.track_future(async move {
                 match held.client.nodes.release(&held.name, &held.keys, &held.token).await {
                     Ok(r) => {
                         tracing::debug!(name = %held.name, outcome = ?r.outcome, "released on drop")
@@ -371,7 +372,7 @@ impl Drop for LockGuard {
                         tracing::warn!(name = %held.name, error = %e, "release on drop failed; the TTL will free the lock")
                     }
                 }
-            });
+            }));
         }
     }
 }

@@ -188,9 +188,9 @@ impl Drop for PendingToken {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let inner = self.inner.clone();
             let (name, keys, token) = (self.name.clone(), self.keys.clone(), self.token.clone());
-            rt.spawn(async move {
+            rt.spawn(inner.background.clone().track_future(async move {
                 let _ = inner.nodes.release(&name, &keys, &token).await;
-            });
+            }));
         }
     }
 }

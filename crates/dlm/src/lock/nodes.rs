@@ -54,6 +54,8 @@ pub(crate) struct Quorum {
     pub backends: Vec<Backend>,
     /// Per-node deadline; `None`: 5% of the TTL, at least 10 ms, at most the client timeout.
     pub node_timeout: Option<Duration>,
+    /// Requests left to finish after an early decision (see `Client::settle`).
+    pub background: tokio_util::task::TaskTracker,
 }
 
 impl Quorum {
@@ -236,7 +238,7 @@ impl Nodes {
             // The other nodes' requests are on their way: let them finish in
             // the background, so that the healthy ones hold the lock too.
             if !pending.is_empty() {
-                tokio::spawn(async move {
+                q.background.spawn(async move {
                     while futures_util::StreamExt::next(&mut pending).await.is_some() {}
                 });
             }
