@@ -747,6 +747,26 @@ async fn a_batch_on_a_frozen_redis_fails_every_caller_in_time_and_leaves_nothing
     Ok(())
 }
 
+/// Until a task waits on lock `key`: its wake-up channel has a subscriber
+/// (a waiter subscribes, then queues for a hand-over, in one step).
+async fn waiting_on(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> TestResult {
+    let channel = format!("{key}:released");
+    for _ in 0..500 {
+        let (_, n): (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query_async(conn)
+            .await?;
+        if n > 0 {
+            // The waiter's task handles the subscribe reply right after Redis sent it.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err("no task waits on the lock after 5 s".into())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_lock_straight_to_a_waiting_task_of_the_same_client() -> TestResult {
     let s = server();
@@ -760,7 +780,7 @@ async fn a_release_hands_the_lock_straight_to_a_waiting_task_of_the_same_client(
         let lock = lock.clone();
         tokio::spawn(async move { lock.acquire(&ttl(7_000).wait(Duration::from_secs(5))).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await; // the task is waiting now
+    waiting_on(&mut conn, &key).await?;
     let first_token: String = conn.get(&key).await?;
     first.release().await?;
     // Handed over inside the release script: the key already holds the waiter's
@@ -785,11 +805,10 @@ async fn a_release_hands_the_lock_straight_to_a_waiting_task_of_the_same_client(
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    waiting_on(&mut conn, &key).await?;
     quitter.abort();
     let _ = quitter.await;
     holder.release().await?;
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let left: Option<String> = conn.get(&key).await?;
     assert_eq!(left, None, "released, not handed to a cancelled waiter");
     Ok(())

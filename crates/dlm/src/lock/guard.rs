@@ -12,6 +12,7 @@ use crate::client::ClientInner;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::lock::Outcome;
+use crate::lock::nodes::ReleaseOutcome;
 use crate::token::{Fence, Token};
 
 /// The clock-drift allowance subtracted from a lease: 1% of the TTL plus 2 ms
@@ -307,14 +308,7 @@ impl LockGuard {
                 name: held.name.to_string(),
             });
         }
-        if let Some(released) = hand_over(&held).await? {
-            return Ok(released);
-        }
-        let r = held
-            .client
-            .nodes
-            .release(&held.name, &held.keys, &held.token)
-            .await?;
+        let r = release_held(&held).await?;
         tracing::debug!(name = %held.name, outcome = ?r.outcome, confirmed = r.confirmed, nodes = r.nodes, "released");
         r.outcome.into_result(&held.name)?;
         Ok(Released {
@@ -324,9 +318,21 @@ impl LockGuard {
     }
 }
 
+/// Release a held lock (by `release()` or on drop): handed straight to a
+/// waiting task of this client when there is one, else released everywhere.
+async fn release_held(held: &Held) -> Result<ReleaseOutcome> {
+    if let Some(r) = hand_over(held).await? {
+        return Ok(r);
+    }
+    held.client
+        .nodes
+        .release(&held.name, &held.keys, &held.token)
+        .await
+}
+
 /// On one Redis, when a task of this client waits for the lock, hand it over
 /// directly (one round trip, nobody cuts in); `None`: release normally.
-async fn hand_over(held: &Held) -> Result<Option<Released>> {
+async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
     let (Some(backend), Some(wakeups)) = (held.client.nodes.single(), &held.client.wakeups) else {
         return Ok(None);
     };
@@ -344,7 +350,8 @@ async fn hand_over(held: &Held) -> Result<Option<Released>> {
     wakeups.handed(&held.keys.channel, &next);
     next.grant(fence, started);
     tracing::debug!(name = %held.name, "handed over to a waiting task");
-    Ok(Some(Released {
+    Ok(Some(ReleaseOutcome {
+        outcome: Outcome::Done,
         confirmed: 1,
         nodes: 1,
     }))
@@ -364,7 +371,7 @@ impl Drop for LockGuard {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let background = held.client.background.clone();
             rt.spawn(background.track_future(async move {
-                match held.client.nodes.release(&held.name, &held.keys, &held.token).await {
+                match release_held(&held).await {
                     Ok(r) => {
                         tracing::debug!(name = %held.name, outcome = ?r.outcome, "released on drop")
                     }

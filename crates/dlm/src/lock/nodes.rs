@@ -201,11 +201,11 @@ impl Nodes {
             Nodes::Quorum(q) => q,
         };
         let timeout = q.node_timeout(ttl);
-        // Decide as soon as the outcome is certain: a majority granted, or a
-        // majority is held by another owner (with failed nodes among the
-        // refusals, wait for all to tell Busy from NoQuorum). After a success
-        // the nodes still pending finish in the background: a grant they give
-        // later holds our own token and goes with the release.
+        // Decide as soon as a majority granted: the nodes still pending then
+        // finish in the background (a grant they give later holds our own
+        // token and goes with the release). Without a majority, wait for
+        // every reply (bounded by the node timeout), so that none lands after
+        // the release everywhere below.
         let mut pending: futures_util::stream::FuturesUnordered<_> = q
             .backends
             .iter()
@@ -214,8 +214,7 @@ impl Nodes {
                 async move { ops::acquire(&b, &keys, &token, ttl, timeout).await }
             })
             .collect();
-        let nodes = q.backends.len();
-        let (mut granted, mut answered, mut busy) = (0, 0, 0);
+        let (mut granted, mut answered) = (0, 0);
         let mut holder_ttls = Vec::new();
         while let Some(r) = futures_util::StreamExt::next(&mut pending).await {
             match r {
@@ -225,12 +224,11 @@ impl Nodes {
                 }
                 Ok(Attempt::Busy(t)) => {
                     answered += 1;
-                    busy += 1;
                     holder_ttls.push(t);
                 }
                 Err(_) => {}
             }
-            if granted >= q.needed() || busy > nodes - q.needed() {
+            if granted >= q.needed() {
                 break;
             }
         }
@@ -248,11 +246,10 @@ impl Nodes {
                 valid_until,
             }));
         }
-        // Failed: let the pending requests finish (bounded by the node
-        // timeout) so that none lands after the release below, then undo
-        // every grant, including on nodes whose reply was lost.
+        // Failed (a majority that came too late leaves some pending: let
+        // them land first), then undo every grant, including on nodes whose
+        // reply was lost.
         while futures_util::StreamExt::next(&mut pending).await.is_some() {}
-        drop(pending);
         q.release_everywhere(keys, token, timeout).await;
         tracing::debug!(
             granted,
