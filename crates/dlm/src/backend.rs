@@ -1,14 +1,18 @@
 //! The connection seam: any cloneable `redis` async connection, every call
-//! with a deadline, scripts sent by SHA with a NOSCRIPT fallback.
+//! with a deadline, scripts sent by SHA with a NOSCRIPT fallback, and whether
+//! multi-key work must be grouped by hash slot.
+//!
+//! Everything above talks to Redis through [`Backend`] only, so a new
+//! topology (cluster, sentinel, TLS) is a new way to build one here, and no
+//! caller changes. This layer knows nothing of locks, queues or the client.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, RedisFuture, ScriptInvocation, Value};
 
 use crate::error::{Error, Result};
-use crate::lock::batch::Batcher;
 
 /// Something that hands out a fresh handle on a shared connection per call.
 trait SharedConnection: Send + Sync {
@@ -54,8 +58,6 @@ pub(crate) struct Backend {
     timeout: Duration,
     /// The connection may be a cluster: multi-key scripts group keys by slot.
     by_slot: bool,
-    /// This connection's lock batcher, started on first use.
-    batcher: Arc<OnceLock<Batcher>>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -75,7 +77,6 @@ impl Backend {
             conn: Arc::new(conn),
             timeout,
             by_slot: true,
-            batcher: Arc::new(OnceLock::new()),
         }
     }
 
@@ -91,18 +92,7 @@ impl Backend {
         self.by_slot
     }
 
-    /// The batcher of acquire and release calls on this connection, started
-    /// on first use.
-    pub(crate) fn lock_batcher(&self) -> &Batcher {
-        self.batcher.get_or_init(|| {
-            // The batcher's own handle has no batcher (and no cycle).
-            Batcher::new(Backend {
-                batcher: Arc::new(OnceLock::new()),
-                ..self.clone()
-            })
-        })
-    }
-
+    /// The deadline of one call.
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout
     }
@@ -143,6 +133,11 @@ impl Backend {
         let mut conn = self.conn.handle();
         deadline(timeout.min(self.timeout), cmd.query_async(&mut conn)).await
     }
+}
+
+/// A duration as whole milliseconds, the unit scripts take (saturating).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 async fn deadline<T>(

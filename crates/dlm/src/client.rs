@@ -1,69 +1,31 @@
-//! The client: one Redis deployment, the key prefix, timeouts, the wake-up
-//! service and the registry of locks this client holds.
+//! The client, the public entry point: it connects (one Redis, or N masters
+//! for Redlock), builds the shared services and hands out the primitives
+//! (locks, queues, consistency helpers, fenced writes). It is the top of the
+//! library's layers: it may name everything below, and nothing below names it
+//! (see ARCHITECTURE.md).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
 use crate::backend::Backend;
+use crate::consistency::{Stock, Versioned};
 use crate::error::{Error, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, validate_prefix};
-use crate::lock::nodes::{Nodes, Quorum};
-use crate::lock::{Held, Lock, Outcome, Renewer, Wakeups};
+use crate::lock::{Lock, Locks, Node, Nodes, Quorum, ReleaseAll};
+use crate::queue::Queue;
+use crate::services::wakeups::Wakeups;
+use crate::token::Fence;
 
 /// The default deadline of one call to Redis.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
-pub(crate) struct ClientInner {
-    pub(crate) nodes: Nodes,
-    pub(crate) prefix: String,
-    pub(crate) wakeups: Option<Arc<Wakeups>>,
+struct ClientInner {
+    /// Where locks live and the services they share.
+    locks: Arc<Locks>,
     /// For dedicated connections (a worker's blocking wait), when known.
-    pub(crate) redis: Option<redis::Client>,
-    /// Batched watchdog renewals (single Redis).
-    pub(crate) renewer: Arc<Renewer>,
-    /// The locks this client holds (for [`Client::release_all`]).
-    held: Mutex<HashMap<u64, Weak<Held>>>,
-    next_id: AtomicU64,
-    /// Work left running in the background (see [`Client::settle`]).
-    pub(crate) background: tokio_util::task::TaskTracker,
-}
-
-impl ClientInner {
-    pub(crate) fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Weak<Held>>> {
-        match self.held.lock() {
-            Ok(h) => h,
-            Err(p) => p.into_inner(),
-        }
-    }
-
-    pub(crate) fn register(&self, held: &Arc<Held>) {
-        self.held().insert(held.id, Arc::downgrade(held));
-    }
-
-    /// Forget a held lock; false when it was not registered any more.
-    pub(crate) fn unregister(&self, id: u64) -> bool {
-        self.held().remove(&id).is_some()
-    }
-}
-
-/// What [`Client::release_all`] did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReleaseAll {
-    /// Locks that were still ours and are released now.
-    pub released: usize,
-    /// Locks that had expired or were held by another owner already.
-    pub already_lost: usize,
-    /// Locks whose release failed (Redis unreachable); their TTL frees them.
-    pub failed: usize,
+    redis: Option<redis::Client>,
 }
 
 /// Options for a [`Client`]; finish with [`ClientBuilder::connect`] or
@@ -219,11 +181,11 @@ impl ClientBuilder {
             async move {
                 // Each node is one standalone server opened from its URL.
                 match eager.await {
-                    Ok(b) => Ok(b.standalone()),
+                    Ok(b) => Ok(Node::new(b.standalone())),
                     // Down now: connect lazily, so the node counts again once it is back.
                     Err(e) if e.is_retryable() => {
                         redis::aio::ConnectionManager::new_lazy_with_config(c.clone(), lazy)
-                            .map(|m| Backend::new(m, self.timeout).standalone())
+                            .map(|m| Node::new(Backend::new(m, self.timeout).standalone()))
                             .map_err(|_| e)
                     }
                     Err(e) => Err(e),
@@ -251,7 +213,7 @@ impl ClientBuilder {
         let client = open(url)?;
         let backend = self.manager(client.clone()).await?.standalone();
         let wakeups = Some(Wakeups::new(client.clone(), self.timeout));
-        Ok(self.finish(Nodes::Single(backend), wakeups, Some(client)))
+        Ok(self.finish(Nodes::Single(Node::new(backend)), wakeups, Some(client)))
     }
 
     /// Use a connection the application already has: a
@@ -268,7 +230,7 @@ impl ClientBuilder {
         };
         let wakeups = redis.clone().map(|c| Wakeups::new(c, self.timeout));
         let backend = Backend::new(conn, self.timeout);
-        Ok(self.finish(Nodes::Single(backend), wakeups, redis))
+        Ok(self.finish(Nodes::Single(Node::new(backend)), wakeups, redis))
     }
 
     fn finish(
@@ -277,20 +239,10 @@ impl ClientBuilder {
         wakeups: Option<Arc<Wakeups>>,
         redis: Option<redis::Client>,
     ) -> Client {
-        let background = match &nodes {
-            Nodes::Quorum(q) => q.background.clone(),
-            Nodes::Single(_) => tokio_util::task::TaskTracker::new(),
-        };
         Client {
             inner: Arc::new(ClientInner {
-                background,
-                nodes,
+                locks: Locks::new(nodes, self.prefix, wakeups),
                 redis,
-                renewer: Renewer::new(),
-                prefix: self.prefix,
-                wakeups,
-                held: Mutex::new(HashMap::new()),
-                next_id: AtomicU64::new(1),
             }),
         }
     }
@@ -307,15 +259,16 @@ impl ClientBuilder {
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    pub(crate) inner: Arc<ClientInner>,
+    inner: Arc<ClientInner>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let locks = &self.inner.locks;
         f.debug_struct("Client")
-            .field("prefix", &self.inner.prefix)
-            .field("nodes", &self.inner.nodes.len())
-            .field("wakeups", &self.inner.wakeups.is_some())
+            .field("prefix", &locks.prefix)
+            .field("nodes", &locks.nodes.len())
+            .field("wakeups", &locks.wakeups.is_some())
             .finish()
     }
 }
@@ -333,12 +286,12 @@ impl Client {
 
     /// The lock named `name` (1 ..= 1024 bytes; checked when used).
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.clone(), name.into())
+        Lock::new(self.inner.locks.clone(), name.into())
     }
 
     /// The deadline of one call to Redis.
     pub fn timeout(&self) -> Duration {
-        self.inner.nodes.timeout()
+        self.inner.locks.nodes.timeout()
     }
 
     /// Wait up to `timeout` for work this client left running in the
@@ -354,7 +307,7 @@ impl Client {
     /// # }
     /// ```
     pub async fn settle(&self, timeout: Duration) -> bool {
-        let tracker = &self.inner.background;
+        let tracker = &self.inner.locks.background;
         tracker.close();
         let done = tokio::time::timeout(timeout, tracker.wait()).await.is_ok();
         tracker.reopen();
@@ -371,28 +324,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn release_all(&self) -> ReleaseAll {
-        let entries: Vec<Arc<Held>> = self
-            .inner
-            .held()
-            .drain()
-            .filter_map(|(_, e)| e.upgrade())
-            .collect();
-        let nodes = &self.inner.nodes;
-        let results = futures_util::future::join_all(entries.iter().map(|e| {
-            e.stop.cancel();
-            e.lease.mark_lost();
-            nodes.release(&e.name, &e.keys, &e.token)
-        }))
-        .await;
-        let mut report = ReleaseAll::default();
-        for r in results {
-            match r {
-                Ok(r) if r.outcome == Outcome::Done => report.released += 1,
-                Ok(_) => report.already_lost += 1,
-                Err(_) => report.failed += 1,
-            }
-        }
-        report
+        self.inner.locks.release_all().await
     }
 
     /// Connect to several independent masters for Redlock (see
@@ -403,11 +335,90 @@ impl Client {
 
     /// How many independent Redis nodes this client locks on (1, or N for Redlock).
     pub fn nodes(&self) -> usize {
-        self.inner.nodes.len()
+        self.inner.locks.nodes.len()
     }
 
     /// How many locks this client holds now (guards alive and not released).
     pub fn held_count(&self) -> usize {
-        self.inner.held().len()
+        self.inner.locks.registry.len()
+    }
+
+    /// The queue named `name` (1 ..= 1024 bytes), on a single-Redis client
+    /// (see [`crate::queue`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let stats = client.queue("emails").stats().await?;
+    /// println!("{} waiting", stats.waiting);
+    /// # Ok(()) }
+    /// ```
+    pub fn queue(&self, name: impl Into<String>) -> Queue {
+        Queue::new(self.single_backend(), self.inner.redis.clone(), name.into())
+    }
+
+    /// A versioned record `dlm:versioned:{name}` (see [`Versioned`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let version = client.versioned("profile:7").write(0, b"{}").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn versioned(&self, name: impl Into<String>) -> Versioned {
+        Versioned::new(self.single_backend(), name.into())
+    }
+
+    /// A stock counter `dlm:stock:{name}` (see [`Stock`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// client.stock("phones").set(10).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn stock(&self, name: impl Into<String>) -> Stock {
+        Stock::new(self.single_backend(), name.into())
+    }
+
+    /// Store `value` for `resource` (key `dlm:fenced:{resource}`) only if
+    /// `fence` is not lower than the highest fencing token that wrote it
+    /// before; otherwise [`Error::StaleFence`] (see [`crate::fenced`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = client.lock("ledger").acquire(&dlm::LockOptions::new(Duration::from_secs(5))).await?;
+    /// let fence = guard.fence().expect("a single-Redis lock has a fence");
+    /// // ... a long pause here may let the lock expire and another client take it ...
+    /// match client.fenced_write("ledger", fence, b"balance=10").await {
+    ///     Ok(()) => println!("written"),
+    ///     Err(dlm::Error::StaleFence { highest, .. }) => println!("a newer holder ({highest}) wrote; dropping"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn fenced_write(
+        &self,
+        resource: &str,
+        fence: Fence,
+        value: impl AsRef<[u8]>,
+    ) -> Result<()> {
+        let backend = self.inner.locks.single_backend();
+        crate::fenced::write(backend, resource, fence, value.as_ref()).await
+    }
+
+    /// The value stored by [`Client::fenced_write`] and the token that wrote it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// if let Some((fence, value)) = client.fenced_read("ledger").await? {
+    ///     println!("{} bytes written with fence {fence}", value.len());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn fenced_read(&self, resource: &str) -> Result<Option<(Fence, Vec<u8>)>> {
+        crate::fenced::read(self.inner.locks.single_backend(), resource).await
+    }
+
+    fn single_backend(&self) -> Option<Backend> {
+        self.inner.locks.single_backend().cloned()
     }
 }

@@ -131,14 +131,15 @@ mod backend;
 mod client;
 mod fenced;
 mod lock;
+mod services;
 mod token;
 
-pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT, ReleaseAll};
+pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT};
 pub use error::{BackendError, Error, Result};
 pub use fenced::MAX_FENCED_VALUE;
 pub use lock::{
     Lock, LockContext, LockGuard, LockOptions, LockStatus, LostSignal, MAX_TTL, MAX_WAIT, MIN_TTL,
-    Released,
+    ReleaseAll, Released,
 };
 pub use token::{Fence, Token};
 pub use tokio_util::sync::CancellationToken;

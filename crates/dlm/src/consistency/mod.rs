@@ -17,7 +17,6 @@ use std::time::Duration;
 use redis::Script;
 
 use crate::backend::Backend;
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::validate_name;
 
@@ -35,31 +34,13 @@ fn key(kind: &str, name: &str) -> Result<String> {
     Ok(format!("dlm:{kind}:{{{name}}}"))
 }
 
-fn backend(client: &Client) -> Result<&Backend> {
-    client.inner.nodes.single().ok_or_else(|| {
+fn backend(backend: &Option<Backend>) -> Result<&Backend> {
+    backend.as_ref().ok_or_else(|| {
         Error::invalid(
             "client",
             "this helper needs a single-Redis client, not Redlock",
         )
     })
-}
-
-impl Client {
-    /// A versioned record `dlm:versioned:{name}` (see [`Versioned`]).
-    pub fn versioned(&self, name: impl Into<String>) -> Versioned {
-        Versioned {
-            client: self.clone(),
-            name: name.into(),
-        }
-    }
-
-    /// A stock counter `dlm:stock:{name}` (see [`Stock`]).
-    pub fn stock(&self, name: impl Into<String>) -> Stock {
-        Stock {
-            client: self.clone(),
-            name: name.into(),
-        }
-    }
 }
 
 /// A record written with compare-and-set on its version: a write succeeds only
@@ -79,15 +60,20 @@ impl Client {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Versioned {
-    client: Client,
+    backend: Option<Backend>,
     name: String,
 }
 
 impl Versioned {
+    /// The record `name` on `backend` (`None` under Redlock: calls fail clearly).
+    pub(crate) fn new(backend: Option<Backend>, name: String) -> Self {
+        Versioned { backend, name }
+    }
+
     /// The current data and version (`None`: never written; its version is 0).
     pub async fn read(&self) -> Result<Option<(Vec<u8>, u64)>> {
         let key = key("versioned", &self.name)?;
-        let (v, data): (Option<u64>, Option<Vec<u8>>) = backend(&self.client)?
+        let (v, data): (Option<u64>, Option<Vec<u8>>) = backend(&self.backend)?
             .query(redis::cmd("HMGET").arg(&key).arg("v").arg("data"))
             .await?;
         Ok(match (v, data) {
@@ -107,7 +93,7 @@ impl Versioned {
                 format!("{} bytes is larger than {MAX_VERSIONED_VALUE}", data.len()),
             ));
         }
-        let (ok, version): (i64, u64) = backend(&self.client)?
+        let (ok, version): (i64, u64) = backend(&self.backend)?
             .eval(CAS.key(&key).arg(expected).arg(data))
             .await?;
         if ok == 1 {
@@ -157,7 +143,7 @@ impl Versioned {
                 Ok(v) => return Ok((v, out)),
                 Err(e @ Error::Conflict { .. }) if attempt >= max_attempts => return Err(e),
                 Err(Error::Conflict { .. }) => {
-                    tokio::time::sleep(crate::lock::jittered(pause)).await;
+                    tokio::time::sleep(crate::services::jittered(pause)).await;
                     pause = (pause * 2).min(Duration::from_millis(50));
                 }
                 Err(e) => return Err(e),
@@ -196,15 +182,20 @@ pub enum Take {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Stock {
-    client: Client,
+    backend: Option<Backend>,
     name: String,
 }
 
 impl Stock {
+    /// The counter `name` on `backend` (`None` under Redlock: calls fail clearly).
+    pub(crate) fn new(backend: Option<Backend>, name: String) -> Self {
+        Stock { backend, name }
+    }
+
     /// Set the stock to `n`.
     pub async fn set(&self, n: u64) -> Result<()> {
         let key = key("stock", &self.name)?;
-        backend(&self.client)?
+        backend(&self.backend)?
             .query::<()>(redis::cmd("SET").arg(&key).arg(n))
             .await
     }
@@ -212,7 +203,7 @@ impl Stock {
     /// What is left (0 when never set).
     pub async fn get(&self) -> Result<u64> {
         let key = key("stock", &self.name)?;
-        let v: Option<i64> = backend(&self.client)?
+        let v: Option<i64> = backend(&self.backend)?
             .query(redis::cmd("GET").arg(&key))
             .await?;
         Ok(v.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
@@ -224,7 +215,7 @@ impl Stock {
         if n == 0 || n > i64::MAX as u64 {
             return Err(Error::invalid("amount", "must be at least 1"));
         }
-        let (ok, left): (i64, i64) = backend(&self.client)?.eval(TAKE.key(&key).arg(n)).await?;
+        let (ok, left): (i64, i64) = backend(&self.backend)?.eval(TAKE.key(&key).arg(n)).await?;
         let left = u64::try_from(left).unwrap_or(0);
         Ok(if ok == 1 {
             Take::Taken { left }
@@ -237,7 +228,7 @@ impl Stock {
     pub async fn add(&self, n: u64) -> Result<u64> {
         let key = key("stock", &self.name)?;
         let n = i64::try_from(n).map_err(|_| Error::invalid("amount", "too large"))?;
-        let v: i64 = backend(&self.client)?
+        let v: i64 = backend(&self.backend)?
             .query(redis::cmd("INCRBY").arg(&key).arg(n))
             .await?;
         Ok(u64::try_from(v).unwrap_or(0))

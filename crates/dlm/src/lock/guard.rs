@@ -2,97 +2,19 @@
 //! validity, the watchdog and the "lost" signal.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::ClientInner;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::lock::Outcome;
+use crate::lock::locks::Locks;
 use crate::lock::nodes::ReleaseOutcome;
+use crate::services::lease::LeaseState;
 use crate::token::{Fence, Token};
-
-/// The clock-drift allowance subtracted from a lease: 1% of the TTL plus 2 ms
-/// (the figure of the Redlock algorithm).
-pub(crate) fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
-}
-
-/// How long a lease is good for, on this process's monotonic clock, and
-/// whether it has been lost. Shared by a guard, its watchdog and the
-/// [`LostSignal`]s handed out.
-#[derive(Debug)]
-pub(crate) struct LeaseState {
-    valid_until: Mutex<Instant>,
-    pub(crate) lost: CancellationToken,
-}
-
-impl LeaseState {
-    pub(crate) fn new(valid_until: Instant) -> Arc<Self> {
-        Arc::new(LeaseState {
-            valid_until: Mutex::new(valid_until),
-            lost: CancellationToken::new(),
-        })
-    }
-
-    fn valid_until(&self) -> Instant {
-        match self.valid_until.lock() {
-            Ok(v) => *v,
-            Err(p) => *p.into_inner(),
-        }
-    }
-
-    /// Move the end of the lease (after a successful extend); ignored once lost.
-    pub(crate) fn renewed(&self, valid_until: Instant) {
-        if self.lost.is_cancelled() {
-            return;
-        }
-        match self.valid_until.lock() {
-            Ok(mut v) => *v = valid_until,
-            Err(p) => *p.into_inner() = valid_until,
-        }
-    }
-
-    pub(crate) fn mark_lost(&self) {
-        self.lost.cancel();
-    }
-
-    pub(crate) fn is_lost(&self) -> bool {
-        if self.lost.is_cancelled() {
-            return true;
-        }
-        if Instant::now() >= self.valid_until() {
-            // Once seen as over, a lease stays over.
-            self.lost.cancel();
-            return true;
-        }
-        false
-    }
-
-    fn remaining(&self) -> Duration {
-        if self.is_lost() {
-            return Duration::ZERO;
-        }
-        self.valid_until().saturating_duration_since(Instant::now())
-    }
-
-    async fn lost(&self) {
-        loop {
-            let until = self.valid_until();
-            tokio::select! {
-                _ = self.lost.cancelled() => return,
-                _ = tokio::time::sleep_until(until) => {
-                    if self.is_lost() {
-                        return;
-                    }
-                }
-            }
-        }
-    }
-}
 
 /// Tells whether a lock is still ours: a cheap, cloneable view of a guard's
 /// lease that can be moved into the guarded work.
@@ -153,7 +75,8 @@ pub struct Released {
 
 /// Shared between a guard and its watchdog.
 pub(crate) struct Held {
-    pub(crate) client: Arc<ClientInner>,
+    /// The client's lock state: nodes, registry, renewer, wake-ups.
+    pub(crate) locks: Arc<Locks>,
     pub(crate) id: u64,
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
@@ -199,7 +122,7 @@ impl std::fmt::Debug for LockGuard {
 impl LockGuard {
     pub(crate) fn new(held: Arc<Held>, ttl: Duration, watchdog: bool) -> Self {
         if watchdog {
-            held.client.renewer.add(&held, ttl);
+            held.locks.renewer.add(held.id, &held, ttl);
         }
         LockGuard {
             held,
@@ -259,7 +182,7 @@ impl LockGuard {
     /// Ask Redis whether the key still holds our token (the seeds' `isLocking`).
     pub async fn is_held(&self) -> Result<bool> {
         self.held
-            .client
+            .locks
             .nodes
             .holds(&self.held.keys, &self.held.token)
             .await
@@ -280,7 +203,7 @@ impl LockGuard {
     pub fn detach(mut self) -> (Token, Option<Fence>) {
         self.released = true;
         self.held.stop.cancel();
-        self.held.client.unregister(self.held.id);
+        self.held.locks.registry.unregister(self.held.id);
         (self.held.token.clone(), self.held.fence)
     }
 
@@ -290,7 +213,7 @@ impl LockGuard {
     /// lost), [`Error::InvalidArgument`] for a TTL out of range.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         crate::lock::validate_ttl(ttl)?;
-        self.held.client.nodes.check_ttl(ttl)?;
+        self.held.locks.nodes.check_ttl(ttl)?;
         extend_held(&self.held, ttl).await
     }
 
@@ -302,7 +225,7 @@ impl LockGuard {
         let held = self.held.clone();
         held.stop.cancel();
         held.lease.mark_lost();
-        if !held.client.unregister(held.id) {
+        if !held.locks.registry.unregister(held.id) {
             // release_all() got there first.
             return Err(Error::Expired {
                 name: held.name.to_string(),
@@ -324,7 +247,7 @@ async fn release_held(held: &Held) -> Result<ReleaseOutcome> {
     if let Some(r) = hand_over(held).await? {
         return Ok(r);
     }
-    held.client
+    held.locks
         .nodes
         .release(&held.name, &held.keys, &held.token)
         .await
@@ -333,7 +256,7 @@ async fn release_held(held: &Held) -> Result<ReleaseOutcome> {
 /// On one Redis, when a task of this client waits for the lock, hand it over
 /// directly (one round trip, nobody cuts in); `None`: release normally.
 async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
-    let (Some(backend), Some(wakeups)) = (held.client.nodes.single(), &held.client.wakeups) else {
+    let (Some(backend), Some(wakeups)) = (held.locks.nodes.single(), &held.locks.wakeups) else {
         return Ok(None);
     };
     let Some(next) = wakeups.next_baton(&held.keys.channel) else {
@@ -365,11 +288,11 @@ impl Drop for LockGuard {
         let held = self.held.clone();
         held.stop.cancel();
         held.lease.mark_lost();
-        if !held.client.unregister(held.id) {
+        if !held.locks.registry.unregister(held.id) {
             return;
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let background = held.client.background.clone();
+            let background = held.locks.background.clone();
             rt.spawn(background.track_future(async move {
                 match release_held(&held).await {
                     Ok(r) => {
@@ -391,7 +314,7 @@ async fn extend_held(held: &Held, ttl: Duration) -> Result<()> {
         let expired = Err(Error::Expired {
             name: held.name.to_string(),
         });
-        let Some(backend) = held.client.nodes.single() else {
+        let Some(backend) = held.locks.nodes.single() else {
             return expired;
         };
         return match crate::lock::ops::extend(
@@ -408,7 +331,7 @@ async fn extend_held(held: &Held, ttl: Duration) -> Result<()> {
         };
     }
     let (outcome, valid_until) = held
-        .client
+        .locks
         .nodes
         .extend(&held.name, &held.keys, &held.token, ttl)
         .await?;

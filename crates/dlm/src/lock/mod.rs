@@ -3,12 +3,13 @@
 //!
 //! See [`Lock`] for the entry point and [`crate::keys`] for the key schema.
 
-pub(crate) mod batch;
+mod batch;
 mod guard;
-pub(crate) mod nodes;
-pub(crate) mod ops;
+mod locks;
+mod nodes;
+mod ops;
+mod options;
 mod renew;
-mod wait;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,147 +19,22 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-pub(crate) use guard::{Held, LeaseState, drift};
+pub(crate) use batch::Node;
 pub use guard::{LockContext, LockGuard, LostSignal, Released};
-pub(crate) use renew::Renewer;
-pub(crate) use wait::{Wakeups, jittered};
+pub(crate) use locks::Locks;
+pub use locks::ReleaseAll;
+pub(crate) use nodes::{Nodes, Quorum};
+pub use options::{LockOptions, LockStatus, MAX_TTL, MAX_WAIT, MIN_TTL};
+pub(crate) use options::{Outcome, validate_ttl};
 
-use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, lock_keys};
-use crate::token::{Fence, Token};
+use crate::services::jittered;
+use crate::services::lease::{LeaseState, drift};
+use crate::services::wakeups as wait;
+use crate::token::Token;
+use guard::Held;
 use nodes::Try;
-
-/// The shortest TTL accepted.
-pub const MIN_TTL: Duration = Duration::from_millis(10);
-/// The longest TTL accepted (7 days); use the watchdog for longer work.
-pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-/// The longest wait accepted (7 days).
-pub const MAX_WAIT: Duration = MAX_TTL;
-
-/// The result of a token-checked release or extend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    Done,
-    Expired,
-    NotHeld,
-}
-
-impl Outcome {
-    pub(crate) fn into_result(self, name: &str) -> Result<()> {
-        match self {
-            Outcome::Done => Ok(()),
-            Outcome::Expired => Err(Error::Expired { name: name.into() }),
-            Outcome::NotHeld => Err(Error::NotHeld { name: name.into() }),
-        }
-    }
-}
-
-pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
-    if ttl < MIN_TTL || ttl > MAX_TTL {
-        return Err(Error::invalid(
-            "ttl",
-            format!("{ttl:?} is outside {MIN_TTL:?} ..= {MAX_TTL:?}"),
-        ));
-    }
-    Ok(())
-}
-
-/// How to acquire: the lease length (required), how long to wait, how often
-/// to retry without a wake-up, and whether a watchdog renews the lease.
-///
-/// ```
-/// use std::time::Duration;
-/// let opts = dlm::LockOptions::new(Duration::from_secs(30))
-///     .wait(Duration::from_secs(5))
-///     .retry_interval(Duration::from_millis(100))
-///     .watchdog(true);
-/// assert_eq!(opts.ttl(), Duration::from_secs(30));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockOptions {
-    ttl: Duration,
-    wait: Duration,
-    retry_interval: Duration,
-    watchdog: bool,
-}
-
-impl LockOptions {
-    /// Options with this TTL (the longest the lock outlives a crashed holder;
-    /// 10 ms ..= 7 days), trying once, no watchdog.
-    pub fn new(ttl: Duration) -> Self {
-        LockOptions {
-            ttl,
-            wait: Duration::ZERO,
-            retry_interval: Duration::from_millis(50),
-            watchdog: false,
-        }
-    }
-
-    /// Keep trying for up to `wait` (zero, the default: try once).
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
-        self
-    }
-
-    /// The pause between tries when no release wake-up arrives (default
-    /// 50 ms, jittered by ±50%; 1 ms ..= 60 s). Also the most a lost wake-up
-    /// message can cost.
-    pub fn retry_interval(mut self, interval: Duration) -> Self {
-        self.retry_interval = interval;
-        self
-    }
-
-    /// Renew the lease every TTL/3 in the background while the guard lives,
-    /// and mark the guard lost as soon as a renewal finds the lock gone.
-    pub fn watchdog(mut self, on: bool) -> Self {
-        self.watchdog = on;
-        self
-    }
-
-    /// The TTL.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    /// How long acquire keeps trying.
-    pub fn wait_for(&self) -> Duration {
-        self.wait
-    }
-
-    fn validate(&self) -> Result<()> {
-        validate_ttl(self.ttl)?;
-        if self.wait > MAX_WAIT {
-            return Err(Error::invalid(
-                "wait",
-                format!("{:?} is longer than {MAX_WAIT:?}", self.wait),
-            ));
-        }
-        if self.retry_interval < Duration::from_millis(1)
-            || self.retry_interval > Duration::from_secs(60)
-        {
-            return Err(Error::invalid(
-                "retry interval",
-                format!("{:?} is outside 1ms ..= 60s", self.retry_interval),
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// What an observer can see of a lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LockStatus {
-    /// Somebody holds it.
-    pub held: bool,
-    /// Its remaining TTL, when held with an expiry.
-    pub ttl: Option<Duration>,
-    /// The last fencing token handed out for the lock's hash slot: at least
-    /// this lock's last one (`None`: none yet, or a Redlock client, which
-    /// hands out none). See [`crate::keys`].
-    pub fence: Option<Fence>,
-}
 
 /// Completes when the lock was handed to `baton` (never without one).
 async fn handed(baton: Option<Arc<wait::Baton>>) {
@@ -170,7 +46,7 @@ async fn handed(baton: Option<Arc<wait::Baton>>) {
 
 /// An acquisition's token that may be stored in Redis without our knowing.
 struct PendingToken {
-    inner: Arc<ClientInner>,
+    locks: Arc<Locks>,
     name: Arc<str>,
     keys: Arc<LockKeys>,
     token: Token,
@@ -186,10 +62,10 @@ impl Drop for PendingToken {
             return;
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let inner = self.inner.clone();
+            let locks = self.locks.clone();
             let (name, keys, token) = (self.name.clone(), self.keys.clone(), self.token.clone());
-            rt.spawn(inner.background.clone().track_future(async move {
-                let _ = inner.nodes.release(&name, &keys, &token).await;
+            rt.spawn(locks.background.clone().track_future(async move {
+                let _ = locks.nodes.release(&name, &keys, &token).await;
             }));
         }
     }
@@ -210,15 +86,15 @@ impl Drop for PendingToken {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Lock {
-    client: Client,
+    locks: Arc<Locks>,
     name: Arc<str>,
     raw: bool,
 }
 
 impl Lock {
-    pub(crate) fn new(client: Client, name: String) -> Self {
+    pub(crate) fn new(locks: Arc<Locks>, name: String) -> Self {
         Lock {
-            client,
+            locks,
             name: name.into(),
             raw: false,
         }
@@ -243,7 +119,7 @@ impl Lock {
     }
 
     fn keys(&self) -> Result<LockKeys> {
-        lock_keys(&self.client.inner.prefix, &self.name, self.raw)
+        lock_keys(&self.locks.prefix, &self.name, self.raw)
     }
 
     /// Acquire the lock, waiting up to `opts.wait` for it.
@@ -254,7 +130,7 @@ impl Lock {
     /// until the deadline. Never waits longer than `wait` plus one call timeout.
     pub async fn acquire(&self, opts: &LockOptions) -> Result<LockGuard> {
         opts.validate()?;
-        self.client.inner.nodes.check_ttl(opts.ttl)?;
+        self.locks.nodes.check_ttl(opts.ttl)?;
         let keys = self.keys()?;
         let span = tracing::debug_span!("dlm.acquire", name = %self.name, key = %keys.lock);
         self.acquire_with(Arc::new(keys), opts)
@@ -263,7 +139,7 @@ impl Lock {
     }
 
     async fn acquire_with(&self, keys: Arc<LockKeys>, opts: &LockOptions) -> Result<LockGuard> {
-        let inner = &self.client.inner;
+        let inner = &self.locks;
         let token = Token::random()?;
         let deadline = Instant::now() + opts.wait;
         let mut waiter = None;
@@ -272,7 +148,7 @@ impl Lock {
         // Releases our token if this future is dropped mid-attempt or gives up
         // after an attempt whose reply was lost: the SET may have landed.
         let mut pending = PendingToken {
-            inner: inner.clone(),
+            locks: inner.clone(),
             name: self.name.clone(),
             keys: keys.clone(),
             token: token.clone(),
@@ -315,7 +191,7 @@ impl Lock {
             if std::mem::take(&mut queue_first)
                 && let Some(n) = notified.as_mut().as_pin_mut()
             {
-                let until = (Instant::now() + wait::jittered(opts.retry_interval)).min(deadline);
+                let until = (Instant::now() + jittered(opts.retry_interval)).min(deadline);
                 tokio::select! {
                     _ = n => {}
                     _ = &mut handed => {}
@@ -369,7 +245,7 @@ impl Lock {
                 // again now (and wait with the baton from the next turn on).
                 continue;
             }
-            let mut pause = wait::jittered(opts.retry_interval);
+            let mut pause = jittered(opts.retry_interval);
             if let Some(t) = holder_ttl {
                 pause = pause.min(t + Duration::from_millis(1));
             }
@@ -399,7 +275,7 @@ impl Lock {
         ttl: Duration,
         pending: &mut PendingToken,
     ) -> Option<(Arc<wait::Baton>, wait::Enlisted)> {
-        let inner = &self.client.inner;
+        let inner = &self.locks;
         inner.nodes.single()?;
         let wakeups = inner.wakeups.as_ref()?;
         let baton = wait::Baton::new(token.clone(), ttl);
@@ -417,10 +293,10 @@ impl Lock {
         grant: nodes::Grant,
         opts: &LockOptions,
     ) -> LockGuard {
-        let inner = &self.client.inner;
+        let inner = &self.locks;
         let held = Arc::new(Held {
-            client: inner.clone(),
-            id: inner.next_id(),
+            locks: inner.clone(),
+            id: inner.registry.next_id(),
             name: self.name.clone(),
             keys,
             token,
@@ -429,37 +305,31 @@ impl Lock {
             lease: LeaseState::new(grant.valid_until),
             stop: CancellationToken::new(),
         });
-        inner.register(&held);
+        inner.registry.register(held.id, &held);
         LockGuard::new(held, opts.ttl, opts.watchdog)
     }
 
     /// Who holds the lock, for how long, and the last fencing token.
     pub async fn status(&self) -> Result<LockStatus> {
         let keys = self.keys()?;
-        self.client.inner.nodes.status(&self.name, &keys).await
+        self.locks.nodes.status(&self.name, &keys).await
     }
 
     /// Release by token (for a lock acquired elsewhere, e.g. by
     /// `dlm lock acquire`). `Ok(())` only if the key still held `token`.
     pub async fn release_token(&self, token: &Token) -> Result<()> {
         let keys = Arc::new(self.keys()?);
-        let released = self
-            .client
-            .inner
-            .nodes
-            .release(&self.name, &keys, token)
-            .await?;
+        let released = self.locks.nodes.release(&self.name, &keys, token).await?;
         released.outcome.into_result(&self.name)
     }
 
     /// Extend by token to `ttl` from now. `Ok(())` only if the key still held `token`.
     pub async fn extend_token(&self, token: &Token, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
-        self.client.inner.nodes.check_ttl(ttl)?;
+        self.locks.nodes.check_ttl(ttl)?;
         let keys = self.keys()?;
         let (outcome, _) = self
-            .client
-            .inner
+            .locks
             .nodes
             .extend(&self.name, &keys, token, ttl)
             .await?;

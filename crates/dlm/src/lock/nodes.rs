@@ -12,8 +12,10 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
+use crate::lock::batch::Node;
 use crate::lock::ops::{self, Attempt};
-use crate::lock::{LockStatus, Outcome, drift};
+use crate::lock::{LockStatus, Outcome};
+use crate::services::lease::drift;
 use crate::token::{Fence, Token};
 
 /// A successful acquisition.
@@ -44,14 +46,14 @@ pub(crate) struct ReleaseOutcome {
 /// One Redis, or a Redlock quorum over independent masters.
 #[derive(Debug)]
 pub(crate) enum Nodes {
-    Single(Backend),
+    Single(Node),
     Quorum(Quorum),
 }
 
 /// N independent masters, a majority of which must agree.
 #[derive(Debug)]
 pub(crate) struct Quorum {
-    pub backends: Vec<Backend>,
+    pub backends: Vec<Node>,
     /// Per-node deadline; `None`: 5% of the TTL, at least 10 ms, at most the client timeout.
     pub node_timeout: Option<Duration>,
     /// Requests left to finish after an early decision (see `Client::settle`).
@@ -66,7 +68,7 @@ impl Quorum {
     fn client_timeout(&self) -> Duration {
         self.backends
             .first()
-            .map_or(Duration::from_secs(1), Backend::timeout)
+            .map_or(Duration::from_secs(1), |n| n.backend.timeout())
     }
 
     pub(crate) fn node_timeout(&self, ttl: Duration) -> Duration {
@@ -138,7 +140,7 @@ impl Nodes {
     /// The client-level call deadline.
     pub(crate) fn timeout(&self) -> Duration {
         match self {
-            Nodes::Single(b) => b.timeout(),
+            Nodes::Single(n) => n.backend.timeout(),
             Nodes::Quorum(q) => q.client_timeout(),
         }
     }
@@ -146,7 +148,7 @@ impl Nodes {
     /// The one Redis, when there is only one.
     pub(crate) fn single(&self) -> Option<&Backend> {
         match self {
-            Nodes::Single(b) => Some(b),
+            Nodes::Single(n) => Some(&n.backend),
             Nodes::Quorum(_) => None,
         }
     }
@@ -189,7 +191,7 @@ impl Nodes {
         let q = match self {
             Nodes::Single(b) => {
                 return Ok(
-                    match ops::acquire(b, keys, token, ttl, b.timeout()).await? {
+                    match ops::acquire(b, keys, token, ttl, b.backend.timeout()).await? {
                         Attempt::Acquired(fence) => Try::Acquired(Grant {
                             fence: Some(fence),
                             valid_until,
@@ -280,7 +282,7 @@ impl Nodes {
         let q = match self {
             Nodes::Single(b) => {
                 return Ok((
-                    ops::extend(b, keys, token, ttl, b.timeout()).await?,
+                    ops::extend(&b.backend, keys, token, ttl, b.backend.timeout()).await?,
                     valid_until,
                 ));
             }
@@ -290,7 +292,7 @@ impl Nodes {
         let replies = join_all(
             q.backends
                 .iter()
-                .map(|b| ops::extend_or_acquire(b, keys, token, ttl, timeout)),
+                .map(|b| ops::extend_or_acquire(&b.backend, keys, token, ttl, timeout)),
         )
         .await;
         let valid = Instant::now() < valid_until;
@@ -305,7 +307,7 @@ impl Nodes {
     ) -> Result<ReleaseOutcome> {
         let q = match self {
             Nodes::Single(b) => {
-                let outcome = ops::release(b, keys, token, b.timeout()).await?;
+                let outcome = ops::release(b, keys, token, b.backend.timeout()).await?;
                 return Ok(ReleaseOutcome {
                     outcome,
                     confirmed: usize::from(outcome == Outcome::Done),
@@ -333,7 +335,7 @@ impl Nodes {
     pub(crate) async fn status(&self, name: &str, keys: &LockKeys) -> Result<LockStatus> {
         let q = match self {
             Nodes::Single(b) => {
-                let (held, ttl, fence) = ops::status(b, keys, b.timeout()).await?;
+                let (held, ttl, fence) = ops::status(&b.backend, keys, b.backend.timeout()).await?;
                 return Ok(LockStatus {
                     held,
                     ttl: if held { ttl } else { None },
@@ -343,7 +345,12 @@ impl Nodes {
             Nodes::Quorum(q) => q,
         };
         let timeout = q.housekeeping_timeout();
-        let replies = join_all(q.backends.iter().map(|b| ops::status(b, keys, timeout))).await;
+        let replies = join_all(
+            q.backends
+                .iter()
+                .map(|b| ops::status(&b.backend, keys, timeout)),
+        )
+        .await;
         let answers: Vec<_> = replies.into_iter().filter_map(Result::ok).collect();
         if answers.len() < q.needed() {
             return Err(q.no_quorum(name, answers.len()));
@@ -365,13 +372,13 @@ impl Nodes {
     /// Does a majority of nodes hold `token`?
     pub(crate) async fn holds(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
         match self {
-            Nodes::Single(b) => ops::holds(b, keys, token, b.timeout()).await,
+            Nodes::Single(b) => ops::holds(&b.backend, keys, token, b.backend.timeout()).await,
             Nodes::Quorum(q) => {
                 let timeout = q.housekeeping_timeout();
                 let replies = join_all(
                     q.backends
                         .iter()
-                        .map(|b| ops::holds(b, keys, token, timeout)),
+                        .map(|b| ops::holds(&b.backend, keys, token, timeout)),
                 )
                 .await;
                 let answered = replies.iter().filter(|r| r.is_ok()).count();

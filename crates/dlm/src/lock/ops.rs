@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use redis::Script;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, millis};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::lock::Outcome;
+use crate::lock::batch::Node;
 use crate::token::{Fence, Token};
 
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
@@ -26,27 +27,20 @@ pub(crate) enum Attempt {
     Busy(Option<Duration>),
 }
 
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 fn pttl(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
 }
 
 /// One acquire attempt, batched with concurrent ones on the same connection.
 pub(crate) async fn acquire(
-    backend: &Backend,
+    node: &Node,
     keys: &Arc<LockKeys>,
     token: &Token,
     ttl: Duration,
     timeout: Duration,
 ) -> Result<Attempt> {
-    let timeout = timeout.min(backend.timeout());
-    backend
-        .lock_batcher()
-        .acquire(keys, token, ttl, timeout)
-        .await
+    let timeout = timeout.min(node.backend.timeout());
+    node.acquire(keys, token, ttl, timeout).await
 }
 
 /// Decode one lock's `ok, n` pair of acquire_many.lua.
@@ -73,13 +67,13 @@ pub(crate) fn release_reply(code: i64) -> Result<Outcome> {
 
 /// One token-checked release, batched with concurrent ones on the same connection.
 pub(crate) async fn release(
-    backend: &Backend,
+    node: &Node,
     keys: &Arc<LockKeys>,
     token: &Token,
     timeout: Duration,
 ) -> Result<Outcome> {
-    let timeout = timeout.min(backend.timeout());
-    backend.lock_batcher().release(keys, token, timeout).await
+    let timeout = timeout.min(node.backend.timeout());
+    node.release(keys, token, timeout).await
 }
 
 /// Hand the lock from `token` to `successor` (a waiting acquisition of this

@@ -39,7 +39,6 @@ use std::time::Duration;
 pub use worker::{Worker, WorkerOptions, WorkerReport};
 
 use crate::backend::Backend;
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::{MAX_NAME_LEN, queue_keys};
 use crate::token::Fence;
@@ -186,7 +185,7 @@ impl Backoff {
     pub fn delay(&self, attempt: u32) -> Duration {
         let exp = attempt.saturating_sub(1).min(30);
         let raw = self.base.saturating_mul(1u32 << exp).min(self.max);
-        crate::lock::jittered(raw).min(self.max)
+        crate::services::jittered(raw).min(self.max)
     }
 }
 
@@ -228,28 +227,21 @@ pub struct DeadTask {
     pub payload: Option<Vec<u8>>,
 }
 
-/// A named queue; cheap to clone. Get one from [`Client::queue`].
+/// A named queue; cheap to clone. Get one from [`crate::Client::queue`].
 #[derive(Debug, Clone)]
 pub struct Queue {
-    client: Client,
+    /// The one Redis it lives on (`None`: a Redlock client, which has none).
+    backend: Option<Backend>,
+    /// For dedicated connections (a worker's blocking wait), when known.
+    redis: Option<redis::Client>,
     name: String,
     max_payload: usize,
     max_attempts: u32,
     backoff: Backoff,
 }
 
-impl Client {
-    /// The queue named `name` (1 ..= 1024 bytes), on a single-Redis client.
-    pub fn queue(&self, name: impl Into<String>) -> Queue {
-        Queue {
-            client: self.clone(),
-            name: name.into(),
-            max_payload: DEFAULT_MAX_PAYLOAD,
-            max_attempts: 5,
-            backoff: Backoff::default(),
-        }
-    }
-}
+/// The longest lease accepted (7 days).
+const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 fn check_count(count: usize) -> Result<()> {
     if count == 0 || count > MAX_BATCH {
@@ -293,6 +285,23 @@ fn cap_error(text: &str) -> String {
 }
 
 impl Queue {
+    /// The queue `name` on `backend` (`None` under Redlock: every call then
+    /// fails with a clear error); `redis` opens a worker's blocking connection.
+    pub(crate) fn new(
+        backend: Option<Backend>,
+        redis: Option<redis::Client>,
+        name: String,
+    ) -> Self {
+        Queue {
+            backend,
+            redis,
+            name,
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            max_attempts: 5,
+            backoff: Backoff::default(),
+        }
+    }
+
     /// The largest payload accepted (default 512 KiB, at most 64 MiB).
     pub fn max_payload(mut self, bytes: usize) -> Self {
         self.max_payload = bytes;
@@ -317,8 +326,9 @@ impl Queue {
         &self.name
     }
 
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    /// Where a worker opens its dedicated blocking connection, when known.
+    pub(crate) fn redis(&self) -> Option<&redis::Client> {
+        self.redis.as_ref()
     }
 
     fn ready(&self) -> Result<(&Backend, Vec<String>)> {
@@ -332,7 +342,7 @@ impl Queue {
         if self.max_attempts == 0 || self.max_attempts > 1000 {
             return Err(Error::invalid("max attempts", "must be 1 ..= 1000"));
         }
-        let backend = self.client.inner.nodes.single().ok_or_else(|| {
+        let backend = self.backend.as_ref().ok_or_else(|| {
             Error::invalid("client", "queues need a single-Redis client, not Redlock")
         })?;
         Ok((backend, keys))
@@ -532,7 +542,7 @@ impl Queue {
 }
 
 fn check_lease(lease: Duration) -> Result<()> {
-    if lease < Duration::from_millis(10) || lease > crate::lock::MAX_TTL {
+    if lease < Duration::from_millis(10) || lease > MAX_LEASE {
         return Err(Error::invalid(
             "lease",
             format!("{lease:?} is outside 10ms ..= 7 days"),

@@ -6,8 +6,8 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use crate::backend::Backend;
+use crate::backend::millis;
 use crate::error::{Error, Result};
-use crate::lock::ops::millis;
 use crate::queue::{DeadTask, Enqueued, Entry, NewTask, OnDuplicate, QueueStats, Removed, Task};
 use crate::token::Fence;
 

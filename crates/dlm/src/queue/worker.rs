@@ -505,7 +505,7 @@ impl Idle {
             .ok()
             .and_then(|k| k.into_iter().nth(9));
         Idle {
-            client: queue.client().inner.redis.clone(),
+            client: queue.redis().cloned(),
             key,
             conn: None,
         }

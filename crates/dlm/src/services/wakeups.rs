@@ -1,7 +1,7 @@
-//! Waiting for a lock: wake-up on release over Redis pub/sub, with a jittered
+//! Wake-ups on release over Redis pub/sub, with a jittered
 //! timed fallback so that a lost message costs at most one retry interval.
 //!
-//! One pub/sub connection per [`crate::Client`], opened on the first wait.
+//! One pub/sub connection per client, opened on the first wait.
 //! A channel is subscribed while at least one local task waits on that lock;
 //! each release message wakes exactly one local waiter (FIFO), which then
 //! tries again. If the subscriber connection drops, every waiter is woken and
@@ -23,13 +23,6 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::token::{Fence, Token};
-
-/// A pause around `interval`, drawn uniformly from [interval/2, 3*interval/2),
-/// so that waiters that failed together do not retry together.
-pub(crate) fn jittered(interval: Duration) -> Duration {
-    let half = interval / 2;
-    half + interval.mul_f64(fastrand::f64())
-}
 
 struct Channel {
     notify: Arc<Notify>,
@@ -356,20 +349,6 @@ async fn dispatch(
                 w.wake_all();
                 return;
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jitter_stays_within_half_to_one_and_a_half() {
-        let base = Duration::from_millis(100);
-        for _ in 0..1000 {
-            let j = jittered(base);
-            assert!(j >= Duration::from_millis(50) && j < Duration::from_millis(150));
         }
     }
 }

@@ -1,0 +1,95 @@
+//! The locks of one client: where they live (one Redis, or N masters for
+//! Redlock) and the services they share (registry, renewer, wake-ups,
+//! background work). Every [`crate::Lock`] and every held lock points here,
+//! never at the client.
+
+use std::sync::Arc;
+
+use tokio_util::task::TaskTracker;
+
+use crate::backend::Backend;
+use crate::lock::Outcome;
+use crate::lock::guard::Held;
+use crate::lock::nodes::Nodes;
+use crate::services::registry::Registry;
+use crate::services::renew::Renewer;
+use crate::services::wakeups::Wakeups;
+
+/// What [`crate::Client::release_all`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReleaseAll {
+    /// Locks that were still ours and are released now.
+    pub released: usize,
+    /// Locks that had expired or were held by another owner already.
+    pub already_lost: usize,
+    /// Locks whose release failed (Redis unreachable); their TTL frees them.
+    pub failed: usize,
+}
+
+/// The lock state of one client.
+pub(crate) struct Locks {
+    pub(crate) nodes: Nodes,
+    pub(crate) prefix: String,
+    pub(crate) wakeups: Option<Arc<Wakeups>>,
+    /// Batched watchdog renewals.
+    pub(crate) renewer: Arc<Renewer<Held>>,
+    /// The locks this client holds (for `release_all`).
+    pub(crate) registry: Registry<Held>,
+    /// Work left running in the background (releases of dropped guards,
+    /// Redlock requests still on their way after an early decision).
+    pub(crate) background: TaskTracker,
+}
+
+impl std::fmt::Debug for Locks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Locks")
+            .field("prefix", &self.prefix)
+            .field("nodes", &self.nodes.len())
+            .field("wakeups", &self.wakeups.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Locks {
+    pub(crate) fn new(nodes: Nodes, prefix: String, wakeups: Option<Arc<Wakeups>>) -> Arc<Self> {
+        let background = match &nodes {
+            Nodes::Quorum(q) => q.background.clone(),
+            Nodes::Single(_) => TaskTracker::new(),
+        };
+        Arc::new(Locks {
+            nodes,
+            prefix,
+            wakeups,
+            renewer: Renewer::new(),
+            registry: Registry::default(),
+            background,
+        })
+    }
+
+    /// The one Redis, when there is only one (not Redlock).
+    pub(crate) fn single_backend(&self) -> Option<&Backend> {
+        self.nodes.single()
+    }
+
+    /// Release every lock still held, in parallel; their guards report lost.
+    pub(crate) async fn release_all(&self) -> ReleaseAll {
+        let entries = self.registry.drain();
+        let nodes = &self.nodes;
+        let results = futures_util::future::join_all(entries.iter().map(|e| {
+            e.stop.cancel();
+            e.lease.mark_lost();
+            nodes.release(&e.name, &e.keys, &e.token)
+        }))
+        .await;
+        let mut report = ReleaseAll::default();
+        for r in results {
+            match r {
+                Ok(r) if r.outcome == Outcome::Done => report.released += 1,
+                Ok(_) => report.already_lost += 1,
+                Err(_) => report.failed += 1,
+            }
+        }
+        report
+    }
+}

@@ -1,0 +1,139 @@
+//! What a lock acquisition is asked for and what an observer sees: TTL and
+//! wait limits, [`LockOptions`], [`LockStatus`], and the outcome of a
+//! token-checked release or extend.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::token::Fence;
+
+/// The shortest TTL accepted.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// The longest TTL accepted (7 days); use the watchdog for longer work.
+pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest wait accepted (7 days).
+pub const MAX_WAIT: Duration = MAX_TTL;
+
+/// The result of a token-checked release or extend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Done,
+    Expired,
+    NotHeld,
+}
+
+impl Outcome {
+    pub(crate) fn into_result(self, name: &str) -> Result<()> {
+        match self {
+            Outcome::Done => Ok(()),
+            Outcome::Expired => Err(Error::Expired { name: name.into() }),
+            Outcome::NotHeld => Err(Error::NotHeld { name: name.into() }),
+        }
+    }
+}
+
+pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(Error::invalid(
+            "ttl",
+            format!("{ttl:?} is outside {MIN_TTL:?} ..= {MAX_TTL:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// How to acquire: the lease length (required), how long to wait, how often
+/// to retry without a wake-up, and whether a watchdog renews the lease.
+///
+/// ```
+/// use std::time::Duration;
+/// let opts = dlm::LockOptions::new(Duration::from_secs(30))
+///     .wait(Duration::from_secs(5))
+///     .retry_interval(Duration::from_millis(100))
+///     .watchdog(true);
+/// assert_eq!(opts.ttl(), Duration::from_secs(30));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockOptions {
+    pub(super) ttl: Duration,
+    pub(super) wait: Duration,
+    pub(super) retry_interval: Duration,
+    pub(super) watchdog: bool,
+}
+
+impl LockOptions {
+    /// Options with this TTL (the longest the lock outlives a crashed holder;
+    /// 10 ms ..= 7 days), trying once, no watchdog.
+    pub fn new(ttl: Duration) -> Self {
+        LockOptions {
+            ttl,
+            wait: Duration::ZERO,
+            retry_interval: Duration::from_millis(50),
+            watchdog: false,
+        }
+    }
+
+    /// Keep trying for up to `wait` (zero, the default: try once).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// The pause between tries when no release wake-up arrives (default
+    /// 50 ms, jittered by ±50%; 1 ms ..= 60 s). Also the most a lost wake-up
+    /// message can cost.
+    pub fn retry_interval(mut self, interval: Duration) -> Self {
+        self.retry_interval = interval;
+        self
+    }
+
+    /// Renew the lease every TTL/3 in the background while the guard lives,
+    /// and mark the guard lost as soon as a renewal finds the lock gone.
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = on;
+        self
+    }
+
+    /// The TTL.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// How long acquire keeps trying.
+    pub fn wait_for(&self) -> Duration {
+        self.wait
+    }
+
+    pub(super) fn validate(&self) -> Result<()> {
+        validate_ttl(self.ttl)?;
+        if self.wait > MAX_WAIT {
+            return Err(Error::invalid(
+                "wait",
+                format!("{:?} is longer than {MAX_WAIT:?}", self.wait),
+            ));
+        }
+        if self.retry_interval < Duration::from_millis(1)
+            || self.retry_interval > Duration::from_secs(60)
+        {
+            return Err(Error::invalid(
+                "retry interval",
+                format!("{:?} is outside 1ms ..= 60s", self.retry_interval),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What an observer can see of a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// Somebody holds it.
+    pub held: bool,
+    /// Its remaining TTL, when held with an expiry.
+    pub ttl: Option<Duration>,
+    /// The last fencing token handed out for the lock's hash slot: at least
+    /// this lock's last one (`None`: none yet, or a Redlock client, which
+    /// hands out none). See [`crate::keys`].
+    pub fence: Option<Fence>,
+}

@@ -1,0 +1,251 @@
+//! Auto-batching: calls that overlap on one connection travel to Redis as
+//! one script call.
+//!
+//! Up to [`MAX_IN_FLIGHT`] batches are on the wire at once. A call that finds
+//! the connection idle sends at once, from its own task; one that finds other
+//! batches on the wire but a free slot yields once to the tasks that are
+//! ready, then sends whatever has queued meanwhile, its own request included;
+//! one that finds no free slot queues its request, and the batch that frees a
+//! slot hands the queue on. So a lone caller pays no delay,
+//! while many concurrent callers share one script call (one command to parse
+//! and one Lua entry on the server, one frame and one reply on the client)
+//! instead of one each. Every caller waits for its own reply only until its
+//! own deadline.
+//!
+//! The mechanics live here; what a request is and how a gathered batch is
+//! sent (which script, split by kind and hash slot) is the primitive's
+//! [`BatchJob`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+
+/// Batches on the wire at once; while they are, new requests gather.
+pub(crate) const MAX_IN_FLIGHT: usize = 4;
+/// Most requests in one batch.
+pub(crate) const MAX_BATCH: usize = 256;
+
+/// One caller's request, carrying the sender of its own reply.
+pub(crate) trait BatchJob: Send + Sized + 'static {
+    /// Send a gathered batch on `backend` and answer every job in it.
+    fn send(backend: &Backend, jobs: Vec<Self>) -> impl Future<Output = ()> + Send;
+}
+
+/// A connection's batcher: requests gather here while enough batches are
+/// already on the wire.
+pub(crate) struct Batcher<J> {
+    shared: Arc<Shared<J>>,
+}
+
+impl<J> std::fmt::Debug for Batcher<J> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batcher").finish_non_exhaustive()
+    }
+}
+
+impl<J> Clone for Batcher<J> {
+    fn clone(&self) -> Self {
+        Batcher {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+struct Shared<J> {
+    backend: Backend,
+    state: Mutex<State<J>>,
+}
+
+struct State<J> {
+    /// Requests waiting for a free slot.
+    queue: Vec<J>,
+    /// Batches on the wire.
+    in_flight: usize,
+}
+
+impl<J: BatchJob> Batcher<J> {
+    /// A batcher sending on `backend`.
+    pub(crate) fn new(backend: Backend) -> Self {
+        Batcher {
+            shared: Arc::new(Shared {
+                backend,
+                state: Mutex::new(State {
+                    queue: Vec::new(),
+                    in_flight: 0,
+                }),
+            }),
+        }
+    }
+
+    /// With a free slot, send this request and what is queued now from this
+    /// task; else queue it for the next batch. Either way, wait for its own
+    /// reply (`rx`, answered through `job`) only until `timeout`.
+    pub(crate) async fn submit<T>(
+        &self,
+        job: J,
+        mut rx: oneshot::Receiver<Result<T>>,
+        timeout: Duration,
+    ) -> Result<T> {
+        let batch = {
+            let mut st = self.shared.lock();
+            if st.in_flight == 0 {
+                // An idle connection: send at once.
+                st.in_flight += 1;
+                let n = st.queue.len().min(MAX_BATCH - 1);
+                let mut batch: Vec<J> = st.queue.drain(..n).collect();
+                batch.push(job);
+                Some(batch)
+            } else if st.in_flight < MAX_IN_FLIGHT {
+                // Others are on the wire: let the tasks that are ready run
+                // first, so their requests join this batch (see `lead`).
+                st.in_flight += 1;
+                st.queue.push(job);
+                Some(Vec::new())
+            } else {
+                st.queue.push(job);
+                None
+            }
+        };
+        let batch = match batch {
+            Some(alone) if alone.len() == 1 => {
+                // Alone in its batch: nobody else waits on it, so send it
+                // from here, under the call's own deadline.
+                let slot = Slot(self.shared.clone());
+                J::send(&self.shared.backend, alone).await;
+                drop(slot);
+                return rx.try_recv().unwrap_or_else(|_| {
+                    Err(Error::protocol("a batched call ended without a reply"))
+                });
+            }
+            other => other,
+        };
+        let mut leading = Leading(batch.map(|b| Box::pin(lead(self.shared.clone(), b)) as _));
+        let expiry = tokio::time::sleep(timeout);
+        tokio::pin!(expiry);
+        loop {
+            tokio::select! {
+                biased;
+                r = &mut rx => {
+                    return r.unwrap_or_else(|_| {
+                        Err(Error::Unavailable {
+                            source: "the batch carrying this request was abandoned".into(),
+                        })
+                    });
+                }
+                () = &mut leading, if leading.0.is_some() => {}
+                () = &mut expiry => return Err(Error::Timeout(timeout)),
+            }
+        }
+    }
+}
+
+/// A batch this task sends. If the task stops waiting first (its deadline
+/// passed, or its future was dropped), the batch goes on in a task of its
+/// own, so the other callers in it still get their replies.
+struct Leading(Option<Pin<Box<dyn Future<Output = ()> + Send>>>);
+
+impl Future for Leading {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(fut) = self.0.as_mut() else {
+            return Poll::Pending;
+        };
+        let done = fut.as_mut().poll(cx);
+        if done.is_ready() {
+            self.0 = None;
+        }
+        done
+    }
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        if let Some(fut) = self.0.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(fut);
+        }
+    }
+}
+
+/// Send one batch holding a slot; an empty `batch` means: yield once, then
+/// take what has queued (this caller's request included).
+async fn lead<J: BatchJob>(shared: Arc<Shared<J>>, mut batch: Vec<J>) {
+    let _slot = Slot(shared.clone());
+    if batch.is_empty() {
+        tokio::task::yield_now().await;
+        let mut st = shared.lock();
+        let n = st.queue.len().min(MAX_BATCH);
+        batch = st.queue.drain(..n).collect();
+    }
+    J::send(&shared.backend, batch).await;
+}
+
+impl<J> Shared<J> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<J>> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A batch slot; freeing it hands what queued meanwhile to a flusher task.
+struct Slot<J: BatchJob>(Arc<Shared<J>>);
+
+impl<J: BatchJob> Drop for Slot<J> {
+    fn drop(&mut self) {
+        let mut st = self.0.lock();
+        if st.queue.is_empty() {
+            st.in_flight -= 1;
+            return;
+        }
+        // Keep the slot for the flusher, which sends until the queue is empty.
+        drop(st);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(flush(self.0.clone()));
+            }
+            Err(_) => {
+                let mut st = self.0.lock();
+                st.queue.clear();
+                st.in_flight -= 1;
+            }
+        }
+    }
+}
+
+/// Send queued requests, a batch at a time, until none are left; then free the slot.
+async fn flush<J: BatchJob>(shared: Arc<Shared<J>>) {
+    loop {
+        let batch = {
+            let mut st = shared.lock();
+            if st.queue.is_empty() {
+                st.in_flight -= 1;
+                return;
+            }
+            let n = st.queue.len().min(MAX_BATCH);
+            st.queue.drain(..n).collect::<Vec<_>>()
+        };
+        J::send(&shared.backend, batch).await;
+    }
+}
+
+/// The reply's codes, or an error when it does not have `len` of them.
+pub(crate) fn checked(reply: Result<Vec<i64>>, len: usize) -> Result<std::vec::IntoIter<i64>> {
+    let codes = reply?;
+    if codes.len() != len {
+        return Err(Error::protocol(format!(
+            "batched script returned {} values for {len}",
+            codes.len()
+        )));
+    }
+    Ok(codes.into_iter())
+}

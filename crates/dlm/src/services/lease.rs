@@ -1,0 +1,92 @@
+//! A lease's validity on this process's monotonic clock, and whether it has
+//! been lost: shared by a guard, its watchdog and the signals handed out.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The clock-drift allowance subtracted from a lease: 1% of the TTL plus 2 ms
+/// (the figure of the Redlock algorithm).
+pub(crate) fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// How long a lease is good for, on this process's monotonic clock, and
+/// whether it has been lost.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    valid_until: Mutex<Instant>,
+    lost: CancellationToken,
+}
+
+impl LeaseState {
+    pub(crate) fn new(valid_until: Instant) -> Arc<Self> {
+        Arc::new(LeaseState {
+            valid_until: Mutex::new(valid_until),
+            lost: CancellationToken::new(),
+        })
+    }
+
+    fn valid_until(&self) -> Instant {
+        match self.valid_until.lock() {
+            Ok(v) => *v,
+            Err(p) => *p.into_inner(),
+        }
+    }
+
+    /// Move the end of the lease (after a successful extend); ignored once lost.
+    pub(crate) fn renewed(&self, valid_until: Instant) {
+        if self.lost.is_cancelled() {
+            return;
+        }
+        match self.valid_until.lock() {
+            Ok(mut v) => *v = valid_until,
+            Err(p) => *p.into_inner() = valid_until,
+        }
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        self.lost.cancel();
+    }
+
+    /// Marked lost (without looking at the clock).
+    pub(crate) fn marked_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        if self.lost.is_cancelled() {
+            return true;
+        }
+        if Instant::now() >= self.valid_until() {
+            // Once seen as over, a lease stays over.
+            self.lost.cancel();
+            return true;
+        }
+        false
+    }
+
+    pub(crate) fn remaining(&self) -> Duration {
+        if self.is_lost() {
+            return Duration::ZERO;
+        }
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// Completes as soon as the lease is lost (marked, or run out).
+    pub(crate) async fn lost(&self) {
+        loop {
+            let until = self.valid_until();
+            tokio::select! {
+                _ = self.lost.cancelled() => return,
+                _ = tokio::time::sleep_until(until) => {
+                    if self.is_lost() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

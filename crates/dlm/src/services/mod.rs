@@ -1,0 +1,42 @@
+//! Shared services: what every primitive of a client uses and none owns.
+//!
+//! * [`lease`]: a lease's validity on the local monotonic clock and its
+//!   "lost" state, and the clock-drift allowance;
+//! * [`registry`]: the leases a client holds (for `release_all`);
+//! * [`renew`]: the watchdog that renews many leases with few scripts;
+//! * [`wakeups`]: wake-up on release over pub/sub, and the local hand-over;
+//! * [`batch`]: gathering concurrent calls on one connection into one script.
+//!
+//! This layer knows the connection seam ([`crate::backend`]) and the
+//! foundation (errors, tokens, keys), never a primitive or the client: a
+//! primitive plugs in by implementing [`renew::Renewable`] or
+//! [`batch::BatchJob`] for its own types.
+
+pub(crate) mod batch;
+pub(crate) mod lease;
+pub(crate) mod registry;
+pub(crate) mod renew;
+pub(crate) mod wakeups;
+
+use std::time::Duration;
+
+/// A pause around `interval`, drawn uniformly from [interval/2, 3*interval/2),
+/// so that callers that failed together do not retry together.
+pub(crate) fn jittered(interval: Duration) -> Duration {
+    let half = interval / 2;
+    half + interval.mul_f64(fastrand::f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_half_to_one_and_a_half() {
+        let base = Duration::from_millis(100);
+        for _ in 0..1000 {
+            let j = jittered(base);
+            assert!(j >= Duration::from_millis(50) && j < Duration::from_millis(150));
+        }
+    }
+}
