@@ -14,13 +14,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::cli::{BenchLockArgs, BenchMode, Global};
 use crate::error::{CliError, EXIT_OK};
+use crate::global::Global;
+use crate::global::parse::{parse_bench_duration, parse_warmup};
+use crate::global::target::{Target, connect_nodes, raw_connection, redis_version};
 use crate::output::{self, cell_us, human, us};
+use crate::rng::{SplitMix, seed};
 use crate::stats::{Handoff, percentile};
-use crate::target::{Target, connect_nodes, redis_version};
 
 /// The one lock of the contended mode.
 pub const CONTENDED_NAME: &str = "bench:lock:contended";
@@ -28,6 +31,53 @@ pub const CONTENDED_NAME: &str = "bench:lock:contended";
 const BENCH_TTL: Duration = Duration::from_secs(30);
 /// How many random keys the distinct mode draws from.
 const DISTINCT_KEYS: u64 = 1_000_000;
+
+/// What a lock benchmark measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchMode {
+    /// Every task locks random keys: throughput without contention.
+    Distinct,
+    /// All tasks take turns on one lock: waiting, hand-off and fairness.
+    Contended,
+}
+
+impl BenchMode {
+    /// The name used in output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BenchMode::Distinct => "distinct",
+            BenchMode::Contended => "contended",
+        }
+    }
+}
+
+/// `dlm bench lock`
+#[derive(Debug, Clone, Args)]
+pub struct BenchLockArgs {
+    /// distinct: random keys; contended: one lock for all tasks.
+    #[arg(long, value_enum, default_value_t = BenchMode::Distinct)]
+    pub mode: BenchMode,
+    /// Number of concurrent tasks (sharing one client).
+    #[arg(long, value_name = "C", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub concurrency: u32,
+    /// How long to measure (after the warmup).
+    #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_bench_duration, allow_hyphen_values = true)]
+    pub duration: Duration,
+    /// How long to run before measuring.
+    #[arg(long, value_name = "W", default_value = "1s", value_parser = parse_warmup, allow_hyphen_values = true)]
+    pub warmup: Duration,
+    /// Without --redis: start this many private servers; more than one makes
+    /// the benchmark a Redlock over them (default 1 for `bench lock`, 5 for
+    /// `bench redlock`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=9))]
+    pub nodes: Option<u32>,
+    /// Also run the same work with raw Redis commands through the `redis`
+    /// crate (SET NX PX, then a compare-and-delete script), without dlm, and
+    /// print it as a second line (`"impl":"redis-rs-raw"`; distinct mode only).
+    #[arg(long)]
+    pub baseline: bool,
+}
 
 /// The JSON line of one run.
 #[derive(Debug, Serialize)]
@@ -82,26 +132,6 @@ struct WorkerStats {
     latencies_us: Vec<u64>,
     acquires_us: Vec<u64>,
     handoffs_us: Vec<u64>,
-}
-
-/// A small PRNG (splitmix64), enough to spread keys; no dependency needed.
-pub(crate) struct SplitMix(pub(crate) u64);
-
-impl SplitMix {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
-
-pub(crate) fn seed(worker: usize) -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    nanos ^ ((worker as u64) << 32) ^ u64::from(std::process::id())
 }
 
 async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
@@ -265,7 +295,7 @@ async fn raw_distinct(
             "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
         )
     });
-    let conn = crate::target::raw_connection(url, timeout).await?;
+    let conn = raw_connection(url, timeout).await?;
     let begin = Instant::now();
     let (from, until) = (begin + args.warmup, begin + args.warmup + args.duration);
     let workers: Vec<_> = (0..args.concurrency as usize)

@@ -2,28 +2,103 @@
 //! one library call each (`queue work` is in [`crate::work_cmd`]).
 
 use std::io::Read;
+use std::time::Duration;
 
+use clap::Args;
 use dlm::queue::{DEFAULT_MAX_PAYLOAD, Enqueued, NewTask, OnDuplicate, Removed};
 use serde::Serialize;
 
-use crate::cli::{
-    DeadArgs, Global, ListArgs, PurgeArgs, PushArgs, QueueArg, RemoveArgs, RetryArgs,
-};
 use crate::error::{CliError, EXIT_OK};
+use crate::global::parse::{parse_delay, parse_task_id};
+use crate::global::{Global, QueueArg};
 use crate::output;
-use crate::target::connect;
 
-impl QueueArg {
-    /// The library's handle on this queue, on a client for `global`'s Redis.
-    pub async fn open(&self, global: &Global) -> Result<dlm::queue::Queue, CliError> {
-        if global.redis.len() > 1 {
-            return Err(CliError::Usage(
-                "queues live on one Redis: give a single --redis URL, not several".into(),
-            ));
-        }
-        let client = connect(global.url(), global.timeout).await?;
-        Ok(client.queue(self.queue.clone()))
-    }
+/// `dlm queue push`
+#[derive(Debug, Clone, Args)]
+pub struct PushArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// The task ids (1 to 1024 bytes each; at most 10000).
+    #[arg(value_name = "ID", required = true, num_args = 1.., value_parser = parse_task_id)]
+    pub ids: Vec<String>,
+    /// Due this long from now (default: now; at most 365 days).
+    #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_delay, allow_hyphen_values = true)]
+    pub delay: Duration,
+    /// The payload, as given.
+    #[arg(long, value_name = "STR", conflicts_with = "payload_file")]
+    pub payload: Option<String>,
+    /// The payload, read from a file (`-`: stdin); any bytes.
+    #[arg(long, value_name = "F")]
+    pub payload_file: Option<std::path::PathBuf>,
+    /// Replace a task with the same id that is waiting or in flight (new due
+    /// time and payload); default: keep it.
+    #[arg(long)]
+    pub replace: bool,
+}
+
+/// `dlm queue peek | pop`
+#[derive(Debug, Clone, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// How many tasks at most (1 to 10000).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub count: u32,
+}
+
+/// `dlm queue dead`
+#[derive(Debug, Clone, Args)]
+pub struct DeadArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// How many tasks at most (1 to 10000).
+    #[arg(long, value_name = "N", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub count: u32,
+}
+
+/// `dlm queue remove`
+#[derive(Debug, Clone, Args)]
+pub struct RemoveArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// The task id.
+    #[arg(value_name = "ID", value_parser = parse_task_id)]
+    pub id: String,
+    /// The due time the task was seen with (peek's `score`).
+    #[arg(long, value_name = "S")]
+    pub score: u64,
+}
+
+/// `dlm queue retry`
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["ids", "all"])))]
+pub struct RetryArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// The dead tasks to retry (at most 10000).
+    #[arg(value_name = "ID", value_parser = parse_task_id)]
+    pub ids: Vec<String>,
+    /// Retry every dead task.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// `dlm queue purge`
+#[derive(Debug, Clone, Args)]
+pub struct PurgeArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// Delete every task in the dead-letter set (required).
+    #[arg(long, required = true)]
+    pub dead: bool,
 }
 
 /// Standard base64 with padding (RFC 4648), for payloads that are not UTF-8.

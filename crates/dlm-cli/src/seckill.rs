@@ -15,11 +15,11 @@ use redis::AsyncCommands;
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
-use crate::cli::Global;
 use crate::error::{CliError, EXIT_OK, redis_err};
+use crate::global::Global;
+use crate::global::target::{Target, connect, connect_nodes, raw_connection};
 use crate::output;
 use crate::stats::percentile;
-use crate::target::{Target, connect, connect_nodes, raw_connection};
 
 /// One way of selling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
