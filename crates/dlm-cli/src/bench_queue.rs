@@ -17,17 +17,39 @@
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
+use clap::Args;
 use dlm::CancellationToken;
 use dlm::queue::{Enqueued, NewTask, OnDuplicate, Queue, WorkerOptions};
 use serde::Serialize;
 use tokio::task::JoinSet;
 
-use crate::bench::{SplitMix, seed};
-use crate::cli::{BenchQueueArgs, Global};
 use crate::error::{CliError, EXIT_OK, redis_err};
+use crate::global::Global;
+use crate::global::target::{Target, connect, raw_connection, redis_version};
 use crate::output::{self, cell_us, human, us};
+use crate::rng::{SplitMix, seed};
 use crate::stats::percentile;
-use crate::target::{Target, connect, raw_connection, redis_version};
+
+/// `dlm bench queue`
+#[derive(Debug, Clone, Args)]
+pub struct BenchQueueArgs {
+    /// How many tasks to enqueue and process.
+    #[arg(long, value_name = "N", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub tasks: u64,
+    /// How many tasks the worker runs at once.
+    #[arg(long, value_name = "C", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub concurrency: u32,
+    /// How many tasks one enqueue call carries.
+    #[arg(long, value_name = "B", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub batch: u32,
+    /// Samples of the idle-start phase.
+    #[arg(long, value_name = "N", default_value_t = 200,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub idle_samples: u32,
+}
 
 /// Enqueue calls in flight at once in the `enqueue` phase.
 const ENQUEUE_IN_FLIGHT: usize = 8;

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use serde::Serialize;
 
-use crate::cli::Global;
 use crate::error::{CliError, EXIT_OK, redis_err};
+use crate::global::Global;
+use crate::global::target::{Target, connect, raw_connection};
 use crate::output::{self, cell_us, human, us};
 use crate::stats::{Handoff, percentile};
-use crate::target::{Target, connect, raw_connection};
 
 const TASKS: usize = 32;
 const INCREMENTS: usize = 50;

@@ -1,25 +1,62 @@
 //! `dlm lock acquire | release | extend | status`: one call each, for
 //! scripts that hold a lock across several commands.
 
+use std::time::Duration;
+
+use clap::Args;
 use serde::Serialize;
 
-use crate::cli::{AcquireArgs, ExtendArgs, Global, LockName, ReleaseArgs, StatusArgs};
 use crate::error::{CliError, EXIT_OK};
+use crate::global::parse::{parse_token, parse_ttl, parse_wait};
+use crate::global::target::connect_nodes;
+use crate::global::{Global, LockName};
 use crate::output::{self, ms};
-use crate::target::connect_nodes;
 
-impl LockName {
-    /// Refuse a name that cannot be a lock, before any connection is made.
-    pub fn check(&self) -> Result<(), CliError> {
-        dlm::keys::lock_key(dlm::keys::DEFAULT_LOCK_PREFIX, &self.name, self.raw_key)?;
-        Ok(())
-    }
+/// `dlm lock acquire`
+#[derive(Debug, Clone, Args)]
+pub struct AcquireArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub target: LockName,
+    /// Lease length (10ms to 7d): the lock frees itself after this long.
+    #[arg(long, value_name = "D", value_parser = parse_ttl, allow_hyphen_values = true)]
+    pub ttl: Duration,
+    /// Keep trying for up to this long (default: try once).
+    #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_wait, allow_hyphen_values = true)]
+    pub wait: Duration,
+}
 
-    /// The library's handle on this lock.
-    pub fn lock(&self, client: &dlm::Client) -> dlm::Lock {
-        let lock = client.lock(self.name.clone());
-        if self.raw_key { lock.raw_key() } else { lock }
-    }
+/// `dlm lock release`
+#[derive(Debug, Clone, Args)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub target: LockName,
+    /// The owner token `dlm lock acquire` printed.
+    #[arg(long, value_name = "T", value_parser = parse_token)]
+    pub token: dlm::Token,
+}
+
+/// `dlm lock extend`
+#[derive(Debug, Clone, Args)]
+pub struct ExtendArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub target: LockName,
+    /// The owner token `dlm lock acquire` printed.
+    #[arg(long, value_name = "T", value_parser = parse_token)]
+    pub token: dlm::Token,
+    /// The new TTL, counted from now (10ms to 7d).
+    #[arg(long, value_name = "D", value_parser = parse_ttl, allow_hyphen_values = true)]
+    pub ttl: Duration,
+}
+
+/// `dlm lock status`
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub target: LockName,
 }
 
 #[derive(Serialize)]

@@ -9,20 +9,23 @@ mod bench_queue;
 mod cli;
 mod demo;
 mod error;
+mod global;
 mod lock_cmd;
 mod output;
 mod queue_cmd;
+mod rng;
 mod run_cmd;
 mod seckill;
+mod signals;
 mod stats;
-mod target;
 mod work_cmd;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::cli::{BenchCommand, Cli, Command, DemoCommand, Global, LockCommand, QueueCommand};
+use crate::cli::{BenchCommand, Cli, Command, DemoCommand, LockCommand, QueueCommand};
 use crate::error::CliError;
+use crate::global::Global;
 
 /// mimalloc instead of glibc's malloc: with several runtime threads, glibc
 /// serialises frees of memory allocated on another thread on its arena lock

@@ -9,45 +9,37 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use clap::Args;
 use tokio::process::Child;
-use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::Instant;
 
-use crate::cli::{Global, RunArgs};
 use crate::error::CliError;
-use crate::target::connect_nodes;
+use crate::global::parse::{parse_ttl, parse_wait};
+use crate::global::target::connect_nodes;
+use crate::global::{Global, LockName};
+use crate::signals::Signals;
+
+/// `dlm lock run`
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub target: LockName,
+    /// Lease length (10ms to 7d), renewed every TTL/3 while CMD runs; how
+    /// long the lock outlives a crashed dlm.
+    #[arg(long, value_name = "D", value_parser = parse_ttl, allow_hyphen_values = true)]
+    pub ttl: Duration,
+    /// Keep trying to acquire for up to this long (default: try once; exit 1
+    /// when not acquired).
+    #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_wait, allow_hyphen_values = true)]
+    pub wait: Duration,
+    /// The command and its arguments, after `--`.
+    #[arg(value_name = "CMD", last = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
+}
 
 /// How long CMD gets to exit after SIGTERM (lock lost) before SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(10);
-
-/// The signals `dlm` catches (and `lock run` forwards to its command).
-pub struct Signals {
-    int: Signal,
-    term: Signal,
-    hup: Signal,
-}
-
-impl Signals {
-    /// Catch SIGINT, SIGTERM and SIGHUP from now on.
-    pub fn install() -> Result<Self, CliError> {
-        let on = |kind| signal(kind).map_err(CliError::io("installing signal handlers"));
-        Ok(Signals {
-            int: on(SignalKind::interrupt())?,
-            term: on(SignalKind::terminate())?,
-            hup: on(SignalKind::hangup())?,
-        })
-    }
-
-    /// The next signal received (its number).
-    pub async fn recv(&mut self) -> libc::c_int {
-        tokio::select! {
-            Some(()) = self.int.recv() => libc::SIGINT,
-            Some(()) = self.term.recv() => libc::SIGTERM,
-            Some(()) = self.hup.recv() => libc::SIGHUP,
-            else => std::future::pending().await,
-        }
-    }
-}
 
 /// Send `sig` to the child, if it has not been reaped yet.
 #[allow(unsafe_code)]

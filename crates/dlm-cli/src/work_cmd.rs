@@ -17,15 +17,51 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use clap::Args;
 use dlm::CancellationToken;
 use dlm::queue::{Backoff, Task, WorkerOptions};
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 
-use crate::cli::{Global, WorkArgs};
 use crate::error::{CliError, EXIT_OK};
+use crate::global::parse::{parse_grace, parse_lease, parse_retry_base};
+use crate::global::{Global, QueueArg};
 use crate::output;
-use crate::run_cmd::Signals;
+use crate::signals::Signals;
+
+/// `dlm queue work`
+#[derive(Debug, Clone, Args)]
+pub struct WorkArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// How many commands run at once (1 to 10000).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub concurrency: u32,
+    /// Lease of a claimed task (10ms to 7d), renewed every third of it while
+    /// its command runs: how long the task of a crashed dlm stays stuck.
+    #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_lease, allow_hyphen_values = true)]
+    pub lease: Duration,
+    /// Tries before a task goes to the dead-letter set (1 to 1000).
+    #[arg(long, value_name = "N", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_attempts: u32,
+    /// First pause before a retry (doubling per attempt, jittered, at most 10s
+    /// or this if larger).
+    #[arg(long, value_name = "D", default_value = "100ms", value_parser = parse_retry_base, allow_hyphen_values = true)]
+    pub retry_base: Duration,
+    /// After SIGINT/SIGTERM, how long running commands may finish before they
+    /// are killed and their tasks given back.
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_grace, allow_hyphen_values = true)]
+    pub grace: Duration,
+    /// Exit 0 once nothing is waiting, due later or in flight.
+    #[arg(long)]
+    pub exit_when_empty: bool,
+    /// The command and its arguments, after `--`.
+    #[arg(value_name = "CMD", last = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
+}
 
 /// The longest pause between retries of a failing task (or `--retry-base`, if larger).
 pub const MAX_RETRY_PAUSE: Duration = Duration::from_secs(10);

@@ -9,6 +9,11 @@
 //! println!("redis at {}", server.url());
 //! # Ok::<(), dlm_testkit::Error>(())
 //! ```
+//!
+//! [`layers`] checks that a crate's modules import only downwards, for a
+//! test that keeps a crate's module structure free of import cycles.
+
+pub mod layers;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -14,13 +14,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::cli::{BenchLockArgs, BenchMode, Global};
 use crate::error::{CliError, EXIT_OK};
-use crate::output::{self, cell_us, human, us};
-use crate::stats::{Handoff, percentile};
-use crate::target::{Target, connect_nodes, redis_version};
+use crate::global::Global;
+use crate::global::parse::{parse_bench_duration, parse_warmup};
+use crate::global::target::{Target, connect_nodes, raw_connection, redis_version};
+use crate::output::{self, us};
+use crate::rng::{SplitMix, seed};
+use crate::stats::Handoff;
+
+mod report;
+
+use report::{summarize, table};
 
 /// The one lock of the contended mode.
 pub const CONTENDED_NAME: &str = "bench:lock:contended";
@@ -28,6 +35,53 @@ pub const CONTENDED_NAME: &str = "bench:lock:contended";
 const BENCH_TTL: Duration = Duration::from_secs(30);
 /// How many random keys the distinct mode draws from.
 const DISTINCT_KEYS: u64 = 1_000_000;
+
+/// What a lock benchmark measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchMode {
+    /// Every task locks random keys: throughput without contention.
+    Distinct,
+    /// All tasks take turns on one lock: waiting, hand-off and fairness.
+    Contended,
+}
+
+impl BenchMode {
+    /// The name used in output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BenchMode::Distinct => "distinct",
+            BenchMode::Contended => "contended",
+        }
+    }
+}
+
+/// `dlm bench lock`
+#[derive(Debug, Clone, Args)]
+pub struct BenchLockArgs {
+    /// distinct: random keys; contended: one lock for all tasks.
+    #[arg(long, value_enum, default_value_t = BenchMode::Distinct)]
+    pub mode: BenchMode,
+    /// Number of concurrent tasks (sharing one client).
+    #[arg(long, value_name = "C", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub concurrency: u32,
+    /// How long to measure (after the warmup).
+    #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_bench_duration, allow_hyphen_values = true)]
+    pub duration: Duration,
+    /// How long to run before measuring.
+    #[arg(long, value_name = "W", default_value = "1s", value_parser = parse_warmup, allow_hyphen_values = true)]
+    pub warmup: Duration,
+    /// Without --redis: start this many private servers; more than one makes
+    /// the benchmark a Redlock over them (default 1 for `bench lock`, 5 for
+    /// `bench redlock`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=9))]
+    pub nodes: Option<u32>,
+    /// Also run the same work with raw Redis commands through the `redis`
+    /// crate (SET NX PX, then a compare-and-delete script), without dlm, and
+    /// print it as a second line (`"impl":"redis-rs-raw"`; distinct mode only).
+    #[arg(long)]
+    pub baseline: bool,
+}
 
 /// The JSON line of one run.
 #[derive(Debug, Serialize)]
@@ -82,26 +136,6 @@ struct WorkerStats {
     latencies_us: Vec<u64>,
     acquires_us: Vec<u64>,
     handoffs_us: Vec<u64>,
-}
-
-/// A small PRNG (splitmix64), enough to spread keys; no dependency needed.
-pub(crate) struct SplitMix(pub(crate) u64);
-
-impl SplitMix {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
-
-pub(crate) fn seed(worker: usize) -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    nanos ^ ((worker as u64) << 32) ^ u64::from(std::process::id())
 }
 
 async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
@@ -265,7 +299,7 @@ async fn raw_distinct(
             "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
         )
     });
-    let conn = crate::target::raw_connection(url, timeout).await?;
+    let conn = raw_connection(url, timeout).await?;
     let begin = Instant::now();
     let (from, until) = (begin + args.warmup, begin + args.warmup + args.duration);
     let workers: Vec<_> = (0..args.concurrency as usize)
@@ -331,104 +365,4 @@ async fn raw_distinct(
     let mut report = summarize(args, &all, 0, None);
     report.implementation = "redis-rs-raw";
     Ok(report)
-}
-
-fn summarize(
-    args: &BenchLockArgs,
-    all: &[WorkerStats],
-    violations: u64,
-    redis_version: Option<String>,
-) -> BenchReport {
-    let sum = |f: fn(&WorkerStats) -> u64| all.iter().map(f).sum::<u64>();
-    let ops = sum(|s| s.ops);
-    let mut lat: Vec<u64> = all
-        .iter()
-        .flat_map(|s| s.latencies_us.iter().copied())
-        .collect();
-    lat.sort_unstable();
-    let mut acq: Vec<u64> = all
-        .iter()
-        .flat_map(|s| s.acquires_us.iter().copied())
-        .collect();
-    acq.sort_unstable();
-    let secs = args.duration.as_secs_f64();
-    let contended = args.mode == BenchMode::Contended;
-    let (handoff_p50_us, handoff_p99_us, min_ops, max_ops) = if contended {
-        let mut h: Vec<u64> = all
-            .iter()
-            .flat_map(|s| s.handoffs_us.iter().copied())
-            .collect();
-        h.sort_unstable();
-        (
-            Some(percentile(&h, 50.0)),
-            Some(percentile(&h, 99.0)),
-            all.iter().map(|s| s.ops).min(),
-            all.iter().map(|s| s.ops).max(),
-        )
-    } else {
-        (None, None, None, None)
-    };
-    BenchReport {
-        implementation: "dlm",
-        mode: args.mode.as_str(),
-        concurrency: args.concurrency,
-        ops,
-        secs,
-        ops_per_s: if secs > 0.0 { ops as f64 / secs } else { 0.0 },
-        p50_us: percentile(&lat, 50.0),
-        p99_us: percentile(&lat, 99.0),
-        acquire_p50_us: percentile(&acq, 50.0),
-        acquire_p99_us: percentile(&acq, 99.0),
-        attempts: sum(|s| s.attempts),
-        failed_attempts: sum(|s| s.failed),
-        errors: sum(|s| s.errors),
-        violations,
-        handoff_p50_us,
-        handoff_p99_us,
-        min_ops_per_worker: min_ops,
-        max_ops_per_worker: max_ops,
-        redis_version,
-        nodes: 1,
-    }
-}
-
-fn table(r: &BenchReport) -> String {
-    let mut s = format!(
-        "{:>10} {:>12} {:>10} {:>10} {:>10} {:>8} {:>7} {:>10}\n{:>10} {:>12.0} {:>10} {:>10} {:>10} {:>8} {:>7} {:>10}",
-        "ops",
-        "ops/s",
-        "p50",
-        "p99",
-        "attempts",
-        "failed",
-        "errors",
-        "violations",
-        r.ops,
-        r.ops_per_s,
-        cell_us(r.p50_us),
-        cell_us(r.p99_us),
-        r.attempts,
-        r.failed_attempts,
-        r.errors,
-        r.violations,
-    );
-    s.push_str(&format!(
-        "\nacquire alone p50 {}, p99 {}",
-        cell_us(r.acquire_p50_us),
-        cell_us(r.acquire_p99_us)
-    ));
-    if let (Some(p50), Some(p99)) = (r.handoff_p50_us, r.handoff_p99_us) {
-        s.push_str(&format!(
-            "\nhand-off p50 {}, p99 {}; ops per worker min {}, max {}",
-            cell_us(p50),
-            cell_us(p99),
-            r.min_ops_per_worker.unwrap_or(0),
-            r.max_ops_per_worker.unwrap_or(0),
-        ));
-    }
-    s.push_str(&format!(
-        "\nmeasured over {}",
-        human(Duration::from_secs_f64(r.secs))
-    ));
-    s
 }

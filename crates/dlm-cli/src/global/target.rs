@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use dlm_testkit::RedisServer;
 
-use crate::cli::Global;
+use super::Global;
 use crate::error::{CliError, redis_err};
 
 /// A Redis to talk to; when it is a private server, it is stopped when this

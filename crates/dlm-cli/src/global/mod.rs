@@ -1,0 +1,45 @@
+//! What every command shares: the global options ([`Global`]), the Redis a
+//! command talks to ([`target`]), the value parsers that reject bad input
+//! before anything is sent to Redis ([`parse`]), and the lock and queue
+//! arguments several commands take ([`LockName`], [`QueueArg`]).
+//!
+//! Command modules import this; it imports no command.
+
+use std::time::Duration;
+
+mod names;
+pub mod parse;
+pub mod target;
+
+pub use names::{LockName, QueueArg};
+
+/// The Redis URL used when neither `--redis` nor `DLM_REDIS_URL` is given
+/// (`bench` and `demo` start a private server instead).
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+/// The options every command shares, checked.
+#[derive(Debug, Clone)]
+pub struct Global {
+    /// The Redis URLs given with `--redis` or `DLM_REDIS_URL` (empty: none).
+    pub redis: Vec<String>,
+    /// Print JSON.
+    pub json: bool,
+    /// Per-call deadline.
+    pub timeout: Duration,
+}
+
+impl Global {
+    /// The URL to use: the one given, else the default local Redis.
+    pub fn url(&self) -> &str {
+        self.redis.first().map_or(DEFAULT_REDIS_URL, String::as_str)
+    }
+
+    /// The URLs to lock on: those given (several: Redlock), else the default local Redis.
+    pub fn urls(&self) -> Vec<String> {
+        if self.redis.is_empty() {
+            vec![DEFAULT_REDIS_URL.to_string()]
+        } else {
+            self.redis.clone()
+        }
+    }
+}

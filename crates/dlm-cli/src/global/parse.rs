@@ -1,0 +1,153 @@
+//! The value parsers of the command line: they reject bad input (durations
+//! out of range, empty or overlong names, malformed tokens) before anything
+//! is sent to Redis, with a message clap prints as a usage error (exit 2).
+
+use std::time::Duration;
+
+/// A humantime duration (`30s`, `250ms`, `1h 5m`), not negative.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t.starts_with('-') {
+        return Err(format!("{s:?} is negative; durations must be >= 0"));
+    }
+    if t.is_empty() {
+        return Err("empty duration; expected e.g. 30s or 250ms".into());
+    }
+    humantime::parse_duration(t)
+        .map_err(|e| format!("{s:?} is not a duration ({e}); expected e.g. 30s or 250ms"))
+}
+
+/// `s` as a duration, if within `min ..= max`.
+fn in_range(s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < min || d > max {
+        return Err(format!(
+            "{s} is outside {} ..= {}",
+            humantime::format_duration(min),
+            humantime::format_duration(max)
+        ));
+    }
+    Ok(d)
+}
+
+/// A lock's TTL: [`dlm::MIN_TTL`] to [`dlm::MAX_TTL`].
+pub fn parse_ttl(s: &str) -> Result<Duration, String> {
+    in_range(s, dlm::MIN_TTL, dlm::MAX_TTL)
+}
+
+/// How long to keep trying for a lock: 0 to [`dlm::MAX_WAIT`].
+pub fn parse_wait(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::ZERO, dlm::MAX_WAIT)
+}
+
+/// The deadline of every call to Redis (`--timeout`): 1ms to 1h.
+pub fn parse_timeout(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::from_millis(1), Duration::from_secs(3600))
+}
+
+/// How long a benchmark measures: 1ms to 24h.
+pub fn parse_bench_duration(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::from_millis(1), Duration::from_secs(24 * 3600))
+}
+
+/// How long a benchmark runs before measuring: 0 to 1h.
+pub fn parse_warmup(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::ZERO, Duration::from_secs(3600))
+}
+
+/// How long from now a pushed task is due: 0 to [`dlm::queue::MAX_DELAY`].
+pub fn parse_delay(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::ZERO, dlm::queue::MAX_DELAY)
+}
+
+/// The lease of a claimed task: [`dlm::MIN_TTL`] to [`dlm::MAX_TTL`].
+pub fn parse_lease(s: &str) -> Result<Duration, String> {
+    in_range(s, dlm::MIN_TTL, dlm::MAX_TTL)
+}
+
+/// The first pause before a task is retried: 1ms to 24h.
+pub fn parse_retry_base(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::from_millis(1), Duration::from_secs(24 * 3600))
+}
+
+/// How long running commands may finish after a stop signal: 0 to 24h.
+pub fn parse_grace(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::ZERO, Duration::from_secs(24 * 3600))
+}
+
+/// A queue name: 1 to [`dlm::keys::MAX_NAME_LEN`] bytes, not starting with `}`.
+pub fn parse_queue_name(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("the queue name must not be empty".into());
+    }
+    if s.len() > dlm::keys::MAX_NAME_LEN {
+        return Err(format!(
+            "the queue name is {} bytes, longer than {}",
+            s.len(),
+            dlm::keys::MAX_NAME_LEN
+        ));
+    }
+    if s.starts_with('}') {
+        return Err("the queue name must not start with '}'".into());
+    }
+    Ok(s.to_string())
+}
+
+/// A task id: 1 to [`dlm::keys::MAX_NAME_LEN`] bytes.
+pub fn parse_task_id(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("a task id must not be empty".into());
+    }
+    if s.len() > dlm::keys::MAX_NAME_LEN {
+        return Err(format!(
+            "the task id is {} bytes, longer than {}",
+            s.len(),
+            dlm::keys::MAX_NAME_LEN
+        ));
+    }
+    Ok(s.to_string())
+}
+
+/// A lock name: 1 to [`dlm::keys::MAX_NAME_LEN`] bytes.
+pub fn parse_name(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("the lock name must not be empty".into());
+    }
+    if s.len() > dlm::keys::MAX_NAME_LEN {
+        return Err(format!(
+            "the lock name is {} bytes, longer than {}",
+            s.len(),
+            dlm::keys::MAX_NAME_LEN
+        ));
+    }
+    Ok(s.to_string())
+}
+
+/// An owner token, as `dlm lock acquire` printed it.
+pub fn parse_token(s: &str) -> Result<dlm::Token, String> {
+    s.parse::<dlm::Token>().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("abc").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_ttl("0s").is_err());
+        assert!(parse_ttl("100days").is_err());
+        assert_eq!(parse_ttl("7d"), Ok(dlm::MAX_TTL));
+        assert_eq!(parse_wait("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn names() {
+        assert!(parse_name("").is_err());
+        assert!(parse_name(&"n".repeat(2000)).is_err());
+        assert!(parse_name("orders:42").is_ok());
+    }
+}

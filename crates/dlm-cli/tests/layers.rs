@@ -1,0 +1,62 @@
+//! The CLI's modules import only downwards: no module imports one of a
+//! higher layer, and commands do not import each other (no import cycles).
+
+use std::path::Path;
+
+use dlm_testkit::layers::{Layer, violations};
+
+/// The CLI's layers, from the bottom up.
+const LAYERS: &[Layer<'static>] = &[
+    Layer {
+        name: "error",
+        modules: &["error"],
+        lateral: false,
+    },
+    Layer {
+        name: "foundation",
+        modules: &["output", "stats", "rng", "signals"],
+        lateral: false,
+    },
+    Layer {
+        name: "global",
+        modules: &["global"],
+        lateral: false,
+    },
+    Layer {
+        name: "commands",
+        modules: &[
+            "lock_cmd",
+            "run_cmd",
+            "queue_cmd",
+            "work_cmd",
+            "bench",
+            "bench_queue",
+            "demo",
+            "seckill",
+        ],
+        lateral: false,
+    },
+    Layer {
+        name: "cli",
+        modules: &["cli"],
+        lateral: false,
+    },
+    Layer {
+        name: "main",
+        modules: &["main"],
+        lateral: false,
+    },
+];
+
+#[test]
+fn modules_import_only_downwards() -> std::io::Result<()> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = violations(&src, LAYERS)?;
+    assert!(
+        found.is_empty(),
+        "{} layer violation(s) in crates/dlm-cli:\n{}",
+        found.len(),
+        found.join("\n")
+    );
+    Ok(())
+}
