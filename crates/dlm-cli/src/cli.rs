@@ -52,6 +52,14 @@ pub struct Cli {
           value_parser = parse_timeout, allow_hyphen_values = true)]
     pub timeout: Duration,
 
+    /// Redlock (several --redis): the deadline of one node's answer to a lock
+    /// request, e.g. 50ms. Default: 1% of the lock's TTL, at least 10ms, at
+    /// most --timeout. A request is decided as soon as a majority answered
+    /// alike, so a frozen node costs at most this much.
+    #[arg(long, value_name = "D", global = true,
+          value_parser = parse_timeout, allow_hyphen_values = true)]
+    pub node_timeout: Option<Duration>,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -85,6 +93,7 @@ impl Cli {
             redis: self.redis.clone(),
             json: self.json,
             timeout: self.timeout,
+            node_timeout: self.node_timeout,
         })
     }
 }

@@ -71,10 +71,20 @@ struct Acquired<'a> {
 /// `dlm lock acquire`: acquire and print the token; the lock stays held.
 pub async fn acquire(global: &Global, args: &AcquireArgs) -> Result<u8, CliError> {
     args.target.check()?;
-    let client = connect_nodes(&global.urls(), global.timeout).await?;
+    let client = connect_nodes(&global.urls(), global).await?;
     let lock = args.target.lock(&client);
     let opts = dlm::LockOptions::new(args.ttl).wait(args.wait);
-    let guard = lock.acquire(&opts).await?;
+    let guard = match lock.acquire(&opts).await {
+        Ok(guard) => guard,
+        Err(e) => {
+            // Under Redlock, a failed attempt releases its grants on slow
+            // nodes in the background: give that at most one per-node timeout.
+            if let Some(t) = lock.node_timeout(&opts) {
+                client.settle(t).await;
+            }
+            return Err(e.into());
+        }
+    };
     let out = Acquired {
         name: &args.target.name,
         key: guard.key(),
@@ -92,8 +102,12 @@ pub async fn acquire(global: &Global, args: &AcquireArgs) -> Result<u8, CliError
     // The lock must outlive this process: the caller holds it through the
     // printed token until it releases it or the TTL runs out.
     let _ = guard.detach();
-    // Under Redlock, let the requests to slower nodes land before exiting.
-    client.settle(global.timeout).await;
+    // Under Redlock, requests still on their way to slower nodes can only add
+    // our own key there: give the healthy ones a moment to land (a stronger
+    // lock), but never wait for a frozen node longer than its timeout.
+    if let Some(t) = lock.node_timeout(&opts) {
+        client.settle(t).await;
+    }
     Ok(EXIT_OK)
 }
 
@@ -116,7 +130,7 @@ fn reason(e: &dlm::Error) -> Option<&'static str> {
 /// `dlm lock release`: exit 0 when released, 1 when expired or not ours.
 pub async fn release(global: &Global, args: &ReleaseArgs) -> Result<u8, CliError> {
     args.target.check()?;
-    let client = connect_nodes(&global.urls(), global.timeout).await?;
+    let client = connect_nodes(&global.urls(), global).await?;
     let lock = args.target.lock(&client);
     let name = args.target.name.as_str();
     match lock.release_token(&args.token).await {
@@ -164,7 +178,7 @@ struct Extended<'a> {
 /// `dlm lock extend`: exit 0 when extended, 1 when expired or not ours.
 pub async fn extend(global: &Global, args: &ExtendArgs) -> Result<u8, CliError> {
     args.target.check()?;
-    let client = connect_nodes(&global.urls(), global.timeout).await?;
+    let client = connect_nodes(&global.urls(), global).await?;
     let lock = args.target.lock(&client);
     let name = args.target.name.as_str();
     let ttl_ms = ms(args.ttl);
@@ -216,7 +230,7 @@ struct Status<'a> {
 /// `dlm lock status`: exit 0 whether held or not.
 pub async fn status(global: &Global, args: &StatusArgs) -> Result<u8, CliError> {
     args.target.check()?;
-    let client = connect_nodes(&global.urls(), global.timeout).await?;
+    let client = connect_nodes(&global.urls(), global).await?;
     let lock = args.target.lock(&client);
     let key = lock.key()?;
     let st = lock.status().await?;

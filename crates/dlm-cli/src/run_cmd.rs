@@ -79,13 +79,22 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, CliError> {
     // wait for the lock, or are forwarded to the command.
     args.target.check()?;
     let mut signals = Signals::install()?;
-    let client = connect_nodes(&global.urls(), global.timeout).await?;
+    let client = connect_nodes(&global.urls(), global).await?;
     let lock = args.target.lock(&client);
     let opts = dlm::LockOptions::new(args.ttl)
         .wait(args.wait)
         .watchdog(true);
     let guard = tokio::select! {
-        r = lock.acquire(&opts) => r?,
+        r = lock.acquire(&opts) => match r {
+            Ok(guard) => guard,
+            Err(e) => {
+                // A failed Redlock attempt's clean-up: at most one per-node timeout.
+                if let Some(t) = lock.node_timeout(&opts) {
+                    client.settle(t).await;
+                }
+                return Err(e.into());
+            }
+        },
         sig = signals.recv() => {
             // Not holding the lock yet (at worst an acquire in flight lands
             // and its TTL frees it): exit as if the signal had killed us.

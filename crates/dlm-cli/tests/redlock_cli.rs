@@ -165,3 +165,105 @@ fn dlm_redis_url_with_commas_is_a_redlock_too() {
         );
     }
 }
+
+/// `dlm` over these nodes with the default 2 s `--timeout`: the per-node
+/// timeout must come from the TTL, not from the call timeout.
+fn dlm_timed(nodes: &[RedisServer], args: &[&str]) -> (i32, String, String, Duration) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlm"));
+    cmd.env_remove("DLM_REDIS_URL");
+    for n in nodes {
+        cmd.args(["--redis", &n.url()]);
+    }
+    let t0 = Instant::now();
+    let out = cmd.args(args).output().expect("run dlm");
+    let took = t0.elapsed();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        took,
+    )
+}
+
+/// Frozen nodes (SIGSTOP: they accept connections and never answer) cost a
+/// short-lived command at most one per-node timeout (1% of a 10 s TTL:
+/// 100 ms), not the 2 s call timeout: the nodes connect in parallel, each
+/// request is decided by the fastest majority, and the command waits for
+/// background requests only as long as is useful.
+#[test]
+fn frozen_nodes_cost_lock_commands_at_most_one_node_timeout() {
+    let nodes = RedisServer::start_many(5).expect("5 servers");
+    let fast = Duration::from_millis(300);
+    for frozen in 1..=2 {
+        nodes[5 - frozen].pause().expect("SIGSTOP");
+        let name = format!("frozen-{frozen}");
+        let (code, token, err, took) = dlm_timed(
+            &nodes,
+            &["lock", "acquire", &name, "--ttl", "10s", "--wait", "0s"],
+        );
+        assert_eq!(code, 0, "{frozen} frozen: {err}");
+        assert!(took < fast, "acquire with {frozen} frozen took {took:?}");
+        let healthy = &nodes[..5 - frozen];
+        for n in healthy {
+            let key = format!("dlm:lock:{{{name}}}");
+            assert_eq!(n.command(&["GET", &key]).expect("GET"), token.trim());
+        }
+        let (code, _, err, took) =
+            dlm_timed(&nodes, &["lock", "release", &name, "--token", token.trim()]);
+        assert_eq!(code, 0, "{frozen} frozen: {err}");
+        assert!(took < fast, "release with {frozen} frozen took {took:?}");
+        let (code, out, err, took) = dlm_timed(&nodes, &["--json", "lock", "status", &name]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("\"held\":false"), "{out}");
+        assert!(took < fast, "status with {frozen} frozen took {took:?}");
+    }
+
+    // No majority: exit 3 within the wait plus one per-node timeout (and the
+    // few milliseconds a process needs to start).
+    nodes[2].pause().expect("SIGSTOP");
+    for wait in [Duration::ZERO, Duration::from_millis(400)] {
+        let w = format!("{}ms", wait.as_millis());
+        let (code, _, err, took) = dlm_timed(
+            &nodes,
+            &[
+                "lock",
+                "acquire",
+                "no-majority",
+                "--ttl",
+                "10s",
+                "--wait",
+                &w,
+            ],
+        );
+        assert_eq!(code, 3, "{err}");
+        assert!(err.contains("no quorum"), "{err}");
+        let bound = wait + Duration::from_millis(100) + Duration::from_millis(200);
+        assert!(took < bound, "wait {wait:?}: took {took:?}");
+    }
+    for n in &nodes[..2] {
+        assert_eq!(
+            n.command(&["GET", "dlm:lock:{no-majority}"]).expect("GET"),
+            "",
+            "a failed attempt leaves no key on the healthy nodes"
+        );
+    }
+
+    // An explicit --node-timeout wins over the TTL's.
+    let (code, _, err, took) = dlm_timed(
+        &nodes,
+        &[
+            "--node-timeout",
+            "20ms",
+            "lock",
+            "acquire",
+            "no-majority",
+            "--ttl",
+            "10s",
+        ],
+    );
+    assert_eq!(code, 3, "{err}");
+    assert!(took < Duration::from_millis(220), "took {took:?}");
+    for n in &nodes[2..] {
+        n.resume().expect("SIGCONT");
+    }
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, ConnectState};
 use crate::consistency::{Stock, Versioned};
 use crate::error::{Error, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, validate_prefix};
@@ -47,6 +47,7 @@ pub struct ClientBuilder {
     timeout: Duration,
     connect_timeout: Duration,
     node_timeout: Option<Duration>,
+    quorum_wait: Option<Duration>,
     wakeup_url: Option<String>,
 }
 
@@ -57,6 +58,7 @@ impl Default for ClientBuilder {
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_TIMEOUT,
             node_timeout: None,
+            quorum_wait: None,
             wakeup_url: None,
         }
     }
@@ -67,6 +69,43 @@ fn validate_timeout(what: &'static str, d: Duration) -> Result<()> {
         return Err(Error::invalid(what, format!("{d:?} is outside (0, 1h]")));
     }
     Ok(())
+}
+
+/// Wait until `needed` nodes are connected (`Ok(true)`), or every node has
+/// failed an attempt or connected without a majority (`Ok(false)`: they keep
+/// trying in the background); an error no retry can fix ends the wait.
+async fn majority_up<C>(
+    states: &mut [tokio::sync::watch::Receiver<ConnectState<C>>],
+    needed: usize,
+) -> Result<bool> {
+    loop {
+        let mut up = 0;
+        let mut settled = 0;
+        for s in states.iter() {
+            match &*s.borrow() {
+                ConnectState::Up(_) => {
+                    up += 1;
+                    settled += 1;
+                }
+                ConnectState::Connecting { failures } => settled += usize::from(*failures > 0),
+                ConnectState::Failed(e) => {
+                    return Err(Error::Unavailable {
+                        source: e.clone().into(),
+                    });
+                }
+            }
+        }
+        if up >= needed {
+            return Ok(true);
+        }
+        if settled == states.len() {
+            return Ok(false);
+        }
+        let changes = states.iter_mut().map(|s| Box::pin(s.changed()));
+        if futures_util::future::select_all(changes).await.0.is_err() {
+            return Ok(false);
+        }
+    }
 }
 
 fn open(url: &str) -> Result<redis::Client> {
@@ -92,11 +131,43 @@ impl ClientBuilder {
         self
     }
 
-    /// Redlock: the deadline of one node's answer during acquire and extend
-    /// (default 5% of the TTL, at least 10 ms, at most the call timeout). A
-    /// slow or frozen node delays an acquisition by at most this much.
+    /// Redlock: the deadline of one node's answer during acquire and extend,
+    /// for every lock of this client (default 1% of the TTL, at least 10 ms,
+    /// at most the call timeout; [`crate::LockOptions::node_timeout`] sets it
+    /// per acquisition). A slow or frozen node delays an acquisition by at
+    /// most this much, and only when its answer is needed for a majority.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dlm::Result<()> {
+    /// let client = dlm::Client::builder()
+    ///     .node_timeout(std::time::Duration::from_millis(50))
+    ///     .connect_many(&["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// Redlock: how long [`ClientBuilder::connect_many`] waits for a majority
+    /// of the nodes to be connected (default: the connect timeout plus the
+    /// call timeout). It returns as soon as a majority is connected, or once
+    /// every node has failed an attempt; the others keep connecting in the
+    /// background either way. Zero returns at once: the first requests then
+    /// wait for their node's connection within their own deadline (what a
+    /// short-lived command wants, so that frozen nodes cost it nothing).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dlm::Result<()> {
+    /// let client = dlm::Client::builder()
+    ///     .quorum_wait(std::time::Duration::ZERO)
+    ///     .connect_many(&["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn quorum_wait(mut self, wait: Duration) -> Self {
+        self.quorum_wait = Some(wait);
         self
     }
 
@@ -114,6 +185,11 @@ impl ClientBuilder {
         validate_timeout("timeout", self.timeout)?;
         if let Some(t) = self.node_timeout {
             validate_timeout("node timeout", t)?;
+        }
+        if let Some(w) = self.quorum_wait
+            && w > Duration::from_secs(3600)
+        {
+            return Err(Error::invalid("quorum wait", format!("{w:?} is over 1h")));
         }
         validate_timeout("connect timeout", self.connect_timeout)
     }
@@ -140,8 +216,10 @@ impl ClientBuilder {
 
     /// Redlock over independent masters (one URL: a plain single-Redis
     /// client). A lock counts only when a majority (N/2+1) granted it within
-    /// its validity; see the crate docs' Safety section. Nodes that are down
-    /// at connect time are connected lazily later, as long as a majority is up.
+    /// its validity; see the crate docs' Safety section. The nodes connect in
+    /// parallel, each in the background; this returns as soon as a majority
+    /// is connected (see [`ClientBuilder::quorum_wait`]), and nodes that are
+    /// down or frozen now join once they answer.
     ///
     /// ```no_run
     /// # async fn demo() -> dlm::Result<()> {
@@ -171,31 +249,34 @@ impl ClientBuilder {
             }
             clients.push(client);
         }
-        let backends = futures_util::future::join_all(clients.iter().map(|c| {
-            let lazy = redis::aio::ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(self.connect_timeout))
-                .set_response_timeout(Some(self.timeout))
-                .set_number_of_retries(1)
-                .set_max_delay(Duration::from_millis(500));
-            let eager = self.manager(c.clone());
-            async move {
-                // Each node is one standalone server opened from its URL.
-                match eager.await {
-                    Ok(b) => Ok(Node::new(b.standalone())),
-                    // Down now: connect lazily, so the node counts again once it is back.
-                    Err(e) if e.is_retryable() => {
-                        redis::aio::ConnectionManager::new_lazy_with_config(c.clone(), lazy)
-                            .map(|m| Node::new(Backend::new(m, self.timeout).standalone()))
-                            .map_err(|_| e)
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-        }))
-        .await;
-        let mut ok = Vec::with_capacity(backends.len());
-        for b in backends {
-            ok.push(b?);
+        // Every node connects in a task of its own: a slow or frozen node
+        // never holds up the others, and one that is down now joins once it
+        // is back. Requests to a node not connected yet wait for it within
+        // their own (per-node) deadline.
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(None)
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let attempt = self.connect_timeout + self.timeout;
+        let (ok, mut states): (Vec<Node>, Vec<_>) = clients
+            .iter()
+            .map(|c| {
+                let (backend, state) = Backend::connect_in_background(
+                    c.clone(),
+                    config.clone(),
+                    attempt,
+                    self.timeout,
+                );
+                (Node::new(backend.standalone()), state)
+            })
+            .unzip();
+        let wait = self.quorum_wait.unwrap_or(attempt);
+        let needed = ok.len() / 2 + 1;
+        if !wait.is_zero()
+            && let Ok(Err(e)) = tokio::time::timeout(wait, majority_up(&mut states, needed)).await
+        {
+            return Err(e);
         }
         let wakeups = Some(Wakeups::new(clients[0].clone(), self.timeout));
         let nodes = Nodes::Quorum(Quorum {

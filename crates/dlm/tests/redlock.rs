@@ -146,7 +146,7 @@ async fn a_frozen_node_delays_acquisition_by_at_most_the_node_timeout() -> TestR
 }
 
 #[tokio::test]
-async fn a_minority_grant_is_released_at_once() -> TestResult {
+async fn a_minority_grant_is_released_right_away() -> TestResult {
     let nodes = five();
     let c = redlock(&nodes).await;
     let key = c.lock("split").key()?;
@@ -159,6 +159,9 @@ async fn a_minority_grant_is_released_at_once() -> TestResult {
     }
     let r = c.lock("split").acquire(&ttl(5000)).await;
     assert!(matches!(r, Err(Error::Busy { ttl: Some(_), .. })), "{r:?}");
+    // Decided by the 3 refusals; grants that came later are released in the
+    // background, within the per-node timeout.
+    assert!(c.settle(Duration::from_secs(1)).await, "clean-up finished");
     for n in &nodes[3..] {
         assert_eq!(
             key_on(n, &key),

@@ -81,6 +81,12 @@ pub struct BenchLockArgs {
     /// print it as a second line (`"impl":"redis-rs-raw"`; distinct mode only).
     #[arg(long)]
     pub baseline: bool,
+    /// Redlock over private servers: freeze (SIGSTOP) this many of them, the
+    /// last ones, once connected and before the warmup, and thaw them at the
+    /// end: what a frozen node costs an acquire.
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=8))]
+    pub frozen: u32,
 }
 
 /// The JSON line of one run.
@@ -113,6 +119,8 @@ pub struct BenchReport {
     redis_version: Option<String>,
     /// Independent Redis nodes locked on (more than 1: Redlock).
     nodes: usize,
+    /// Of them, frozen (SIGSTOP) during the run (`--frozen`).
+    frozen: usize,
 }
 
 /// What all workers share.
@@ -230,16 +238,36 @@ pub async fn bench_lock(
     let nodes = args.nodes.unwrap_or(default_nodes) as usize;
     let target = Target::given_or_private_many(global, nodes).await?;
     let version = redis_version(&target.url, global.timeout).await;
-    let client = connect_nodes(&target.urls, global.timeout).await?;
+    let frozen = args.frozen as usize;
+    if frozen > 0 && (target.servers.is_empty() || frozen >= target.servers.len()) {
+        return Err(CliError::Usage(format!(
+            "--frozen {frozen} needs more private servers than that (--nodes N without --redis)"
+        )));
+    }
+    let client = connect_nodes(&target.urls, global).await?;
+    if frozen > 0 {
+        // Connected everywhere first (so requests really reach the frozen
+        // nodes and wait there), then freeze the last ones.
+        let probe = client.lock("bench:connect");
+        let _ = tokio::time::timeout(global.timeout, probe.status()).await;
+        for s in target.servers.iter().rev().take(frozen) {
+            s.pause()?;
+        }
+    }
     if !global.json {
         output::line_out(&format!(
-            "dlm bench lock: mode {}, concurrency {}, duration {}, warmup {}\nredis-server {} ({})",
+            "dlm bench lock: mode {}, concurrency {}, duration {}, warmup {}\nredis-server {} ({}{})",
             args.mode.as_str(),
             args.concurrency,
             humantime::format_duration(args.duration),
             humantime::format_duration(args.warmup),
             version.as_deref().unwrap_or("version unknown"),
             target.describe(),
+            if frozen > 0 {
+                format!(", {frozen} frozen")
+            } else {
+                String::new()
+            },
         ))?;
     }
 
@@ -276,6 +304,10 @@ pub async fn bench_lock(
         version,
     );
     report.nodes = target.urls.len();
+    report.frozen = frozen;
+    for s in target.servers.iter().rev().take(frozen) {
+        s.resume()?;
+    }
     drop(shared);
     output::emit(global.json, &report, || table(&report))?;
     if args.baseline && args.mode == BenchMode::Distinct {

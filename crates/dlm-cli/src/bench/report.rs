@@ -64,6 +64,7 @@ pub(super) fn summarize(
         max_ops_per_worker: max_ops,
         redis_version,
         nodes: 1,
+        frozen: 0,
     }
 }
 

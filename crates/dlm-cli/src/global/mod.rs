@@ -26,6 +26,8 @@ pub struct Global {
     pub json: bool,
     /// Per-call deadline.
     pub timeout: Duration,
+    /// Redlock: the per-node deadline of lock requests (`None`: from the TTL).
+    pub node_timeout: Option<Duration>,
 }
 
 impl Global {

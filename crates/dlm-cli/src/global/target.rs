@@ -86,13 +86,19 @@ pub async fn connect(url: &str, timeout: Duration) -> Result<dlm::Client, CliErr
         .await?)
 }
 
-/// A lock client on one URL, or a Redlock client over several.
-pub async fn connect_nodes(urls: &[String], timeout: Duration) -> Result<dlm::Client, CliError> {
-    Ok(dlm::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .connect_many(urls)
-        .await?)
+/// A lock client on one URL, or a Redlock client over several. A Redlock
+/// client does not wait for its nodes to connect: each request waits for its
+/// node within the per-node deadline, so frozen nodes cost a short-lived
+/// command nothing while a majority answers.
+pub async fn connect_nodes(urls: &[String], global: &Global) -> Result<dlm::Client, CliError> {
+    let mut builder = dlm::Client::builder()
+        .timeout(global.timeout)
+        .connect_timeout(global.timeout)
+        .quorum_wait(Duration::ZERO);
+    if let Some(t) = global.node_timeout {
+        builder = builder.node_timeout(t);
+    }
+    Ok(builder.connect_many(urls).await?)
 }
 
 /// A plain multiplexed connection (for the demo's counters and INFO).

@@ -142,7 +142,7 @@ pub async fn run(global: &Global, args: &SeckillArgs) -> Result<u8, CliError> {
             args: args.clone(),
         };
         let redlock = match (&redlock_target, strategy) {
-            (Some(t), Strategy::Redlock) => Some(connect_nodes(&t.urls, global.timeout).await?),
+            (Some(t), Strategy::Redlock) => Some(connect_nodes(&t.urls, global).await?),
             _ => None,
         };
         let outcome = ctx.run(strategy, redlock, !global.json).await?;

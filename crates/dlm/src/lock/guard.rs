@@ -83,6 +83,8 @@ pub(crate) struct Held {
     pub(crate) token: Token,
     pub(crate) fence: Option<Fence>,
     pub(crate) ttl: Duration,
+    /// The acquisition's own per-node timeout (Redlock), if it set one.
+    pub(crate) node_timeout: Option<Duration>,
     pub(crate) lease: Arc<LeaseState>,
     pub(crate) stop: CancellationToken,
 }
@@ -213,7 +215,10 @@ impl LockGuard {
     /// lost), [`Error::InvalidArgument`] for a TTL out of range.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         crate::lock::validate_ttl(ttl)?;
-        self.held.locks.nodes.check_ttl(ttl)?;
+        self.held
+            .locks
+            .nodes
+            .check_ttl(ttl, self.held.node_timeout)?;
         extend_held(&self.held, ttl).await
     }
 
@@ -333,7 +338,7 @@ async fn extend_held(held: &Held, ttl: Duration) -> Result<()> {
     let (outcome, valid_until) = held
         .locks
         .nodes
-        .extend(&held.name, &held.keys, &held.token, ttl)
+        .extend(&held.name, &held.keys, &held.token, ttl, held.node_timeout)
         .await?;
     if outcome == Outcome::Done {
         held.lease.renewed(valid_until);

@@ -130,7 +130,7 @@ impl Lock {
     /// until the deadline. Never waits longer than `wait` plus one call timeout.
     pub async fn acquire(&self, opts: &LockOptions) -> Result<LockGuard> {
         opts.validate()?;
-        self.locks.nodes.check_ttl(opts.ttl)?;
+        self.locks.nodes.check_ttl(opts.ttl, opts.node_timeout)?;
         let keys = self.keys()?;
         let span = tracing::debug_span!("dlm.acquire", name = %self.name, key = %keys.lock);
         self.acquire_with(Arc::new(keys), opts)
@@ -140,7 +140,7 @@ impl Lock {
 
     async fn acquire_with(&self, keys: Arc<LockKeys>, opts: &LockOptions) -> Result<LockGuard> {
         let inner = &self.locks;
-        let token = Token::random()?;
+        let mut token = Token::random()?;
         let deadline = Instant::now() + opts.wait;
         let mut waiter = None;
         let mut baton = None;
@@ -200,10 +200,16 @@ impl Lock {
                 continue;
             }
             attempts += 1;
+            if attempts > 1 && inner.nodes.single().is_none() {
+                // Redlock: a failed attempt's releases may still be on their
+                // way to slow nodes; a fresh token keeps them off this one.
+                token = Token::random()?;
+                pending.token = token.clone();
+            }
             pending.armed = true;
             let attempt = inner
                 .nodes
-                .acquire(&self.name, &keys, &token, opts.ttl)
+                .acquire(&self.name, &keys, &token, opts.ttl, opts.node_timeout)
                 .await;
             pending.armed = pending.unsure;
             let (err, holder_ttl) = match attempt {
@@ -219,6 +225,8 @@ impl Lock {
                     },
                     ttl,
                 ),
+                // Redlock: the failed attempt released wherever it may have landed.
+                Err(e @ Error::NoQuorum { .. }) => (e, None),
                 Err(e) if e.is_retryable() => {
                     // The SET may have landed although the reply was lost.
                     pending.unsure = true;
@@ -302,11 +310,36 @@ impl Lock {
             token,
             fence: grant.fence,
             ttl: opts.ttl,
+            node_timeout: opts.node_timeout,
             lease: LeaseState::new(grant.valid_until),
             stop: CancellationToken::new(),
         });
         inner.registry.register(held.id, &held);
         LockGuard::new(held, opts.ttl, opts.watchdog)
+    }
+
+    /// Redlock: the per-node timeout an acquisition with `opts` uses (see
+    /// [`LockOptions::node_timeout`]); `None` on a single Redis. Also the
+    /// most a failed attempt's clean-up takes in the background, so it is
+    /// what a short-lived process passes to [`crate::Client::settle`] after
+    /// a failed acquire.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) {
+    /// let opts = dlm::LockOptions::new(std::time::Duration::from_secs(10));
+    /// let lock = client.lock("report");
+    /// if lock.acquire(&opts).await.is_err() {
+    ///     if let Some(t) = lock.node_timeout(&opts) {
+    ///         client.settle(t).await;
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn node_timeout(&self, opts: &LockOptions) -> Option<Duration> {
+        match &self.locks.nodes {
+            Nodes::Single(_) => None,
+            Nodes::Quorum(q) => Some(q.node_timeout(opts.ttl, opts.node_timeout)),
+        }
     }
 
     /// Who holds the lock, for how long, and the last fencing token.
@@ -326,12 +359,12 @@ impl Lock {
     /// Extend by token to `ttl` from now. `Ok(())` only if the key still held `token`.
     pub async fn extend_token(&self, token: &Token, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
-        self.locks.nodes.check_ttl(ttl)?;
+        self.locks.nodes.check_ttl(ttl, None)?;
         let keys = self.keys()?;
         let (outcome, _) = self
             .locks
             .nodes
-            .extend(&self.name, &keys, token, ttl)
+            .extend(&self.name, &keys, token, ttl, None)
             .await?;
         outcome.into_result(&self.name)
     }

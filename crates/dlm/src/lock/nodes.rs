@@ -18,6 +18,9 @@ use crate::lock::{LockStatus, Outcome};
 use crate::services::lease::drift;
 use crate::token::{Fence, Token};
 
+/// The default per-node timeout's floor (1% of the TTL below it).
+pub(crate) const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(10);
+
 /// A successful acquisition.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Grant {
@@ -54,7 +57,7 @@ pub(crate) enum Nodes {
 #[derive(Debug)]
 pub(crate) struct Quorum {
     pub backends: Vec<Node>,
-    /// Per-node deadline; `None`: 5% of the TTL, at least 10 ms, at most the client timeout.
+    /// Per-node deadline; `None`: 1% of the TTL, at least 10 ms, at most the client timeout.
     pub node_timeout: Option<Duration>,
     /// Requests left to finish after an early decision (see `Client::settle`).
     pub background: tokio_util::task::TaskTracker,
@@ -71,9 +74,13 @@ impl Quorum {
             .map_or(Duration::from_secs(1), |n| n.backend.timeout())
     }
 
-    pub(crate) fn node_timeout(&self, ttl: Duration) -> Duration {
-        self.node_timeout
-            .unwrap_or_else(|| (ttl / 20).max(Duration::from_millis(10)))
+    /// The per-node deadline of an acquire or extend with this TTL: the
+    /// acquisition's own override, else the client's, else 1% of the TTL (at
+    /// least [`MIN_NODE_TIMEOUT`]); never more than the client timeout.
+    pub(crate) fn node_timeout(&self, ttl: Duration, wanted: Option<Duration>) -> Duration {
+        wanted
+            .or(self.node_timeout)
+            .unwrap_or_else(|| (ttl / 100).max(MIN_NODE_TIMEOUT))
             .min(self.client_timeout())
     }
 
@@ -120,20 +127,6 @@ impl Quorum {
             nodes: self.backends.len(),
         }
     }
-
-    async fn release_everywhere(
-        &self,
-        keys: &Arc<LockKeys>,
-        token: &Token,
-        timeout: Duration,
-    ) -> Vec<Result<Outcome>> {
-        join_all(
-            self.backends
-                .iter()
-                .map(|b| ops::release(b, keys, token, timeout)),
-        )
-        .await
-    }
 }
 
 impl Nodes {
@@ -162,16 +155,16 @@ impl Nodes {
     }
 
     /// Under Redlock a TTL must leave room for the drift and the per-node timeout.
-    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<()> {
+    pub(crate) fn check_ttl(&self, ttl: Duration, node_timeout: Option<Duration>) -> Result<()> {
         if let Nodes::Quorum(q) = self {
-            let floor = drift(ttl) + q.node_timeout(ttl);
+            let floor = drift(ttl) + q.node_timeout(ttl, node_timeout);
             if ttl <= floor * 2 {
                 return Err(Error::invalid(
                     "ttl",
                     format!(
                         "{ttl:?} is too short for Redlock: drift ({:?}) plus the per-node timeout ({:?}) would leave almost no validity",
                         drift(ttl),
-                        q.node_timeout(ttl)
+                        q.node_timeout(ttl, node_timeout)
                     ),
                 ));
             }
@@ -179,58 +172,76 @@ impl Nodes {
         Ok(())
     }
 
+    /// One acquire attempt. Under Redlock it is decided as soon as a
+    /// majority granted, or as soon as so many nodes refused or failed that
+    /// no majority can grant: a frozen node costs at most the per-node
+    /// timeout, and only when its answer is needed. A failed attempt releases
+    /// its grants on the nodes that answered before it returns; nodes whose
+    /// answer is still out or was lost are released in the background (so a
+    /// Redlock caller uses a fresh token for its next attempt).
     pub(crate) async fn acquire(
         &self,
         name: &str,
         keys: &Arc<LockKeys>,
         token: &Token,
         ttl: Duration,
+        node_timeout: Option<Duration>,
     ) -> Result<Try> {
         let start = Instant::now();
         let valid_until = start + ttl.saturating_sub(drift(ttl));
         let q = match self {
             Nodes::Single(b) => {
-                return Ok(
-                    match ops::acquire(b, keys, token, ttl, b.backend.timeout()).await? {
-                        Attempt::Acquired(fence) => Try::Acquired(Grant {
-                            fence: Some(fence),
-                            valid_until,
-                        }),
-                        Attempt::Busy(t) => Try::Busy(t),
-                    },
-                );
+                let attempt = ops::acquire(b, keys, token, ttl, b.backend.timeout()).await;
+                return attempt.map(|a| match a {
+                    Attempt::Acquired(fence) => Try::Acquired(Grant {
+                        fence: Some(fence),
+                        valid_until,
+                    }),
+                    Attempt::Busy(t) => Try::Busy(t),
+                });
             }
             Nodes::Quorum(q) => q,
         };
-        let timeout = q.node_timeout(ttl);
-        // Decide as soon as a majority granted: the nodes still pending then
-        // finish in the background (a grant they give later holds our own
-        // token and goes with the release). Without a majority, wait for
-        // every reply (bounded by the node timeout), so that none lands after
-        // the release everywhere below.
+        let timeout = q.node_timeout(ttl, node_timeout);
+        let n = q.backends.len();
         let mut pending: futures_util::stream::FuturesUnordered<_> = q
             .backends
             .iter()
-            .map(|b| {
+            .enumerate()
+            .map(|(i, b)| {
                 let (b, keys, token) = (b.clone(), keys.clone(), token.clone());
-                async move { ops::acquire(&b, &keys, &token, ttl, timeout).await }
+                async move {
+                    let r = ops::acquire(&b, &keys, &token, ttl, timeout).await;
+                    // A request that timed out before its node's connection was
+                    // up was never sent: that node cannot hold our token.
+                    let sent = r.is_ok() || b.backend.is_up();
+                    (i, r, sent)
+                }
             })
             .collect();
-        let (mut granted, mut answered) = (0, 0);
+        let (mut granted, mut answered, mut refused) = (0, 0, 0);
         let mut holder_ttls = Vec::new();
-        while let Some(r) = futures_util::StreamExt::next(&mut pending).await {
+        // Nodes that granted; nodes whose answer was lost after a sent request.
+        let mut replied_grant = vec![false; n];
+        let mut to_release = vec![false; n];
+        while let Some((i, r, sent)) = futures_util::StreamExt::next(&mut pending).await {
             match r {
                 Ok(Attempt::Acquired(_)) => {
                     granted += 1;
                     answered += 1;
+                    replied_grant[i] = true;
                 }
                 Ok(Attempt::Busy(t)) => {
                     answered += 1;
+                    refused += 1;
                     holder_ttls.push(t);
                 }
-                Err(_) => {}
+                Err(_) => {
+                    refused += 1;
+                    to_release[i] = sent;
+                }
             }
-            if granted >= q.needed() {
+            if granted >= q.needed() || refused > n - q.needed() {
                 break;
             }
         }
@@ -242,23 +253,39 @@ impl Nodes {
                     while futures_util::StreamExt::next(&mut pending).await.is_some() {}
                 });
             }
-            tracing::debug!(granted, nodes = q.backends.len(), "redlock acquired");
+            tracing::debug!(granted, nodes = n, "redlock acquired");
             return Ok(Try::Acquired(Grant {
                 fence: None,
                 valid_until,
             }));
         }
-        // Failed (a majority that came too late leaves some pending: let
-        // them land first), then undo every grant, including on nodes whose
-        // reply was lost.
-        while futures_util::StreamExt::next(&mut pending).await.is_some() {}
-        q.release_everywhere(keys, token, timeout).await;
-        tracing::debug!(
-            granted,
-            answered,
-            nodes = q.backends.len(),
-            "redlock not acquired"
-        );
+        tracing::debug!(granted, answered, nodes = n, "redlock not acquired");
+        // Undo every grant: now on the nodes that granted (they answer), in
+        // the background on those whose reply was lost or is still out (once
+        // their requests ended, so that none lands after the release: both
+        // travel on the same connection, in order).
+        let granted_nodes = q
+            .backends
+            .iter()
+            .zip(&replied_grant)
+            .filter(|(_, g)| **g)
+            .map(|(node, _)| ops::release(node, keys, token, timeout));
+        join_all(granted_nodes).await;
+        if to_release.iter().any(|r| *r) || !pending.is_empty() {
+            let nodes: Vec<_> = q.backends.clone();
+            let (keys, token) = (keys.clone(), token.clone());
+            q.background.spawn(async move {
+                while let Some((i, r, sent)) = futures_util::StreamExt::next(&mut pending).await {
+                    to_release[i] = matches!(r, Ok(Attempt::Acquired(_))) || (r.is_err() && sent);
+                }
+                let releases = nodes
+                    .iter()
+                    .zip(&to_release)
+                    .filter(|(_, release)| **release)
+                    .map(|(node, _)| ops::release(node, &keys, &token, timeout));
+                join_all(releases).await;
+            });
+        }
         if answered < q.needed() {
             return Err(q.no_quorum(name, answered));
         }
@@ -276,6 +303,7 @@ impl Nodes {
         keys: &LockKeys,
         token: &Token,
         ttl: Duration,
+        node_timeout: Option<Duration>,
     ) -> Result<(Outcome, Instant)> {
         let start = Instant::now();
         let valid_until = start + ttl.saturating_sub(drift(ttl));
@@ -288,7 +316,7 @@ impl Nodes {
             }
             Nodes::Quorum(q) => q,
         };
-        let timeout = q.node_timeout(ttl);
+        let timeout = q.node_timeout(ttl, node_timeout);
         let replies = join_all(
             q.backends
                 .iter()
@@ -299,6 +327,9 @@ impl Nodes {
         Ok((q.verdict(name, &replies, valid)?, valid_until))
     }
 
+    /// Token-checked release. Under Redlock it is decided as soon as a
+    /// majority confirmed (or so many hold another token that no majority can
+    /// be ours); the requests to slower nodes finish in the background.
     pub(crate) async fn release(
         &self,
         name: &str,
@@ -316,15 +347,40 @@ impl Nodes {
             }
             Nodes::Quorum(q) => q,
         };
-        let replies = q
-            .release_everywhere(keys, token, q.housekeeping_timeout())
-            .await;
+        let timeout = q.housekeeping_timeout();
+        let nodes = q.backends.len();
+        let mut pending: futures_util::stream::FuturesUnordered<_> = q
+            .backends
+            .iter()
+            .map(|b| {
+                let (b, keys, token) = (b.clone(), keys.clone(), token.clone());
+                async move { ops::release(&b, &keys, &token, timeout).await }
+            })
+            .collect();
+        let mut replies = Vec::with_capacity(nodes);
+        while let Some(r) = futures_util::StreamExt::next(&mut pending).await {
+            replies.push(r);
+            let count = |o: Outcome| {
+                replies
+                    .iter()
+                    .filter(|r| matches!(r, Ok(x) if *x == o))
+                    .count()
+            };
+            if count(Outcome::Done) >= q.needed() || count(Outcome::NotHeld) > nodes - q.needed() {
+                break;
+            }
+        }
+        if !pending.is_empty() {
+            q.background.spawn(async move {
+                while futures_util::StreamExt::next(&mut pending).await.is_some() {}
+            });
+        }
         let confirmed = replies
             .iter()
             .filter(|r| matches!(r, Ok(Outcome::Done)))
             .count();
+        // Replies not in yet count as no answer.
         let outcome = q.verdict(name, &replies, true)?;
-        let nodes = q.backends.len();
         Ok(ReleaseOutcome {
             outcome,
             confirmed,
@@ -344,14 +400,23 @@ impl Nodes {
             }
             Nodes::Quorum(q) => q,
         };
+        // Decided as soon as a majority agrees whether it is held.
         let timeout = q.housekeeping_timeout();
-        let replies = join_all(
-            q.backends
-                .iter()
-                .map(|b| ops::status(&b.backend, keys, timeout)),
-        )
-        .await;
-        let answers: Vec<_> = replies.into_iter().filter_map(Result::ok).collect();
+        let mut pending: futures_util::stream::FuturesUnordered<_> = q
+            .backends
+            .iter()
+            .map(|b| ops::status(&b.backend, keys, timeout))
+            .collect();
+        let mut answers = Vec::with_capacity(q.backends.len());
+        while let Some(r) = futures_util::StreamExt::next(&mut pending).await {
+            if let Ok(a) = r {
+                answers.push(a);
+            }
+            let held = answers.iter().filter(|a| a.0).count();
+            if held >= q.needed() || answers.len() - held > q.backends.len() - q.needed() {
+                break;
+            }
+        }
         if answers.len() < q.needed() {
             return Err(q.no_quorum(name, answers.len()));
         }

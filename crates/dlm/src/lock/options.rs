@@ -59,6 +59,7 @@ pub struct LockOptions {
     pub(super) wait: Duration,
     pub(super) retry_interval: Duration,
     pub(super) watchdog: bool,
+    pub(super) node_timeout: Option<Duration>,
 }
 
 impl LockOptions {
@@ -70,6 +71,7 @@ impl LockOptions {
             wait: Duration::ZERO,
             retry_interval: Duration::from_millis(50),
             watchdog: false,
+            node_timeout: None,
         }
     }
 
@@ -92,6 +94,29 @@ impl LockOptions {
     pub fn watchdog(mut self, on: bool) -> Self {
         self.watchdog = on;
         self
+    }
+
+    /// Redlock: the deadline of one node's answer to this acquisition and its
+    /// extensions (default: the client's [`crate::ClientBuilder::node_timeout`],
+    /// else 1% of the TTL, at least 10 ms; never more than the call timeout).
+    /// An attempt is decided as soon as a majority answered alike, so a slow
+    /// or frozen node costs at most this much, and only when its answer is
+    /// needed for a majority. Ignored on a single Redis.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let opts = dlm::LockOptions::new(Duration::from_secs(10))
+    ///     .node_timeout(Duration::from_millis(50));
+    /// assert_eq!(opts.node_timeout_for(), Some(Duration::from_millis(50)));
+    /// ```
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// The per-node timeout set with [`LockOptions::node_timeout`], if any.
+    pub fn node_timeout_for(&self) -> Option<Duration> {
+        self.node_timeout
     }
 
     /// The TTL.
@@ -118,6 +143,14 @@ impl LockOptions {
             return Err(Error::invalid(
                 "retry interval",
                 format!("{:?} is outside 1ms ..= 60s", self.retry_interval),
+            ));
+        }
+        if let Some(t) = self.node_timeout
+            && (t < Duration::from_millis(1) || t > Duration::from_secs(3600))
+        {
+            return Err(Error::invalid(
+                "node timeout",
+                format!("{t:?} is outside 1ms ..= 1h"),
             ));
         }
         Ok(())

@@ -11,7 +11,8 @@ use futures_util::future::join_all;
 use redis::Script;
 use tokio::time::Instant;
 
-use crate::backend::millis;
+use crate::backend::{Backend, millis};
+use crate::error::{Error, Result};
 use crate::lock::Outcome;
 use crate::lock::guard::Held;
 use crate::lock::nodes::{Nodes, Quorum};
@@ -63,7 +64,7 @@ fn undecided(h: &Held) -> Renewal {
 }
 
 /// One batch on one Redis: one `extend_many.lua` call.
-async fn renew_single(backend: &crate::backend::Backend, batch: &[Due<Held>]) -> Vec<Renewal> {
+async fn renew_single(backend: &Backend, batch: &[Due<Held>]) -> Vec<Renewal> {
     let start = Instant::now();
     let mut inv = EXTEND_MANY.prepare_invoke();
     for d in batch {
@@ -71,7 +72,7 @@ async fn renew_single(backend: &crate::backend::Backend, batch: &[Due<Held>]) ->
             .arg(d.item.token.as_str())
             .arg(millis(d.ttl));
     }
-    let result: crate::Result<Vec<i64>> = backend.eval(&inv).await;
+    let result: Result<Vec<i64>> = backend.eval(&inv).await;
     match result {
         Ok(codes) if codes.len() == batch.len() => batch
             .iter()
@@ -120,8 +121,11 @@ async fn renew_quorum(quorum: &Quorum, batch: &[Due<Held>]) -> Vec<Renewal> {
         return verdicts;
     }
     let start = Instant::now();
-    let shortest = live.iter().map(|&i| batch[i].ttl).min().unwrap_or_default();
-    let timeout = quorum.node_timeout(shortest);
+    let timeout = live
+        .iter()
+        .map(|&i| quorum.node_timeout(batch[i].ttl, batch[i].item.node_timeout))
+        .min()
+        .unwrap_or_default();
     let mut inv = EXTEND_OR_ACQUIRE_MANY.prepare_invoke();
     for &i in &live {
         let d = &batch[i];
@@ -129,7 +133,7 @@ async fn renew_quorum(quorum: &Quorum, batch: &[Due<Held>]) -> Vec<Renewal> {
             .arg(d.item.token.as_str())
             .arg(millis(d.ttl));
     }
-    let replies: Vec<crate::Result<Vec<i64>>> = join_all(
+    let replies: Vec<Result<Vec<i64>>> = join_all(
         quorum
             .backends
             .iter()
@@ -139,13 +143,13 @@ async fn renew_quorum(quorum: &Quorum, batch: &[Due<Held>]) -> Vec<Renewal> {
     let now = Instant::now();
     for (pos, &i) in live.iter().enumerate() {
         let (h, ttl) = (&batch[i].item, batch[i].ttl);
-        let per_node: Vec<crate::Result<Outcome>> = replies
+        let per_node: Vec<Result<Outcome>> = replies
             .iter()
             .map(|node| match node {
                 Ok(codes) => match codes.get(pos) {
                     Some(1 | 2) => Ok(Outcome::Done),
                     Some(-1) => Ok(Outcome::NotHeld),
-                    _ => Err(crate::Error::protocol("short extend_or_acquire_many reply")),
+                    _ => Err(Error::protocol("short extend_or_acquire_many reply")),
                 },
                 Err(e) => Err(e.share()),
             })

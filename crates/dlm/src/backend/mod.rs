@@ -14,9 +14,34 @@ use redis::{Cmd, FromRedisValue, RedisFuture, ScriptInvocation, Value};
 
 use crate::error::{Error, Result};
 
+mod deferred;
+
+pub(crate) use deferred::State as ConnectState;
+
 /// Something that hands out a fresh handle on a shared connection per call.
 trait SharedConnection: Send + Sync {
     fn handle(&self) -> BoxedConnection;
+
+    /// False while a background connection is still being made.
+    fn is_up(&self) -> bool {
+        true
+    }
+}
+
+impl<C> SharedConnection for deferred::Deferred<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn handle(&self) -> BoxedConnection {
+        match self.current() {
+            Ok(c) => BoxedConnection(Box::new(c)),
+            Err(pending) => BoxedConnection(Box::new(pending)),
+        }
+    }
+
+    fn is_up(&self) -> bool {
+        deferred::Deferred::is_up(self)
+    }
 }
 
 impl<C> SharedConnection for C
@@ -78,6 +103,33 @@ impl Backend {
             timeout,
             by_slot: true,
         }
+    }
+
+    /// One server reached through `config` by a background task: usable at
+    /// once (a request waits for the connection within its own deadline),
+    /// and `state` tells how the connection is doing.
+    pub(crate) fn connect_in_background(
+        client: redis::Client,
+        config: redis::aio::ConnectionManagerConfig,
+        attempt_timeout: Duration,
+        timeout: Duration,
+    ) -> (
+        Self,
+        tokio::sync::watch::Receiver<ConnectState<redis::aio::ConnectionManager>>,
+    ) {
+        let state = deferred::connect(client, config, attempt_timeout);
+        let backend = Backend {
+            conn: Arc::new(deferred::Deferred(state.clone())),
+            timeout,
+            by_slot: true,
+        };
+        (backend, state)
+    }
+
+    /// False while the connection is still being made in the background (a
+    /// request sent now would wait for it).
+    pub(crate) fn is_up(&self) -> bool {
+        self.conn.is_up()
     }
 
     /// Known to be one standalone server (dlm opened it from a URL): multi-key

@@ -1,0 +1,57 @@
+//! The library's layers point one way (see ARCHITECTURE.md): a module never
+//! names one above it, and primitives never name each other. This test reads
+//! every `crate::` path under `src/` and fails on any that points up or sideways.
+
+use std::path::Path;
+
+use dlm_testkit::layers::{Layer, violations};
+
+/// The library's layers, from the bottom up.
+const LAYERS: &[Layer<'static>] = &[
+    Layer {
+        name: "errors",
+        modules: &["error"],
+        lateral: false,
+    },
+    Layer {
+        name: "foundation",
+        modules: &["token", "keys"],
+        lateral: false,
+    },
+    Layer {
+        name: "connection seam",
+        modules: &["backend"],
+        lateral: false,
+    },
+    Layer {
+        name: "shared services",
+        modules: &["services"],
+        lateral: false,
+    },
+    Layer {
+        name: "primitives",
+        modules: &["lock", "queue", "consistency", "fenced"],
+        lateral: false,
+    },
+    Layer {
+        name: "client",
+        modules: &["client"],
+        lateral: false,
+    },
+    Layer {
+        name: "crate root",
+        modules: &["lib"],
+        lateral: false,
+    },
+];
+
+#[test]
+fn library_modules_import_only_lower_layers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = violations(&src, LAYERS).expect("reading the library's sources");
+    assert!(
+        found.is_empty(),
+        "imports that point up or sideways (see ARCHITECTURE.md):\n{}",
+        found.join("\n")
+    );
+}
