@@ -1,0 +1,66 @@
+//! A worker's idle wait: blocking on the queue's wake-up list (not polling),
+//! on a dedicated connection without a response timeout.
+
+use std::time::Duration;
+
+use crate::queue::Queue;
+
+/// Blocking on the queue's wake-up list, on a dedicated connection without a
+/// response timeout; falls back to sleeping when it cannot be had.
+pub(super) struct Idle {
+    client: Option<redis::Client>,
+    key: Option<String>,
+    conn: Option<redis::aio::MultiplexedConnection>,
+}
+
+impl Idle {
+    pub(super) fn new(queue: &Queue) -> Self {
+        let key = crate::keys::queue_keys(queue.name())
+            .ok()
+            .and_then(|k| k.into_iter().nth(9));
+        Idle {
+            client: queue.redis().cloned(),
+            key,
+            conn: None,
+        }
+    }
+
+    pub(super) async fn wait(&mut self, timeout: Duration) {
+        let (Some(client), Some(key)) = (&self.client, &self.key) else {
+            tokio::time::sleep(timeout).await;
+            return;
+        };
+        if self.conn.is_none() {
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(2)))
+                .set_response_timeout(None);
+            match tokio::time::timeout(
+                Duration::from_secs(3),
+                client.get_multiplexed_async_connection_with_config(&config),
+            )
+            .await
+            {
+                Ok(Ok(c)) => self.conn = Some(c),
+                _ => {
+                    tokio::time::sleep(timeout).await;
+                    return;
+                }
+            }
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let secs = timeout.as_secs_f64().max(0.001);
+        let mut cmd = redis::cmd("BLPOP");
+        cmd.arg(key).arg(secs);
+        let blpop = cmd.query_async::<redis::Value>(conn);
+        // The server answers within `timeout`; a dead connection must not hang us.
+        match tokio::time::timeout(timeout + Duration::from_secs(2), blpop).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) | Err(_) => {
+                self.conn = None;
+                tokio::time::sleep(timeout.min(Duration::from_millis(200))).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! How a [`crate::queue::Worker`] runs ([`WorkerOptions`]) and what it did
+//! ([`WorkerReport`]).
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// How a [`Worker`] runs.
+///
+/// ```
+/// use std::time::Duration;
+/// let opts = dlm::queue::WorkerOptions::new()
+///     .concurrency(64)
+///     .lease(Duration::from_secs(30))
+///     .grace(Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerOptions {
+    pub(super) concurrency: usize,
+    pub(super) lease: Duration,
+    pub(super) heartbeat: Option<Duration>,
+    pub(super) grace: Duration,
+    pub(super) idle_wait: Duration,
+    pub(super) exit_when_empty: bool,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        WorkerOptions {
+            concurrency: 16,
+            lease: Duration::from_secs(30),
+            heartbeat: None,
+            grace: Duration::from_secs(10),
+            idle_wait: Duration::from_secs(1),
+            exit_when_empty: false,
+        }
+    }
+}
+
+impl WorkerOptions {
+    /// Defaults: 16 tasks at once, 30 s leases renewed every 10 s, 10 s grace.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many handlers run at once (1 ..= 10 000). A task whose handler has
+    /// returned frees its slot at once; its ack travels in the next batch
+    /// while the slot already runs another task.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// The lease of a claimed task (a crashed worker's tasks come back after
+    /// at most this plus one idle wait).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How often running leases are renewed (default lease / 3).
+    pub fn heartbeat(mut self, every: Duration) -> Self {
+        self.heartbeat = Some(every);
+        self
+    }
+
+    /// How long running tasks may finish after shutdown is asked for; the
+    /// rest are given back to the queue at once.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// The longest an idle worker blocks before looking again (default 1 s;
+    /// it also wakes at once on an enqueue and when a delayed task is due).
+    pub fn idle_wait(mut self, wait: Duration) -> Self {
+        self.idle_wait = wait;
+        self
+    }
+
+    /// Stop once nothing is waiting, due later or in flight (any worker's).
+    pub fn exit_when_empty(mut self, on: bool) -> Self {
+        self.exit_when_empty = on;
+        self
+    }
+
+    pub(super) fn validate(&self) -> Result<()> {
+        if self.concurrency == 0 || self.concurrency > 10_000 {
+            return Err(Error::invalid("concurrency", "must be 1 ..= 10000"));
+        }
+        let heartbeat = self.heartbeat_every();
+        if heartbeat.is_zero() || heartbeat >= self.lease {
+            return Err(Error::invalid(
+                "heartbeat",
+                "must be shorter than the lease",
+            ));
+        }
+        if self.idle_wait < Duration::from_millis(1) || self.idle_wait > Duration::from_secs(60) {
+            return Err(Error::invalid("idle wait", "must be 1ms ..= 60s"));
+        }
+        Ok(())
+    }
+
+    pub(super) fn heartbeat_every(&self) -> Duration {
+        self.heartbeat.unwrap_or(self.lease / 3)
+    }
+}
+
+/// What a worker did before it stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerReport {
+    /// Tasks handled successfully and acked.
+    pub acked: u64,
+    /// Tasks that failed and were queued for a retry.
+    pub retried: u64,
+    /// Tasks that failed their last attempt and went to the dead-letter set.
+    pub dead: u64,
+    /// Tasks whose lease was lost (expired and re-claimed elsewhere) before ack.
+    pub lost: u64,
+    /// Tasks given back to the queue at shutdown.
+    pub returned: u64,
+}
