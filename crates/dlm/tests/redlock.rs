@@ -323,3 +323,80 @@ async fn acquire_returns_once_a_majority_granted_without_waiting_for_frozen_node
     }
     Ok(())
 }
+
+/// Nodes frozen before the client connects: it proceeds once a majority is
+/// connected, locks on that majority, and the frozen nodes join once thawed.
+#[tokio::test]
+async fn connecting_proceeds_with_a_majority_and_frozen_nodes_join_later() -> TestResult {
+    let nodes = five();
+    nodes[3].pause()?;
+    nodes[4].pause()?;
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let t0 = Instant::now();
+    let c = Client::builder()
+        .timeout(Duration::from_secs(2))
+        .connect_many(&urls)
+        .await?;
+    let took = t0.elapsed();
+    assert!(took < Duration::from_millis(500), "connect took {took:?}");
+    let opts = ttl(10_000);
+    let lock = c.lock("joined-later");
+    assert_eq!(lock.node_timeout(&opts), Some(Duration::from_millis(100)));
+    let t0 = Instant::now();
+    lock.acquire(&opts).await?.release().await?;
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_millis(300),
+        "acquire+release took {took:?}"
+    );
+
+    nodes[3].resume()?;
+    nodes[4].resume()?;
+    // Once their background connections are up, the thawed nodes hold locks too.
+    let joined = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let g = c.lock("after-thaw").acquire(&ttl(10_000)).await?;
+            c.settle(Duration::from_secs(1)).await;
+            let on_thawed = key_on(&nodes[4], g.key()) == g.token().as_str()
+                && key_on(&nodes[3], g.key()) == g.token().as_str();
+            g.release().await?;
+            if on_thawed {
+                return Ok::<_, Error>(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(matches!(joined, Ok(Ok(()))), "{joined:?}");
+    Ok(())
+}
+
+/// A per-acquisition node timeout overrides the TTL's, and is checked.
+#[tokio::test]
+async fn lock_options_set_the_node_timeout() -> TestResult {
+    let nodes = five();
+    let c = redlock(&nodes).await;
+    let lock = c.lock("opts");
+    let derived = ttl(2000);
+    assert_eq!(lock.node_timeout(&derived), Some(Duration::from_millis(20)));
+    let short = ttl(2000).node_timeout(Duration::from_millis(5));
+    assert_eq!(lock.node_timeout(&short), Some(Duration::from_millis(5)));
+    let capped = ttl(600_000).node_timeout(Duration::from_secs(30));
+    assert_eq!(
+        lock.node_timeout(&capped),
+        Some(Duration::from_millis(1000))
+    );
+    lock.acquire(&short).await?.release().await?;
+    let r = lock.acquire(&ttl(2000).node_timeout(Duration::ZERO)).await;
+    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    let r = lock
+        .acquire(&ttl(100).node_timeout(Duration::from_millis(60)))
+        .await;
+    assert!(
+        matches!(r, Err(Error::InvalidArgument { .. })),
+        "TTL too short: {r:?}"
+    );
+    let single = Client::connect(&nodes[0].url()).await?;
+    assert_eq!(single.lock("opts").node_timeout(&derived), None);
+    Ok(())
+}
