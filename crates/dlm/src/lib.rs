@@ -55,20 +55,30 @@
 //! ## Redlock: one lock over N independent masters
 //! [`Client::connect_many`] with several URLs makes every [`Lock`] of that
 //! client a Redlock: the acquire script is sent to all N nodes **in
-//! parallel**, each with a per-node timeout ([`ClientBuilder::node_timeout`],
-//! default 5% of the TTL), and the lock counts only when a majority
-//! (N/2+1) granted it and `validity = ttl - elapsed - drift` is still
-//! positive (`drift = ttl * 1% + 2 ms`, elapsed on the monotonic clock).
-//! The attempt is decided as soon as a majority granted (or a majority is
-//! held by another owner): slow nodes are not waited for, and a grant they
-//! give later carries our token and goes with the release. On
-//! failure the token is released on every node, also those that did not
-//! answer, and the attempt is retried after a jittered pause until the wait
-//! deadline; [`Error::NoQuorum`] says how many nodes answered. Extend runs on
+//! parallel**, each with a per-node timeout (default 1% of the TTL, at least
+//! 10 ms, at most the call timeout; [`LockOptions::node_timeout`] per
+//! acquisition, [`ClientBuilder::node_timeout`] per client), and the lock
+//! counts only when a majority (N/2+1) granted it and
+//! `validity = ttl - elapsed - drift` is still positive
+//! (`drift = ttl * 1% + 2 ms`, elapsed on the monotonic clock).
+//! The attempt is decided as soon as a majority granted, or as soon as so
+//! many nodes refused or failed that no majority can grant: a slow or
+//! frozen node costs at most the per-node timeout, and only when its answer
+//! is needed. A grant a slow node gives later carries our token and goes
+//! with the release. On failure the token is released at once on the nodes
+//! that granted, and in the background on those whose answer was lost or is
+//! still out (also nodes that did not answer); the next attempt, after a
+//! jittered pause and until the wait deadline, uses a fresh token.
+//! [`Error::NoQuorum`] says how many nodes answered. The nodes connect in
+//! parallel, each in the background: `connect_many` returns once a majority
+//! is connected ([`ClientBuilder::quorum_wait`]), a request to a node not
+//! connected yet waits for it within its own deadline, and a node that is
+//! down or frozen joins once it answers. Extend runs on
 //! all nodes in parallel and counts only with a majority and a positive new
 //! validity; on a node that lost the key (restarted empty) it takes the key
 //! again, which is safe because a majority still holds our token. The
 //! guard's watchdog and [`LockGuard::lost`] work as on one Redis. Release
+//! (decided by the first majority to confirm, like status)
 //! reports how many nodes confirmed ([`Released`]).
 //!
 //! Redlock hands out **no fencing token** ([`LockGuard::fence`] is `None`):
