@@ -461,7 +461,7 @@ impl Client {
 
     /// Store `value` for `resource` (key `dlm:fenced:{resource}`) only if
     /// `fence` is not lower than the highest fencing token that wrote it
-    /// before; otherwise [`Error::StaleFence`] (see [`crate::fenced`]).
+    /// before; otherwise [`Error::StaleFence`].
     ///
     /// ```no_run
     /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {

@@ -71,7 +71,7 @@ impl Drop for PendingToken {
     }
 }
 
-/// A named lock on one Redis; cheap to clone. Get one from [`Client::lock`].
+/// A named lock on one Redis; cheap to clone. Get one from [`crate::Client::lock`].
 ///
 /// ```no_run
 /// # async fn demo() -> dlm::Result<()> {

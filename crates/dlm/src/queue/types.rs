@@ -82,13 +82,13 @@ pub enum Enqueued {
 pub struct Entry {
     /// The task's id.
     pub id: String,
-    /// Its due time (ms since the epoch, Redis clock): pass it to [`Queue::remove_if_score`].
+    /// Its due time (ms since the epoch, Redis clock): pass it to [`crate::queue::Queue::remove_if_score`].
     pub score: u64,
     /// Its payload, if it has one.
     pub payload: Option<Vec<u8>>,
 }
 
-/// What [`Queue::remove_if_score`] found.
+/// What [`crate::queue::Queue::remove_if_score`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Removed {
     /// Removed: the due time still matched.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// How a [`Worker`] runs.
+/// How a [`crate::queue::Worker`] runs.
 ///
 /// ```
 /// use std::time::Duration;
