@@ -400,3 +400,26 @@ async fn lock_options_set_the_node_timeout() -> TestResult {
     assert_eq!(single.lock("opts").node_timeout(&derived), None);
     Ok(())
 }
+
+/// Deciding early never turns "busy" into "no quorum": with a node down and
+/// the lock held on the others, the answer is Busy, also when the refusals
+/// arrive before the other replies.
+#[tokio::test]
+async fn a_busy_lock_with_a_node_down_is_busy_not_no_quorum() -> TestResult {
+    let mut nodes = five();
+    let c = redlock(&nodes).await;
+    let holder = redlock(&nodes).await;
+    let held = holder.lock("taken").acquire(&ttl(10_000)).await?;
+    nodes[0].kill();
+    for _ in 0..20 {
+        let r = c.lock("taken").acquire(&ttl(10_000)).await;
+        assert!(matches!(r, Err(Error::Busy { ttl: Some(_), .. })), "{r:?}");
+    }
+    held.release().await?;
+    c.lock("taken")
+        .acquire(&ttl(10_000))
+        .await?
+        .release()
+        .await?;
+    Ok(())
+}

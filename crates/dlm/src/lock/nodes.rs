@@ -241,7 +241,16 @@ impl Nodes {
                     to_release[i] = sent;
                 }
             }
-            if granted >= q.needed() || refused > n - q.needed() {
+            if granted >= q.needed() {
+                break;
+            }
+            // No majority can grant any more: stop waiting once the outcome
+            // is known too (busy when a majority answered, no quorum when too
+            // few can still answer).
+            let outstanding = n - granted - refused;
+            if refused > n - q.needed()
+                && (answered >= q.needed() || answered + outstanding < q.needed())
+            {
                 break;
             }
         }
