@@ -47,6 +47,30 @@ fn bad_input_exits_2_with_a_message() {
             vec!["--timeout", "0s", "lock", "status", "x"],
         ),
         (
+            "bad node timeout",
+            vec![
+                "--node-timeout",
+                "0s",
+                "lock",
+                "acquire",
+                "x",
+                "--ttl",
+                "10s",
+            ],
+        ),
+        (
+            "node timeout too long",
+            vec![
+                "--node-timeout",
+                "2h",
+                "lock",
+                "acquire",
+                "x",
+                "--ttl",
+                "10s",
+            ],
+        ),
+        (
             "run without a command",
             vec!["lock", "run", "x", "--ttl", "1s"],
         ),

@@ -267,3 +267,51 @@ fn frozen_nodes_cost_lock_commands_at_most_one_node_timeout() {
         n.resume().expect("SIGCONT");
     }
 }
+
+#[test]
+fn bench_redlock_freezes_the_asked_nodes_and_refuses_what_it_cannot_freeze() {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlm"))
+        .env_remove("DLM_REDIS_URL")
+        .args([
+            "--json",
+            "bench",
+            "redlock",
+            "--frozen",
+            "1",
+            "--concurrency",
+            "2",
+            "--duration",
+            "300ms",
+            "--warmup",
+            "50ms",
+        ])
+        .output()
+        .expect("run dlm");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).expect("json");
+    assert_eq!(v["nodes"], 5);
+    assert_eq!(v["frozen"], 1);
+    assert_eq!(v["errors"], 0, "{v}");
+    assert!(v["ops"].as_u64().unwrap_or(0) > 0, "{v}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_dlm"))
+        .env_remove("DLM_REDIS_URL")
+        .args([
+            "bench",
+            "redlock",
+            "--nodes",
+            "3",
+            "--frozen",
+            "3",
+            "--duration",
+            "100ms",
+        ])
+        .output()
+        .expect("run dlm");
+    assert_eq!(out.status.code(), Some(2), "cannot freeze every node");
+}
