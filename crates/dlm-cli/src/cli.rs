@@ -53,7 +53,7 @@ pub struct Cli {
     pub timeout: Duration,
 
     /// Redlock (several --redis): the deadline of one node's answer to a lock
-    /// request, e.g. 50ms. Default: 1% of the lock's TTL, at least 10ms, at
+    /// request, e.g. 50ms. Default: 1% of the lock's TTL, at least 50ms, at
     /// most --timeout. A request is decided as soon as a majority answered
     /// alike, so a frozen node costs at most this much.
     #[arg(long, value_name = "D", global = true,

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::error::{CliError, EXIT_OK};
 use crate::global::parse::{parse_token, parse_ttl, parse_wait};
-use crate::global::target::connect_nodes;
+use crate::global::target::{connect_nodes, settle_release};
 use crate::global::{Global, LockName};
 use crate::output::{self, ms};
 
@@ -133,7 +133,9 @@ pub async fn release(global: &Global, args: &ReleaseArgs) -> Result<u8, CliError
     let client = connect_nodes(&global.urls(), global).await?;
     let lock = args.target.lock(&client);
     let name = args.target.name.as_str();
-    match lock.release_token(&args.token).await {
+    let released = lock.release_token(&args.token).await;
+    settle_release(&client, global).await;
+    match released {
         Ok(()) => {
             if global.json {
                 output::emit(

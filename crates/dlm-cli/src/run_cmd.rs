@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::error::CliError;
 use crate::global::parse::{parse_ttl, parse_wait};
-use crate::global::target::connect_nodes;
+use crate::global::target::{connect_nodes, settle_release};
 use crate::global::{Global, LockName};
 use crate::signals::Signals;
 
@@ -173,7 +173,9 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, CliError> {
         let _ = guard.release().await;
         return Err(CliError::Lost { name: name.into() });
     }
-    match guard.release().await {
+    let released = guard.release().await;
+    settle_release(&client, global).await;
+    match released {
         Ok(_) => Ok(code),
         Err(e) if e.is_lock_lost() => Err(CliError::Lost { name: name.into() }),
         Err(e) => {

@@ -212,6 +212,14 @@ fn frozen_nodes_cost_lock_commands_at_most_one_node_timeout() {
             dlm_timed(&nodes, &["lock", "release", &name, "--token", token.trim()]);
         assert_eq!(code, 0, "{frozen} frozen: {err}");
         assert!(took < fast, "release with {frozen} frozen took {took:?}");
+        for n in healthy {
+            let key = format!("dlm:lock:{{{name}}}");
+            assert_eq!(
+                n.command(&["GET", &key]).expect("GET"),
+                "",
+                "released everywhere it answers"
+            );
+        }
         let (code, out, err, took) = dlm_timed(&nodes, &["--json", "lock", "status", &name]);
         assert_eq!(code, 0, "{err}");
         assert!(out.contains("\"held\":false"), "{out}");

@@ -132,7 +132,7 @@ impl ClientBuilder {
     }
 
     /// Redlock: the deadline of one node's answer during acquire and extend,
-    /// for every lock of this client (default 1% of the TTL, at least 10 ms,
+    /// for every lock of this client (default 1% of the TTL, at least 50 ms,
     /// at most the call timeout; [`crate::LockOptions::node_timeout`] sets it
     /// per acquisition). A slow or frozen node delays an acquisition by at
     /// most this much, and only when its answer is needed for a majority.
@@ -267,6 +267,7 @@ impl ClientBuilder {
                     config.clone(),
                     attempt,
                     self.timeout,
+                    crate::lock::redlock_scripts(),
                 );
                 (Node::new(backend.standalone()), state)
             })

@@ -56,7 +56,7 @@
 //! [`Client::connect_many`] with several URLs makes every [`Lock`] of that
 //! client a Redlock: the acquire script is sent to all N nodes **in
 //! parallel**, each with a per-node timeout (default 1% of the TTL, at least
-//! 10 ms, at most the call timeout; [`LockOptions::node_timeout`] per
+//! 50 ms, at most the call timeout; [`LockOptions::node_timeout`] per
 //! acquisition, [`ClientBuilder::node_timeout`] per client), and the lock
 //! counts only when a majority (N/2+1) granted it and
 //! `validity = ttl - elapsed - drift` is still positive

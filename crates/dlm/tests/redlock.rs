@@ -85,8 +85,10 @@ async fn two_dead_nodes_are_tolerated_three_are_not_and_recovery_works() -> Test
     assert!(
         matches!(
             r,
+            // 2 answer (fewer only if a live node was slower than the
+            // per-node timeout on a loaded machine).
             Err(Error::NoQuorum {
-                answered: 2,
+                answered: 0..=2,
                 needed: 3,
                 nodes: 5,
                 ..
@@ -378,15 +380,20 @@ async fn lock_options_set_the_node_timeout() -> TestResult {
     let c = redlock(&nodes).await;
     let lock = c.lock("opts");
     let derived = ttl(2000);
-    assert_eq!(lock.node_timeout(&derived), Some(Duration::from_millis(20)));
+    assert_eq!(lock.node_timeout(&derived), Some(Duration::from_millis(50)));
+    assert_eq!(
+        lock.node_timeout(&ttl(20_000)),
+        Some(Duration::from_millis(200))
+    );
     let short = ttl(2000).node_timeout(Duration::from_millis(5));
     assert_eq!(lock.node_timeout(&short), Some(Duration::from_millis(5)));
+    let own = ttl(2000).node_timeout(Duration::from_millis(300));
     let capped = ttl(600_000).node_timeout(Duration::from_secs(30));
     assert_eq!(
         lock.node_timeout(&capped),
         Some(Duration::from_millis(1000))
     );
-    lock.acquire(&short).await?.release().await?;
+    lock.acquire(&own).await?.release().await?;
     let r = lock.acquire(&ttl(2000).node_timeout(Duration::ZERO)).await;
     assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
     let r = lock
@@ -407,10 +414,11 @@ async fn lock_options_set_the_node_timeout() -> TestResult {
 #[tokio::test]
 async fn a_busy_lock_with_a_node_down_is_busy_not_no_quorum() -> TestResult {
     let mut nodes = five();
+    nodes[0].kill();
     let c = redlock(&nodes).await;
     let holder = redlock(&nodes).await;
     let held = holder.lock("taken").acquire(&ttl(10_000)).await?;
-    nodes[0].kill();
+    holder.settle(Duration::from_secs(1)).await; // held on all 4 live nodes
     for _ in 0..20 {
         let r = c.lock("taken").acquire(&ttl(10_000)).await;
         assert!(matches!(r, Err(Error::Busy { ttl: Some(_), .. })), "{r:?}");

@@ -101,6 +101,21 @@ pub async fn connect_nodes(urls: &[String], global: &Global) -> Result<dlm::Clie
     Ok(builder.connect_many(urls).await?)
 }
 
+/// How long a short-lived command lets a Redlock release's requests to the
+/// nodes that did not answer first land (without `--node-timeout`): healthy
+/// nodes answer well within it; a frozen one is not waited for longer.
+pub const RELEASE_SETTLE: Duration = Duration::from_millis(100);
+
+/// Under Redlock a release is decided by the first majority: let the
+/// requests to the other nodes land (bounded), so that they do not keep our
+/// key until its TTL.
+pub async fn settle_release(client: &dlm::Client, global: &Global) {
+    if client.nodes() > 1 {
+        let bound = global.node_timeout.unwrap_or(RELEASE_SETTLE);
+        client.settle(bound.min(global.timeout)).await;
+    }
+}
+
 /// A plain multiplexed connection (for the demo's counters and INFO).
 pub async fn raw_connection(
     url: &str,

@@ -107,19 +107,21 @@ impl Backend {
 
     /// One server reached through `config` by a background task: usable at
     /// once (a request waits for the connection within its own deadline),
-    /// and `state` tells how the connection is doing.
+    /// and `state` tells how the connection is doing. `preload`: scripts
+    /// loaded once connected, before any request goes out.
     pub(crate) fn connect_in_background(
         client: redis::Client,
         config: redis::aio::ConnectionManagerConfig,
         attempt_timeout: Duration,
         timeout: Duration,
+        preload: Vec<&'static redis::Script>,
     ) -> (
         Self,
         tokio::sync::watch::Receiver<ConnectState<redis::aio::ConnectionManager>>,
     ) {
-        let state = deferred::connect(client, config, attempt_timeout);
+        let state = deferred::connect(client, config, attempt_timeout, preload);
         let backend = Backend {
-            conn: Arc::new(deferred::Deferred(state.clone())),
+            conn: Arc::new(deferred::Deferred::new(state.clone())),
             timeout,
             by_slot: true,
         };

@@ -26,6 +26,11 @@ static ACQUIRE_MANY: LazyLock<Script> =
 static RELEASE_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release_many.lua")));
 
+/// The scripts of batched acquire and release.
+pub(crate) fn scripts() -> Vec<&'static Script> {
+    vec![&ACQUIRE_MANY, &RELEASE_MANY]
+}
+
 /// One Redis deployment a lock lives on: its connection and its batcher of
 /// acquire and release calls (started on first use).
 #[derive(Debug, Clone)]
@@ -135,9 +140,13 @@ async fn send(backend: &Backend, jobs: Vec<Job>) {
             (false, true) => send_group(backend, acquires).await,
             (true, false) => send_group(backend, releases).await,
             _ => {
+                // Releases go out first: one queued before an acquire of the
+                // same key was made before it (a Redlock release decided by a
+                // majority, whose requests to the other nodes are still on
+                // their way, then a new acquire), and must land first.
                 futures_util::future::join(
-                    send_group(backend, acquires),
                     send_group(backend, releases),
+                    send_group(backend, acquires),
                 )
                 .await;
             }
@@ -149,7 +158,15 @@ async fn send(backend: &Backend, jobs: Vec<Job>) {
         let kind = matches!(job, Job::Acquire { .. });
         groups.entry((kind, slot(job.key()))).or_default().push(job);
     }
-    join_all(groups.into_values().map(|group| send_group(backend, group))).await;
+    // Releases first, as above (a release group sorts before an acquire group).
+    let mut groups: Vec<_> = groups.into_iter().collect();
+    groups.sort_by_key(|((acquire, _), _)| *acquire);
+    join_all(
+        groups
+            .into_iter()
+            .map(|(_, group)| send_group(backend, group)),
+    )
+    .await;
 }
 
 /// One script call for jobs of one kind (and one slot).

@@ -27,6 +27,15 @@ pub(crate) use nodes::{Nodes, Quorum};
 pub use options::{LockOptions, LockStatus, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub(crate) use options::{Outcome, validate_ttl};
 
+/// The scripts a Redlock node runs, to load when it connects (so that no
+/// first use retries after NOSCRIPT, which could reorder requests).
+pub(crate) fn redlock_scripts() -> Vec<&'static redis::Script> {
+    let mut scripts = batch::scripts();
+    scripts.extend(ops::scripts());
+    scripts.extend(renew::scripts());
+    scripts
+}
+
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, lock_keys};
 use crate::services::jittered;

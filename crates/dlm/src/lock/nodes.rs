@@ -18,8 +18,11 @@ use crate::lock::{LockStatus, Outcome};
 use crate::services::lease::drift;
 use crate::token::{Fence, Token};
 
-/// The default per-node timeout's floor (1% of the TTL below it).
-pub(crate) const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(10);
+/// The default per-node timeout's floor (1% of the TTL below it): a loaded
+/// machine or network answers within it, so a healthy node is not counted
+/// as silent; a frozen node costs at most this, and only when its answer is
+/// needed for a majority.
+pub(crate) const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// A successful acquisition.
 #[derive(Debug, Clone, Copy)]
@@ -57,7 +60,7 @@ pub(crate) enum Nodes {
 #[derive(Debug)]
 pub(crate) struct Quorum {
     pub backends: Vec<Node>,
-    /// Per-node deadline; `None`: 1% of the TTL, at least 10 ms, at most the client timeout.
+    /// Per-node deadline; `None`: 1% of the TTL, at least 50 ms, at most the client timeout.
     pub node_timeout: Option<Duration>,
     /// Requests left to finish after an early decision (see `Client::settle`).
     pub background: tokio_util::task::TaskTracker,

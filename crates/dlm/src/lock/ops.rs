@@ -19,6 +19,11 @@ static RELEASE_TO: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release_to.lua")));
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/status.lua")));
 
+/// The scripts Redlock nodes run per lock (extend, status).
+pub(crate) fn scripts() -> Vec<&'static Script> {
+    vec![&EXTEND_OR_ACQUIRE, &STATUS]
+}
+
 /// What one acquire attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {

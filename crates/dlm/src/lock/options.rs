@@ -98,7 +98,7 @@ impl LockOptions {
 
     /// Redlock: the deadline of one node's answer to this acquisition and its
     /// extensions (default: the client's [`crate::ClientBuilder::node_timeout`],
-    /// else 1% of the TTL, at least 10 ms; never more than the call timeout).
+    /// else 1% of the TTL, at least 50 ms; never more than the call timeout).
     /// An attempt is decided as soon as a majority answered alike, so a slow
     /// or frozen node costs at most this much, and only when its answer is
     /// needed for a majority. Ignored on a single Redis.

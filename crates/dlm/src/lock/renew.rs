@@ -24,6 +24,11 @@ static EXTEND_MANY: LazyLock<Script> =
 static EXTEND_OR_ACQUIRE_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/extend_or_acquire_many.lua")));
 
+/// The scripts of batched renewals under Redlock.
+pub(crate) fn scripts() -> Vec<&'static Script> {
+    vec![&EXTEND_OR_ACQUIRE_MANY]
+}
+
 impl Renewable for Held {
     fn key(&self) -> &str {
         &self.keys.lock
