@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use crate::backend::{Backend, ConnectState};
+use crate::backend::{Backend, ConnectState, Deployment, TlsConfig, open};
 use crate::consistency::{Stock, Versioned};
 use crate::error::{Error, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, validate_prefix};
@@ -24,8 +24,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 struct ClientInner {
     /// Where locks live and the services they share.
     locks: Arc<Locks>,
-    /// For dedicated connections (a worker's blocking wait), when known.
-    redis: Option<redis::Client>,
+    /// For dedicated connections (a worker's blocking wait, pub/sub), when known.
+    deployment: Option<Arc<Deployment>>,
 }
 
 /// Options for a [`Client`]; finish with [`ClientBuilder::connect`] or
@@ -49,6 +49,7 @@ pub struct ClientBuilder {
     node_timeout: Option<Duration>,
     quorum_wait: Option<Duration>,
     wakeup_url: Option<String>,
+    tls: Option<TlsConfig>,
 }
 
 impl Default for ClientBuilder {
@@ -60,6 +61,7 @@ impl Default for ClientBuilder {
             node_timeout: None,
             quorum_wait: None,
             wakeup_url: None,
+            tls: None,
         }
     }
 }
@@ -106,10 +108,6 @@ async fn majority_up<C>(
             return Ok(false);
         }
     }
-}
-
-fn open(url: &str) -> Result<redis::Client> {
-    redis::Client::open(url).map_err(|e| Error::invalid("Redis URL", e.to_string()))
 }
 
 impl ClientBuilder {
@@ -171,6 +169,24 @@ impl ClientBuilder {
         self
     }
 
+    /// TLS for `rediss://` URLs: the CA to trust and a client certificate
+    /// for mutual TLS (see [`TlsConfig`]); applies to every kind of
+    /// connection this builder makes. Without it, `rediss://` trusts the
+    /// system's roots and presents no certificate.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dlm::Result<()> {
+    /// let client = dlm::Client::builder()
+    ///     .tls(dlm::TlsConfig::default().ca("ca.crt").client_cert("client.crt", "client.key"))
+    ///     .connect("rediss://redis.internal:6380")
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// With [`ClientBuilder::connection`]: where to open the pub/sub
     /// connection that delivers release wake-ups and a queue worker's blocking
     /// connection. Without it, a client built on a given connection waits by
@@ -194,24 +210,20 @@ impl ClientBuilder {
         validate_timeout("connect timeout", self.connect_timeout)
     }
 
-    async fn manager(&self, client: redis::Client) -> Result<Backend> {
-        // Every call already runs under dlm's own deadline (Backend), so the
-        // manager gets no response timeout of its own: one timer per call.
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(None)
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let manager = match tokio::time::timeout(
-            self.connect_timeout + self.timeout,
-            redis::aio::ConnectionManager::new_with_config(client, config),
-        )
-        .await
-        {
-            Ok(r) => r?,
-            Err(_) => return Err(Error::Timeout(self.connect_timeout)),
-        };
-        Ok(Backend::new(manager, self.timeout))
+    /// The TLS certificates, read from their files (when TLS is set).
+    fn certificates(&self) -> Result<Option<redis::TlsCertificates>> {
+        self.tls.as_ref().map(TlsConfig::certificates).transpose()
+    }
+
+    /// A client on `deployment`: its shared connection, wake-ups and
+    /// dedicated connections.
+    async fn on(self, deployment: Deployment) -> Result<Client> {
+        let deployment = Arc::new(deployment);
+        let backend = deployment
+            .connect(self.connect_timeout, self.timeout)
+            .await?;
+        let wakeups = Some(Wakeups::new(deployment.clone(), self.timeout));
+        Ok(self.finish(Nodes::Single(Node::new(backend)), wakeups, Some(deployment)))
     }
 
     /// Redlock over independent masters (one URL: a plain single-Redis
@@ -235,10 +247,11 @@ impl ClientBuilder {
             [one] => return self.connect(one.as_ref()).await,
             _ => {}
         }
+        let certs = self.certificates()?;
         let mut clients = Vec::with_capacity(urls.len());
         let mut seen = std::collections::HashSet::new();
         for url in urls {
-            let client = open(url.as_ref())?;
+            let client = open(url.as_ref(), certs.as_ref())?;
             let info = client.get_connection_info();
             let id = format!("{}/{}", info.addr(), info.redis_settings().db());
             if !seen.insert(id.clone()) {
@@ -279,7 +292,10 @@ impl ClientBuilder {
         {
             return Err(e);
         }
-        let wakeups = Some(Wakeups::new(clients[0].clone(), self.timeout));
+        let wakeups = Some(Wakeups::new(
+            Arc::new(Deployment::Standalone(clients[0].clone())),
+            self.timeout,
+        ));
         let nodes = Nodes::Quorum(Quorum {
             backends: ok,
             node_timeout: self.node_timeout,
@@ -292,10 +308,57 @@ impl ClientBuilder {
     /// reconnecting multiplexed connection, plus wake-ups on release.
     pub async fn connect(self, url: &str) -> Result<Client> {
         self.validate()?;
-        let client = open(url)?;
-        let backend = self.manager(client.clone()).await?.standalone();
-        let wakeups = Some(Wakeups::new(client.clone(), self.timeout));
-        Ok(self.finish(Nodes::Single(Node::new(backend)), wakeups, Some(client)))
+        let deployment = Deployment::standalone(url, self.certificates()?.as_ref())?;
+        self.on(deployment).await
+    }
+
+    /// Connect to a Redis Cluster through one or more of its nodes (seed
+    /// nodes; the others are found from them). Every lock, queue and helper
+    /// works as on one server: each script's keys share one hash slot, batches
+    /// are split by slot, MOVED and ASK redirections and reconnections are
+    /// handled, a worker's blocking wait goes to the node that owns its key,
+    /// and release wake-ups use classic `PUBLISH`, which the cluster delivers
+    /// to a subscriber on any node (sharded `SPUBLISH` would need Redis 7 and
+    /// a subscription per shard; a wake-up is rare next to the work it wakes).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dlm::Result<()> {
+    /// let client = dlm::Client::builder()
+    ///     .connect_cluster(&["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_cluster(self, urls: &[impl AsRef<str>]) -> Result<Client> {
+        self.validate()?;
+        let deployment = Deployment::cluster(urls, self.certificates()?.as_ref())?;
+        self.on(deployment).await
+    }
+
+    /// Connect to the master `name` that these Sentinels monitor, and follow
+    /// it across failovers: a request that finds the master gone or demoted
+    /// (a connection error, `READONLY`), or a check every second that finds
+    /// the Sentinels naming another master, makes the client connect to the
+    /// new one. Writes never go to a replica. A password for the master goes
+    /// in the first URL (`redis://:PASSWORD@sentinel:26379`); see the crate
+    /// docs' Safety section for what a failover means for a held lock.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dlm::Result<()> {
+    /// let client = dlm::Client::builder()
+    ///     .connect_sentinel("mymaster", &["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"])
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_sentinel(self, name: &str, urls: &[impl AsRef<str>]) -> Result<Client> {
+        self.validate()?;
+        if self.tls.is_some() {
+            return Err(Error::invalid(
+                "TLS",
+                "TLS with Sentinel is not supported yet",
+            ));
+        }
+        let deployment = Deployment::sentinel(name, urls)?;
+        self.on(deployment).await
     }
 
     /// Use a connection the application already has: a
@@ -306,25 +369,28 @@ impl ClientBuilder {
         C: ConnectionLike + Clone + Send + Sync + 'static,
     {
         self.validate()?;
-        let redis = match &self.wakeup_url {
-            Some(url) => Some(open(url)?),
+        let deployment = match &self.wakeup_url {
+            Some(url) => Some(Arc::new(Deployment::standalone(
+                url,
+                self.certificates()?.as_ref(),
+            )?)),
             None => None,
         };
-        let wakeups = redis.clone().map(|c| Wakeups::new(c, self.timeout));
+        let wakeups = deployment.clone().map(|d| Wakeups::new(d, self.timeout));
         let backend = Backend::new(conn, self.timeout);
-        Ok(self.finish(Nodes::Single(Node::new(backend)), wakeups, redis))
+        Ok(self.finish(Nodes::Single(Node::new(backend)), wakeups, deployment))
     }
 
     fn finish(
         self,
         nodes: Nodes,
         wakeups: Option<Arc<Wakeups>>,
-        redis: Option<redis::Client>,
+        deployment: Option<Arc<Deployment>>,
     ) -> Client {
         Client {
             inner: Arc::new(ClientInner {
                 locks: Locks::new(nodes, self.prefix, wakeups),
-                redis,
+                deployment,
             }),
         }
     }
@@ -435,7 +501,11 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn queue(&self, name: impl Into<String>) -> Queue {
-        Queue::new(self.single_backend(), self.inner.redis.clone(), name.into())
+        Queue::new(
+            self.single_backend(),
+            self.inner.deployment.clone(),
+            name.into(),
+        )
     }
 
     /// A versioned record `dlm:versioned:{name}` (see [`Versioned`]).

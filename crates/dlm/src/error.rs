@@ -187,6 +187,19 @@ impl From<redis::RedisError> for Error {
             Error::Unavailable {
                 source: Box::new(e),
             }
+        } else if matches!(
+            e.kind(),
+            redis::ErrorKind::Server(redis::ServerErrorKind::Moved)
+                | redis::ErrorKind::Server(redis::ServerErrorKind::Ask)
+        ) {
+            // A cluster node answered a client that was not told it is one.
+            Error::Backend {
+                source: format!(
+                    "{e} (this is a Redis Cluster node: connect with \
+                     Client::builder().connect_cluster(..), or `dlm --cluster`)"
+                )
+                .into(),
+            }
         } else {
             Error::Backend {
                 source: Box::new(e),

@@ -144,6 +144,7 @@ mod lock;
 mod services;
 mod token;
 
+pub use backend::TlsConfig;
 pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT};
 pub use error::{BackendError, Error, Result};
 pub use fenced::MAX_FENCED_VALUE;

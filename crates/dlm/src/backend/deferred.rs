@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, RedisError, RedisFuture, Value};
 use tokio::sync::watch;
@@ -41,6 +42,8 @@ pub(crate) enum State<C> {
 pub(crate) struct Deferred<C> {
     state: watch::Receiver<State<C>>,
     gate: Arc<Gate>,
+    /// Woken when a request finds the connection broken (Sentinel).
+    pub(crate) broken: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// Keeps requests made before the connection was up in order.
@@ -153,6 +156,7 @@ impl<C: Clone> Deferred<C> {
         Deferred {
             state,
             gate: Arc::default(),
+            broken: None,
         }
     }
 
@@ -175,62 +179,191 @@ impl<C: Clone> Deferred<C> {
     pub(crate) fn is_up(&self) -> bool {
         matches!(&*self.state.borrow(), State::Up(_))
     }
+
+    pub(crate) fn failure(&self) -> Option<String> {
+        match &*self.state.borrow() {
+            State::Failed(e) => Some(e.clone()),
+            _ => None,
+        }
+    }
 }
+
+/// Makes a connection; also names the server it reached (to tell when a
+/// re-check finds another one should be used).
+pub(crate) type Connector<C> =
+    Arc<dyn Fn() -> BoxFuture<'static, redis::RedisResult<(C, String)>> + Send + Sync>;
+
+/// Given the server a connection reached, tells whether it is still the
+/// one to use (Sentinel: still the master).
+pub(crate) type Recheck = Arc<dyn Fn(String) -> BoxFuture<'static, bool> + Send + Sync>;
 
 /// Connect to `client` in a background task (each attempt bounded by
 /// `attempt_timeout`, retried with a backoff up to 1 s); the receiver follows
-/// its state.
+/// its state. The connection manager reconnects by itself from then on.
 pub(crate) fn connect(
     client: redis::Client,
     config: ConnectionManagerConfig,
     attempt_timeout: Duration,
     preload: Vec<&'static redis::Script>,
 ) -> watch::Receiver<State<ConnectionManager>> {
+    let connector: Connector<ConnectionManager> = Arc::new(move || {
+        let (client, config) = (client.clone(), config.clone());
+        Box::pin(async move {
+            let addr = client.get_connection_info().addr().to_string();
+            let manager = ConnectionManager::new_with_config(client, config).await?;
+            Ok((manager, addr))
+        })
+    });
+    maintain(connector, attempt_timeout, preload, None).0
+}
+
+/// Keep a connection made by `connector` in a background task: connect
+/// (retrying with a backoff), publish it, and, with `recheck`, make it again
+/// whenever a request finds it broken (an I/O error, `READONLY`,
+/// `MASTERDOWN`) or the periodic re-check (every `recheck.1`) says another
+/// server is to be used. Returns the state and the signal that a request
+/// found it broken.
+pub(crate) fn maintain<C>(
+    connector: Connector<C>,
+    attempt_timeout: Duration,
+    preload: Vec<&'static redis::Script>,
+    recheck: Option<(Recheck, Duration)>,
+) -> (watch::Receiver<State<C>>, Arc<tokio::sync::Notify>)
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
     let (tx, rx) = watch::channel(State::Connecting { failures: 0 });
+    let broken = Arc::new(tokio::sync::Notify::new());
+    let signal = broken.clone();
     tokio::spawn(async move {
-        let mut pause = Duration::from_millis(50);
-        let mut failures = 0u32;
         loop {
-            let attempt = tokio::time::timeout(
-                attempt_timeout,
-                ConnectionManager::new_with_config(client.clone(), config.clone()),
-            );
-            let outcome = tokio::select! {
-                _ = tx.closed() => return,
-                outcome = attempt => outcome,
+            let Some((conn, addr)) = connect_once(&tx, &connector, attempt_timeout, &preload).await
+            else {
+                return;
             };
-            match outcome {
-                Ok(Ok(mut manager)) => {
-                    // Scripts loaded before the first request: a NOSCRIPT
-                    // retry would let a later request overtake an earlier one.
-                    for script in &preload {
-                        let load = script.load_async(&mut manager);
-                        if let Ok(Err(e)) = tokio::time::timeout(attempt_timeout, load).await {
-                            tracing::debug!(error = %e, "preloading a script failed; EVALSHA falls back");
+            tx.send_replace(State::Up(conn));
+            let Some((recheck, every)) = &recheck else {
+                return;
+            };
+            // Up until a request finds it broken or the re-check says otherwise.
+            loop {
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = broken.notified() => break,
+                    _ = tokio::time::sleep(*every) => {
+                        if !recheck(addr.clone()).await {
+                            tracing::info!(server = %addr, "another server is to be used now; reconnecting");
+                            break;
                         }
                     }
-                    tx.send_replace(State::Up(manager));
-                    return;
                 }
-                Ok(Err(e)) => {
-                    let e = Error::from(e);
-                    if !e.is_retryable() {
-                        tracing::warn!(error = %e, "a Redlock node refused the connection for good");
-                        tx.send_replace(State::Failed(e.to_string()));
-                        return;
-                    }
-                    tracing::debug!(error = %e, "a Redlock node is not reachable yet; retrying");
-                }
-                Err(_) => tracing::debug!("connecting to a Redlock node timed out; retrying"),
             }
-            failures = failures.saturating_add(1);
-            tx.send_replace(State::Connecting { failures });
-            tokio::select! {
-                _ = tx.closed() => return,
-                _ = tokio::time::sleep(pause) => {}
-            }
-            pause = (pause * 2).min(Duration::from_secs(1));
+            tx.send_replace(State::Connecting { failures: 0 });
         }
     });
-    rx
+    (rx, signal)
+}
+
+/// Connect until it works, an error no retry can fix, or the receivers are gone.
+async fn connect_once<C: ConnectionLike + Clone + Send + Sync + 'static>(
+    tx: &watch::Sender<State<C>>,
+    connector: &Connector<C>,
+    attempt_timeout: Duration,
+    preload: &[&'static redis::Script],
+) -> Option<(C, String)> {
+    let mut pause = Duration::from_millis(50);
+    let mut failures = 0u32;
+    loop {
+        let attempt = tokio::time::timeout(attempt_timeout, connector());
+        let outcome = tokio::select! {
+            _ = tx.closed() => return None,
+            outcome = attempt => outcome,
+        };
+        match outcome {
+            Ok(Ok((mut conn, addr))) => {
+                // Scripts loaded before the first request: a NOSCRIPT retry
+                // would let a later request overtake an earlier one.
+                for script in preload {
+                    let load = script.load_async(&mut conn);
+                    if let Ok(Err(e)) = tokio::time::timeout(attempt_timeout, load).await {
+                        tracing::debug!(error = %e, "preloading a script failed; EVALSHA falls back");
+                    }
+                }
+                return Some((conn, addr));
+            }
+            Ok(Err(e)) => {
+                let e = Error::from(e);
+                if !e.is_retryable() {
+                    tracing::warn!(error = %e, "the server refused the connection for good");
+                    tx.send_replace(State::Failed(e.to_string()));
+                    return None;
+                }
+                tracing::debug!(error = %e, "the server is not reachable yet; retrying");
+            }
+            Err(_) => tracing::debug!("connecting timed out; retrying"),
+        }
+        failures = failures.saturating_add(1);
+        tx.send_replace(State::Connecting { failures });
+        tokio::select! {
+            _ = tx.closed() => return None,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// A connection whose errors that mean "this server is gone or demoted" wake
+/// the task that maintains it.
+pub(crate) struct Watched<T> {
+    pub(crate) inner: T,
+    pub(crate) broken: Arc<tokio::sync::Notify>,
+}
+
+fn breaks(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+                | ErrorKind::Server(redis::ServerErrorKind::MasterDown)
+        )
+}
+
+impl<T: ConnectionLike + Send> ConnectionLike for Watched<T> {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let r = self.inner.req_packed_command(cmd).await;
+            if let Err(e) = &r
+                && breaks(e)
+            {
+                self.broken.notify_one();
+            }
+            r
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let r = self
+                .inner
+                .req_packed_commands(pipeline, offset, count)
+                .await;
+            if let Err(e) = &r
+                && breaks(e)
+            {
+                self.broken.notify_one();
+            }
+            r
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
 }

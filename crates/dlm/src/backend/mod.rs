@@ -15,8 +15,12 @@ use redis::{Cmd, FromRedisValue, RedisFuture, ScriptInvocation, Value};
 use crate::error::{Error, Result};
 
 mod deferred;
+mod deployment;
+mod tls;
 
 pub(crate) use deferred::State as ConnectState;
+pub(crate) use deployment::{Deployment, open};
+pub use tls::TlsConfig;
 
 /// Something that hands out a fresh handle on a shared connection per call.
 trait SharedConnection: Send + Sync {
@@ -26,6 +30,11 @@ trait SharedConnection: Send + Sync {
     fn is_up(&self) -> bool {
         true
     }
+
+    /// Why a background connection gave up, if it did.
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }
 
 impl<C> SharedConnection for deferred::Deferred<C>
@@ -33,14 +42,25 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     fn handle(&self) -> BoxedConnection {
-        match self.current() {
+        let conn = match self.current() {
             Ok(c) => BoxedConnection(Box::new(c)),
             Err(pending) => BoxedConnection(Box::new(pending)),
+        };
+        match &self.broken {
+            Some(broken) => BoxedConnection(Box::new(deferred::Watched {
+                inner: conn,
+                broken: broken.clone(),
+            })),
+            None => conn,
         }
     }
 
     fn is_up(&self) -> bool {
         deferred::Deferred::is_up(self)
+    }
+
+    fn failure(&self) -> Option<String> {
+        deferred::Deferred::failure(self)
     }
 }
 
@@ -126,6 +146,43 @@ impl Backend {
             by_slot: true,
         };
         (backend, state)
+    }
+
+    /// A connection kept by a background task that remakes it when a
+    /// request finds it broken (see `deferred::maintain`).
+    pub(crate) fn maintained<C>(
+        state: tokio::sync::watch::Receiver<ConnectState<C>>,
+        broken: Arc<tokio::sync::Notify>,
+        timeout: Duration,
+    ) -> Self
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        let mut deferred = deferred::Deferred::new(state);
+        deferred.broken = Some(broken);
+        Backend {
+            conn: Arc::new(deferred),
+            timeout,
+            by_slot: true,
+        }
+    }
+
+    /// Wait until the connection is up, at most `bound`; an error that no
+    /// retry can fix ends the wait at once.
+    pub(crate) async fn wait_up(&self, bound: Duration) -> Result<()> {
+        let started = tokio::time::Instant::now();
+        loop {
+            if self.conn.is_up() {
+                return Ok(());
+            }
+            if let Some(e) = self.conn.failure() {
+                return Err(Error::Unavailable { source: e.into() });
+            }
+            if started.elapsed() >= bound {
+                return Err(Error::Timeout(bound));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// False while the connection is still being made in the background (a

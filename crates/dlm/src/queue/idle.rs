@@ -3,14 +3,17 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use crate::backend::{BoxedConnection, Deployment};
 use crate::queue::Queue;
 
 /// Blocking on the queue's wake-up list, on a dedicated connection without a
 /// response timeout; falls back to sleeping when it cannot be had.
 pub(super) struct Idle {
-    client: Option<redis::Client>,
+    deployment: Option<Arc<Deployment>>,
     key: Option<String>,
-    conn: Option<redis::aio::MultiplexedConnection>,
+    conn: Option<BoxedConnection>,
 }
 
 impl Idle {
@@ -19,24 +22,21 @@ impl Idle {
             .ok()
             .and_then(|k| k.into_iter().nth(9));
         Idle {
-            client: queue.redis().cloned(),
+            deployment: queue.deployment().cloned(),
             key,
             conn: None,
         }
     }
 
     pub(super) async fn wait(&mut self, timeout: Duration) {
-        let (Some(client), Some(key)) = (&self.client, &self.key) else {
+        let (Some(deployment), Some(key)) = (&self.deployment, &self.key) else {
             tokio::time::sleep(timeout).await;
             return;
         };
         if self.conn.is_none() {
-            let config = redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(Duration::from_secs(2)))
-                .set_response_timeout(None);
             match tokio::time::timeout(
                 Duration::from_secs(3),
-                client.get_multiplexed_async_connection_with_config(&config),
+                deployment.dedicated(Duration::from_secs(2)),
             )
             .await
             {

@@ -47,7 +47,9 @@ pub use types::{
 };
 pub use worker::{Worker, WorkerOptions, WorkerReport};
 
-use crate::backend::Backend;
+use std::sync::Arc;
+
+use crate::backend::{Backend, Deployment};
 use crate::error::{Error, Result};
 use crate::keys::{MAX_NAME_LEN, queue_keys};
 use crate::token::Fence;
@@ -58,7 +60,7 @@ pub struct Queue {
     /// The one Redis it lives on (`None`: a Redlock client, which has none).
     backend: Option<Backend>,
     /// For dedicated connections (a worker's blocking wait), when known.
-    redis: Option<redis::Client>,
+    deployment: Option<Arc<Deployment>>,
     name: String,
     max_payload: usize,
     max_attempts: u32,
@@ -114,12 +116,12 @@ impl Queue {
     /// fails with a clear error); `redis` opens a worker's blocking connection.
     pub(crate) fn new(
         backend: Option<Backend>,
-        redis: Option<redis::Client>,
+        deployment: Option<Arc<Deployment>>,
         name: String,
     ) -> Self {
         Queue {
             backend,
-            redis,
+            deployment,
             name,
             max_payload: DEFAULT_MAX_PAYLOAD,
             max_attempts: 5,
@@ -152,8 +154,8 @@ impl Queue {
     }
 
     /// Where a worker opens its dedicated blocking connection, when known.
-    pub(crate) fn redis(&self) -> Option<&redis::Client> {
-        self.redis.as_ref()
+    pub(crate) fn deployment(&self) -> Option<&Arc<Deployment>> {
+        self.deployment.as_ref()
     }
 
     fn ready(&self) -> Result<(&Backend, Vec<String>)> {

@@ -22,6 +22,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::Deployment;
 use crate::token::{Fence, Token};
 
 struct Channel {
@@ -112,7 +113,7 @@ struct Subscriber {
 
 /// The wake-up service of one client.
 pub(crate) struct Wakeups {
-    client: redis::Client,
+    deployment: Arc<Deployment>,
     timeout: Duration,
     channels: Mutex<HashMap<String, Channel>>,
     subscriber: tokio::sync::Mutex<Option<Subscriber>>,
@@ -176,9 +177,9 @@ impl Drop for Waiter {
 }
 
 impl Wakeups {
-    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Arc<Self> {
+    pub(crate) fn new(deployment: Arc<Deployment>, timeout: Duration) -> Arc<Self> {
         Arc::new(Wakeups {
-            client,
+            deployment,
             timeout,
             channels: Mutex::new(HashMap::new()),
             subscriber: tokio::sync::Mutex::new(None),
@@ -260,7 +261,7 @@ impl Wakeups {
         };
         if stale {
             *guard = None;
-            match tokio::time::timeout(self.timeout, self.client.get_async_pubsub()).await {
+            match tokio::time::timeout(self.timeout, self.deployment.pubsub()).await {
                 Ok(Ok(pubsub)) => {
                     let (sink, stream) = pubsub.split();
                     let alive = Arc::new(AtomicBool::new(true));

@@ -1,0 +1,285 @@
+//! One Redis deployment and how to open connections to it: a standalone
+//! server, a Redis Cluster (seed nodes), or a master found through Sentinel
+//! and followed across failovers; each optionally over TLS.
+//!
+//! Three kinds of connection come from here: the shared one every request
+//! goes through ([`Deployment::connect`], a [`Backend`]), a dedicated one
+//! without a response timeout for blocking commands
+//! ([`Deployment::dedicated`]), and pub/sub ([`Deployment::pubsub`]). On a
+//! cluster, a blocking command goes to the node that owns its key (the
+//! cluster connection routes it), and pub/sub uses classic `PUBLISH`, which
+//! a cluster delivers to subscribers on every node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{IntoConnectionInfo, RedisResult, TlsCertificates};
+
+use super::{Backend, BoxedConnection, deferred};
+use crate::error::{Error, Result};
+
+/// How often a Sentinel client asks whether its master is still the master.
+const SENTINEL_RECHECK: Duration = Duration::from_secs(1);
+
+/// Where the data lives (built once per client; its size does not matter).
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Deployment {
+    /// One server.
+    Standalone(redis::Client),
+    /// A Redis Cluster: the cluster client and a client per seed node (for
+    /// pub/sub, which any node delivers).
+    Cluster {
+        client: ClusterClient,
+        seeds: Vec<redis::Client>,
+    },
+    /// A master named by Sentinels.
+    Sentinel(Arc<SentinelMaster>),
+}
+
+impl std::fmt::Debug for Deployment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Deployment::Standalone(_) => "Standalone",
+            Deployment::Cluster { .. } => "Cluster",
+            Deployment::Sentinel(_) => "Sentinel",
+        })
+    }
+}
+
+/// The Sentinels of one master name.
+pub(crate) struct SentinelMaster {
+    client: tokio::sync::Mutex<SentinelClient>,
+}
+
+impl SentinelMaster {
+    /// A client for the server the Sentinels name as master now.
+    async fn master(&self) -> RedisResult<redis::Client> {
+        self.client.lock().await.async_get_client().await
+    }
+}
+
+fn invalid_url(e: redis::RedisError) -> Error {
+    Error::invalid("Redis URL", e.to_string())
+}
+
+/// A client for `url`, with the TLS certificates when given.
+pub(crate) fn open(url: &str, tls: Option<&TlsCertificates>) -> Result<redis::Client> {
+    match tls {
+        Some(certs) => redis::Client::build_with_tls(url, certs.clone()),
+        None => redis::Client::open(url),
+    }
+    .map_err(invalid_url)
+}
+
+fn no_timeout_config(connect_timeout: Duration) -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(None)
+}
+
+impl Deployment {
+    /// One server at `url`.
+    pub(crate) fn standalone(url: &str, tls: Option<&TlsCertificates>) -> Result<Self> {
+        Ok(Deployment::Standalone(open(url, tls)?))
+    }
+
+    /// A Redis Cluster reached through these seed nodes.
+    pub(crate) fn cluster(urls: &[impl AsRef<str>], tls: Option<&TlsCertificates>) -> Result<Self> {
+        if urls.is_empty() {
+            return Err(Error::invalid(
+                "Redis URLs",
+                "a cluster needs at least one seed node",
+            ));
+        }
+        let seeds = urls
+            .iter()
+            .map(|u| open(u.as_ref(), tls))
+            .collect::<Result<Vec<_>>>()?;
+        let infos = urls
+            .iter()
+            .map(|u| u.as_ref().into_connection_info())
+            .collect::<RedisResult<Vec<_>>>()
+            .map_err(invalid_url)?;
+        let mut builder = ClusterClient::builder(infos);
+        if let Some(certs) = tls {
+            builder = builder.certs(certs.clone());
+        }
+        let client = builder.build().map_err(invalid_url)?;
+        Ok(Deployment::Cluster { client, seeds })
+    }
+
+    /// The master `name` as these Sentinels see it. The URLs are the
+    /// Sentinels'; a password in the first URL's user part is also used
+    /// for the master (`redis://:PASSWORD@sentinel:26379` or
+    /// `redis://USER:PASSWORD@...`).
+    pub(crate) fn sentinel(name: &str, urls: &[impl AsRef<str>]) -> Result<Self> {
+        if name.is_empty() {
+            return Err(Error::invalid("Sentinel master name", "must not be empty"));
+        }
+        let infos = urls
+            .iter()
+            .map(|u| u.as_ref().into_connection_info())
+            .collect::<RedisResult<Vec<_>>>()
+            .map_err(invalid_url)?;
+        let Some(first) = infos.first() else {
+            return Err(Error::invalid(
+                "Sentinel URLs",
+                "at least one Sentinel is needed",
+            ));
+        };
+        // The master's credentials come from the first URL; the Sentinels
+        // themselves are asked without them.
+        let master_auth = first.redis_settings().clone();
+        let sentinels: Vec<_> = infos
+            .iter()
+            .map(|i| {
+                let mut i = i.clone();
+                i = i.set_redis_settings(redis::RedisConnectionInfo::default());
+                i
+            })
+            .collect();
+        let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(master_auth);
+        let client = SentinelClient::build(sentinels, name, Some(node), SentinelServerType::Master)
+            .map_err(invalid_url)?;
+        Ok(Deployment::Sentinel(Arc::new(SentinelMaster {
+            client: tokio::sync::Mutex::new(client),
+        })))
+    }
+
+    /// The shared connection every request goes through, connected (the
+    /// first connection within `connect_timeout + timeout`).
+    pub(crate) async fn connect(
+        &self,
+        connect_timeout: Duration,
+        timeout: Duration,
+    ) -> Result<Backend> {
+        let bound = connect_timeout + timeout;
+        match self {
+            Deployment::Standalone(client) => {
+                // Every call already runs under dlm's own deadline, so the
+                // manager gets no response timeout of its own.
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(connect_timeout))
+                    .set_response_timeout(None)
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
+                let manager = within(
+                    bound,
+                    ConnectionManager::new_with_config(client.clone(), config),
+                )
+                .await?;
+                Ok(Backend::new(manager, timeout).standalone())
+            }
+            Deployment::Cluster { client, .. } => {
+                let conn = within(bound, client.get_async_connection()).await?;
+                Ok(Backend::new(conn, timeout))
+            }
+            Deployment::Sentinel(master) => {
+                let connector: deferred::Connector<MultiplexedConnection> = {
+                    let master = master.clone();
+                    Arc::new(move || {
+                        let master = master.clone();
+                        Box::pin(async move {
+                            let client = master.master().await?;
+                            let addr = client.get_connection_info().addr().to_string();
+                            let conn = client
+                                .get_multiplexed_async_connection_with_config(&no_timeout_config(
+                                    connect_timeout,
+                                ))
+                                .await?;
+                            Ok((conn, addr))
+                        })
+                    })
+                };
+                let recheck: deferred::Recheck = {
+                    let master = master.clone();
+                    Arc::new(move |addr: String| {
+                        let master = master.clone();
+                        Box::pin(async move {
+                            match tokio::time::timeout(bound, master.master()).await {
+                                Ok(Ok(c)) => c.get_connection_info().addr().to_string() == addr,
+                                // The Sentinels cannot tell now: keep what we have.
+                                _ => true,
+                            }
+                        })
+                    })
+                };
+                let (state, broken) = deferred::maintain(
+                    connector,
+                    bound,
+                    Vec::new(),
+                    Some((recheck, SENTINEL_RECHECK)),
+                );
+                let backend = Backend::maintained(state, broken, timeout);
+                // Wait for the first connection, so that errors (no such
+                // master, all Sentinels down) surface here.
+                backend.wait_up(bound).await?;
+                Ok(backend.standalone())
+            }
+        }
+    }
+
+    /// A dedicated connection without a response timeout, for blocking
+    /// commands (on a cluster, routed to the node that owns the key).
+    pub(crate) async fn dedicated(
+        &self,
+        connect_timeout: Duration,
+    ) -> RedisResult<BoxedConnection> {
+        match self {
+            Deployment::Standalone(client) => {
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(&no_timeout_config(
+                        connect_timeout,
+                    ))
+                    .await?;
+                Ok(BoxedConnection(Box::new(conn)))
+            }
+            Deployment::Cluster { client, .. } => Ok(BoxedConnection(Box::new(
+                client.get_async_connection().await?,
+            ))),
+            Deployment::Sentinel(master) => {
+                let client = master.master().await?;
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(&no_timeout_config(
+                        connect_timeout,
+                    ))
+                    .await?;
+                Ok(BoxedConnection(Box::new(conn)))
+            }
+        }
+    }
+
+    /// A pub/sub connection (on a cluster, to the first seed that answers:
+    /// classic `PUBLISH` reaches subscribers on every node).
+    pub(crate) async fn pubsub(&self) -> RedisResult<redis::aio::PubSub> {
+        match self {
+            Deployment::Standalone(client) => client.get_async_pubsub().await,
+            Deployment::Cluster { seeds, .. } => {
+                let mut last = None;
+                for seed in seeds {
+                    match seed.get_async_pubsub().await {
+                        Ok(p) => return Ok(p),
+                        Err(e) => last = Some(e),
+                    }
+                }
+                Err(last.unwrap_or_else(|| {
+                    redis::RedisError::from((redis::ErrorKind::Client, "no cluster seed node"))
+                }))
+            }
+            Deployment::Sentinel(master) => master.master().await?.get_async_pubsub().await,
+        }
+    }
+}
+
+async fn within<T>(
+    bound: Duration,
+    fut: impl std::future::Future<Output = RedisResult<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(bound, fut).await {
+        Ok(r) => r.map_err(Error::from),
+        Err(_) => Err(Error::Timeout(bound)),
+    }
+}
