@@ -271,7 +271,7 @@ pub async fn bench_queue(global: &Global, args: &BenchQueueArgs) -> Result<u8, C
     }
     let target = Target::given_or_private(global).await?;
     let version = redis_version(&target.url, global.timeout).await;
-    let client = connect(&target.url, global.timeout).await?;
+    let client = connect(global, &target.url).await?;
     let mut raw = raw_connection(&target.url, global.timeout).await?;
     let name = format!("bench:{:016x}", SplitMix(seed(1)).next());
     let queue = client.queue(name.clone());

@@ -2,6 +2,7 @@
 //! and the tree of commands. Each command's arguments are defined by its own
 //! module; this module only names them.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::parser::ValueSource;
@@ -11,7 +12,7 @@ use crate::bench::BenchLockArgs;
 use crate::bench_queue::BenchQueueArgs;
 use crate::error::CliError;
 use crate::global::parse::parse_timeout;
-use crate::global::{Global, QueueArg};
+use crate::global::{Global, QueueArg, Topology};
 use crate::lock_cmd::{AcquireArgs, ExtendArgs, ReleaseArgs, StatusArgs};
 use crate::queue_cmd::{DeadArgs, ListArgs, PurgeArgs, PushArgs, RemoveArgs, RetryArgs};
 use crate::run_cmd::RunArgs;
@@ -60,6 +61,31 @@ pub struct Cli {
           value_parser = parse_timeout, allow_hyphen_values = true)]
     pub node_timeout: Option<Duration>,
 
+    /// The --redis URLs (one or more) are seed nodes of one Redis Cluster;
+    /// every command works on it. Env: DLM_CLUSTER=1.
+    #[arg(long, global = true, env = "DLM_CLUSTER")]
+    pub cluster: bool,
+
+    /// The --redis URLs are Sentinels: use the master they call NAME, and
+    /// follow it across failovers (a password for the master goes in the
+    /// first URL). Env: DLM_SENTINEL.
+    #[arg(long, value_name = "NAME", global = true, env = "DLM_SENTINEL")]
+    pub sentinel: Option<String>,
+
+    /// TLS (rediss:// URLs): trust the server certificates this CA (PEM)
+    /// signed instead of the system's roots. Env: DLM_CACERT.
+    #[arg(long, value_name = "FILE", global = true, env = "DLM_CACERT")]
+    pub cacert: Option<PathBuf>,
+
+    /// TLS: the client certificate (PEM) for mutual TLS; needs --key.
+    /// Env: DLM_CERT.
+    #[arg(long, value_name = "FILE", global = true, env = "DLM_CERT")]
+    pub cert: Option<PathBuf>,
+
+    /// TLS: the client certificate's private key (PEM). Env: DLM_KEY.
+    #[arg(long, value_name = "FILE", global = true, env = "DLM_KEY")]
+    pub key: Option<PathBuf>,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -94,7 +120,56 @@ impl Cli {
             json: self.json,
             timeout: self.timeout,
             node_timeout: self.node_timeout,
+            topology: self.topology()?,
+            tls: self.tls()?,
         })
+    }
+
+    fn topology(&self) -> Result<Topology, CliError> {
+        match (self.cluster, &self.sentinel) {
+            (true, Some(_)) => Err(CliError::Usage(
+                "--cluster and --sentinel exclude each other: a deployment is one or the other"
+                    .into(),
+            )),
+            (true, None) => Ok(Topology::Cluster),
+            (false, Some(name)) if name.is_empty() => {
+                Err(CliError::Usage("--sentinel needs the master's name".into()))
+            }
+            (false, Some(name)) => Ok(Topology::Sentinel(name.clone())),
+            (false, None) => Ok(Topology::Plain),
+        }
+    }
+
+    /// The TLS settings, each file checked readable (exit 2 otherwise).
+    fn tls(&self) -> Result<Option<dlm::TlsConfig>, CliError> {
+        if self.cacert.is_none() && self.cert.is_none() && self.key.is_none() {
+            return Ok(None);
+        }
+        for (flag, path) in [
+            ("--cacert", &self.cacert),
+            ("--cert", &self.cert),
+            ("--key", &self.key),
+        ] {
+            if let Some(p) = path
+                && let Err(e) = std::fs::File::open(p)
+            {
+                return Err(CliError::Usage(format!("{flag} {}: {e}", p.display())));
+            }
+        }
+        let mut tls = dlm::TlsConfig::default();
+        if let Some(ca) = &self.cacert {
+            tls = tls.ca(ca);
+        }
+        match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => tls = tls.client_cert(cert, key),
+            (None, None) => {}
+            _ => {
+                return Err(CliError::Usage(
+                    "--cert and --key go together (a client certificate and its key)".into(),
+                ));
+            }
+        }
+        Ok(Some(tls))
     }
 }
 

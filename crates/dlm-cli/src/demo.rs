@@ -272,7 +272,7 @@ async fn processes(
 /// `dlm demo lock`.
 pub async fn demo_lock(global: &Global) -> Result<u8, CliError> {
     let target = Target::given_or_private(global).await?;
-    let client = connect(&target.url, global.timeout).await?;
+    let client = connect(global, &target.url).await?;
     let mut conn = raw_connection(&target.url, global.timeout).await?;
     let () = redis::cmd("DEL")
         .arg(&[UNLOCKED_KEY, LOCKED_KEY, FLOCK_KEY])

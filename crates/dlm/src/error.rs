@@ -81,6 +81,19 @@ pub enum Error {
         /// The highest token seen so far.
         highest: u64,
     },
+    /// [`crate::LockOptions::replicas`]: the grant reached fewer replicas
+    /// than asked for within the timeout; the lock was released again.
+    #[error(
+        "lock {name:?} was granted but reached {replicas} of {wanted} replicas in time; released it"
+    )]
+    NotReplicated {
+        /// The lock's name.
+        name: String,
+        /// Replicas that acknowledged the grant.
+        replicas: u64,
+        /// Replicas asked for.
+        wanted: u64,
+    },
     /// Redlock: fewer than a majority of the nodes answered.
     #[error(
         "no quorum for lock {name:?}: {answered} of {nodes} Redis nodes answered, {needed} needed"
@@ -135,7 +148,10 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::Unavailable { .. } | Error::Timeout(_) | Error::NoQuorum { .. }
+            Error::Unavailable { .. }
+                | Error::Timeout(_)
+                | Error::NoQuorum { .. }
+                | Error::NotReplicated { .. }
         )
     }
 

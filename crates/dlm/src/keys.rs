@@ -29,6 +29,26 @@ pub const MAX_PREFIX_LEN: usize = 128;
 /// The default prefix of lock keys.
 pub const DEFAULT_LOCK_PREFIX: &str = "dlm:lock:";
 
+/// The rules of a least-privilege ACL user that can do everything dlm does
+/// with the default key prefixes and nothing else: its keys (`~dlm:*`), its
+/// channels (`&dlm:*`) and only the commands dlm sends, directly or from its
+/// scripts. An operator creates the user with
+/// `ACL SETUSER dlm on >PASSWORD ` followed by these rules (the README shows
+/// the line). With [`crate::ClientBuilder::key_prefix`] or
+/// [`crate::Lock::raw_key`], add `~PREFIX*` and `&PREFIX*` (raw keys:
+/// `~NAME` and `&dlm:released:*`) for the lock keys and channels.
+///
+/// ```
+/// assert!(dlm::keys::ACL_RULES.contains("~dlm:*"));
+/// assert!(!dlm::keys::ACL_RULES.contains("+@all"));
+/// ```
+pub const ACL_RULES: &str = "resetkeys ~dlm:* resetchannels &dlm:* -@all \
++evalsha +eval +script|load +get +set +del +pexpire +pttl +incr +incrby +decrby \
++hget +hmget +hset +hdel +hincrby +lpush +ltrim +blpop +zadd +zcard +zcount \
++zmscore +zrange +zrangebyscore +zrem +zremrangebyrank +zscore +time +publish \
++subscribe +unsubscribe +ping +hello +client|setinfo +cluster|slots \
++cluster|shards +asking +info";
+
 /// The keys and channel of one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {

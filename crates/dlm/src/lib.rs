@@ -102,6 +102,12 @@
 //!   another client can acquire a majority while we hold. Run nodes with
 //!   `appendfsync always`, or keep a crashed node down for longer than the
 //!   longest TTL before it rejoins.
+//! * **Failover (one Redis with replicas, Sentinel, Cluster).** Replication
+//!   is asynchronous: a lock granted on a master that fails over before the
+//!   write reached a replica is gone on the new master, and a second client
+//!   can be granted it. [`LockOptions::replicas`] narrows the window (the
+//!   grant counts only once `n` replicas have it, via `WAIT`); fencing tokens
+//!   at the storage close it.
 //! * **Independent masters.** No replication between the N nodes, and no
 //!   failover to a replica that missed the write: that is exactly how one
 //!   master with a replica hands one lock to two clients.

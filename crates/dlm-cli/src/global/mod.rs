@@ -28,6 +28,21 @@ pub struct Global {
     pub timeout: Duration,
     /// Redlock: the per-node deadline of lock requests (`None`: from the TTL).
     pub node_timeout: Option<Duration>,
+    /// What the `--redis` URLs are.
+    pub topology: Topology,
+    /// TLS certificates for `rediss://` URLs, when given.
+    pub tls: Option<dlm::TlsConfig>,
+}
+
+/// What the `--redis` URLs name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Topology {
+    /// One server; several: independent masters (a Redlock for `lock`).
+    Plain,
+    /// Seed nodes of one Redis Cluster (`--cluster`).
+    Cluster,
+    /// Sentinels of the master with this name (`--sentinel NAME`).
+    Sentinel(String),
 }
 
 impl Global {

@@ -47,12 +47,12 @@ pub struct QueueArg {
 impl QueueArg {
     /// The library's handle on this queue, on a client for `global`'s Redis.
     pub async fn open(&self, global: &Global) -> Result<dlm::queue::Queue, CliError> {
-        if global.redis.len() > 1 {
+        if global.redis.len() > 1 && global.topology == super::Topology::Plain {
             return Err(CliError::Usage(
                 "queues live on one Redis: give a single --redis URL, not several".into(),
             ));
         }
-        let client = connect(global.url(), global.timeout).await?;
+        let client = connect(global, global.url()).await?;
         Ok(client.queue(self.queue.clone()))
     }
 }

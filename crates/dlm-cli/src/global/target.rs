@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use dlm_testkit::RedisServer;
 
-use super::Global;
+use super::{Global, Topology};
 use crate::error::{CliError, redis_err};
 
 /// A Redis to talk to; when it is a private server, it is stopped when this
@@ -77,13 +77,30 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-/// A lock client on `url` whose every call has the deadline `timeout`.
-pub async fn connect(url: &str, timeout: Duration) -> Result<dlm::Client, CliError> {
-    Ok(dlm::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .connect(url)
-        .await?)
+/// The client builder for `global`'s deadlines and TLS.
+fn builder(global: &Global) -> dlm::ClientBuilder {
+    let mut builder = dlm::Client::builder()
+        .timeout(global.timeout)
+        .connect_timeout(global.timeout);
+    if let Some(tls) = &global.tls {
+        builder = builder.tls(tls.clone());
+    }
+    builder
+}
+
+/// A client on one deployment: `url` itself, or with `--cluster` /
+/// `--sentinel` every `--redis` URL (the seeds, the Sentinels).
+pub async fn connect(global: &Global, url: &str) -> Result<dlm::Client, CliError> {
+    let urls = if global.redis.is_empty() {
+        vec![url.to_string()]
+    } else {
+        global.redis.clone()
+    };
+    Ok(match &global.topology {
+        Topology::Cluster => builder(global).connect_cluster(&urls).await?,
+        Topology::Sentinel(name) => builder(global).connect_sentinel(name, &urls).await?,
+        Topology::Plain => builder(global).connect(url).await?,
+    })
 }
 
 /// A lock client on one URL, or a Redlock client over several. A Redlock
@@ -91,10 +108,14 @@ pub async fn connect(url: &str, timeout: Duration) -> Result<dlm::Client, CliErr
 /// node within the per-node deadline, so frozen nodes cost a short-lived
 /// command nothing while a majority answers.
 pub async fn connect_nodes(urls: &[String], global: &Global) -> Result<dlm::Client, CliError> {
-    let mut builder = dlm::Client::builder()
-        .timeout(global.timeout)
-        .connect_timeout(global.timeout)
-        .quorum_wait(Duration::ZERO);
+    match &global.topology {
+        Topology::Cluster => return Ok(builder(global).connect_cluster(urls).await?),
+        Topology::Sentinel(name) => {
+            return Ok(builder(global).connect_sentinel(name, urls).await?);
+        }
+        Topology::Plain => {}
+    }
+    let mut builder = builder(global).quorum_wait(Duration::ZERO);
     if let Some(t) = global.node_timeout {
         builder = builder.node_timeout(t);
     }

@@ -107,7 +107,7 @@ pub async fn run(global: &Global, args: &SeckillArgs) -> Result<u8, CliError> {
         one => vec![one],
     };
     let target = Target::given_or_private(global).await?;
-    let client = connect(&target.url, global.timeout).await?;
+    let client = connect(global, &target.url).await?;
     // Redlock needs independent masters: three private ones unless several --redis were given.
     let redlock_target = if strategies.contains(&Strategy::Redlock) {
         Some(if global.redis.len() > 1 {

@@ -129,9 +129,38 @@ impl BatchJob for Job {
     }
 }
 
-/// Send one gathered batch: one script call per kind (and per hash slot on a
-/// possible cluster), all at once.
+/// Send one gathered batch in submission order: jobs travel in phases, and a
+/// job that acquires a key released earlier in the batch (or releases one
+/// acquired earlier) starts a new phase, sent once the one before has its
+/// replies. So a release never overtakes the acquire it undoes (a caller
+/// that gave up on an acquire releases its token), nor an acquire the
+/// release before it. Within a phase, one script call per kind (and per
+/// hash slot on a possible cluster), all at once.
 async fn send(backend: &Backend, jobs: Vec<Job>) {
+    use std::hash::BuildHasher;
+    let hasher = std::collections::hash_map::RandomState::new();
+    let mut phase: Vec<Job> = Vec::with_capacity(jobs.len());
+    // Key hash -> kind in this phase (a collision only splits a phase early).
+    let mut kinds: HashMap<u64, bool> = HashMap::new();
+    for job in jobs {
+        let acquire = matches!(job, Job::Acquire { .. });
+        let key = hasher.hash_one(job.key());
+        if kinds.get(&key).is_some_and(|k| *k != acquire) {
+            send_phase(backend, std::mem::take(&mut phase)).await;
+            kinds.clear();
+        }
+        kinds.insert(key, acquire);
+        phase.push(job);
+    }
+    send_phase(backend, phase).await;
+}
+
+/// Jobs without an order between them: one script call per kind (and per
+/// hash slot on a possible cluster), all at once.
+async fn send_phase(backend: &Backend, jobs: Vec<Job>) {
+    if jobs.is_empty() {
+        return;
+    }
     if !backend.batch_by_slot() {
         let (acquires, releases): (Vec<Job>, Vec<Job>) = jobs
             .into_iter()
@@ -140,13 +169,9 @@ async fn send(backend: &Backend, jobs: Vec<Job>) {
             (false, true) => send_group(backend, acquires).await,
             (true, false) => send_group(backend, releases).await,
             _ => {
-                // Releases go out first: one queued before an acquire of the
-                // same key was made before it (a Redlock release decided by a
-                // majority, whose requests to the other nodes are still on
-                // their way, then a new acquire), and must land first.
                 futures_util::future::join(
-                    send_group(backend, releases),
                     send_group(backend, acquires),
+                    send_group(backend, releases),
                 )
                 .await;
             }
@@ -158,15 +183,7 @@ async fn send(backend: &Backend, jobs: Vec<Job>) {
         let kind = matches!(job, Job::Acquire { .. });
         groups.entry((kind, slot(job.key()))).or_default().push(job);
     }
-    // Releases first, as above (a release group sorts before an acquire group).
-    let mut groups: Vec<_> = groups.into_iter().collect();
-    groups.sort_by_key(|((acquire, _), _)| *acquire);
-    join_all(
-        groups
-            .into_iter()
-            .map(|(_, group)| send_group(backend, group)),
-    )
-    .await;
+    join_all(groups.into_values().map(|group| send_group(backend, group))).await;
 }
 
 /// One script call for jobs of one kind (and one slot).

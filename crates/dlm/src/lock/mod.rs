@@ -222,11 +222,14 @@ impl Lock {
                 .await;
             pending.armed = pending.unsure;
             let (err, holder_ttl) = match attempt {
-                Ok(Try::Acquired(grant)) => {
-                    pending.armed = false;
-                    tracing::debug!(fence = ?grant.fence, attempts, "acquired");
-                    return Ok(self.guard(keys, token, grant, opts));
-                }
+                Ok(Try::Acquired(grant)) => match self.replicated(&keys, &token, opts).await {
+                    Ok(()) => {
+                        pending.armed = false;
+                        tracing::debug!(fence = ?grant.fence, attempts, "acquired");
+                        return Ok(self.guard(keys, token, grant, opts));
+                    }
+                    Err(e) => (e, None),
+                },
                 Ok(Try::Busy(ttl)) => (
                     Error::Busy {
                         name: self.name.to_string(),
@@ -279,6 +282,33 @@ impl Lock {
                 None => tokio::time::sleep_until(until).await,
             }
         }
+    }
+
+    /// With [`LockOptions::replicas`], wait until that many replicas have
+    /// the grant; if they do not in time, release it (token-checked) and
+    /// say so.
+    async fn replicated(&self, keys: &LockKeys, token: &Token, opts: &LockOptions) -> Result<()> {
+        let (Some((wanted, timeout)), Some(backend)) = (opts.replicas, self.locks.nodes.single())
+        else {
+            return Ok(());
+        };
+        let wait = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(crate::backend::millis(timeout).max(1))
+            .clone();
+        let replicas: u64 = backend
+            .query_within(timeout + backend.timeout(), &wait)
+            .await?;
+        if replicas >= wanted {
+            return Ok(());
+        }
+        let keys = Arc::new(keys.clone());
+        let _ = self.locks.nodes.release(&self.name, &keys, token).await;
+        Err(Error::NotReplicated {
+            name: self.name.to_string(),
+            replicas,
+            wanted,
+        })
     }
 
     /// Queue this acquisition for a direct hand-over by a releasing task of

@@ -60,6 +60,7 @@ pub struct LockOptions {
     pub(super) retry_interval: Duration,
     pub(super) watchdog: bool,
     pub(super) node_timeout: Option<Duration>,
+    pub(super) replicas: Option<(u64, Duration)>,
 }
 
 impl LockOptions {
@@ -72,6 +73,7 @@ impl LockOptions {
             retry_interval: Duration::from_millis(50),
             watchdog: false,
             node_timeout: None,
+            replicas: None,
         }
     }
 
@@ -114,6 +116,27 @@ impl LockOptions {
         self
     }
 
+    /// Wait after the grant until `n` replicas have it (`WAIT n timeout`),
+    /// and count the acquisition only then: a grant that reached fewer
+    /// replicas in time is released and reported as
+    /// [`Error::NotReplicated`] (retryable; acquire keeps trying until its
+    /// wait runs out). This narrows the failover window in which a master
+    /// that dies before replicating hands the same lock to two clients (see
+    /// the crate docs' Safety section); it costs one more round trip, to the
+    /// slowest of the `n` replicas. Ignored under Redlock (independent
+    /// masters have no replicas).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let opts = dlm::LockOptions::new(Duration::from_secs(10))
+    ///     .replicas(1, Duration::from_millis(100));
+    /// # let _ = opts;
+    /// ```
+    pub fn replicas(mut self, n: u64, timeout: Duration) -> Self {
+        self.replicas = Some((n, timeout));
+        self
+    }
+
     /// The per-node timeout set with [`LockOptions::node_timeout`], if any.
     pub fn node_timeout_for(&self) -> Option<Duration> {
         self.node_timeout
@@ -143,6 +166,14 @@ impl LockOptions {
             return Err(Error::invalid(
                 "retry interval",
                 format!("{:?} is outside 1ms ..= 60s", self.retry_interval),
+            ));
+        }
+        if let Some((n, t)) = self.replicas
+            && (n == 0 || n > 100 || t.is_zero() || t > Duration::from_secs(60))
+        {
+            return Err(Error::invalid(
+                "replicas",
+                format!("{n} replicas within {t:?}: needs 1 ..= 100 within (0, 60s]"),
             ));
         }
         if let Some(t) = self.node_timeout
