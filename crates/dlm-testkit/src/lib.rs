@@ -10,19 +10,23 @@
 //! # Ok::<(), dlm_testkit::Error>(())
 //! ```
 //!
-//! Beyond plain servers it starts, also on free loopback ports in temporary
-//! directories and stopped when dropped:
+//! Beyond single servers it starts the topologies a client has to handle, all
+//! on free loopback ports in temporary directories and stopped when dropped:
 //!
+//! * [`Cluster`]: a Redis Cluster of 3 masters and 3 replicas, with
+//!   [`key_slot`] to find which node serves a key and [`Cluster::failover`];
 //! * TLS servers ([`ServerBuilder::tls`]) with certificates from [`TlsFiles`];
 //! * ACL users ([`ServerBuilder::acl_user`], [`RedisServer::url_as`]).
 //!
 //! [`layers`] checks that a crate's modules import only downwards, for a
 //! test that keeps a crate's module structure free of import cycles.
 
+mod cluster;
 pub mod layers;
 mod resp;
 mod tls;
 
+pub use cluster::{Cluster, ClusterBuilder, key_slot};
 pub use tls::TlsFiles;
 
 use std::net::TcpListener;
@@ -64,6 +68,16 @@ pub enum Error {
         /// The reply or output that was seen.
         reason: String,
     },
+    /// A topology did not reach the wanted state in time.
+    #[error("timed out after {waited:?} waiting for {what}; last seen: {last}")]
+    Timeout {
+        /// What was waited for.
+        what: String,
+        /// How long.
+        waited: Duration,
+        /// Why the last check failed.
+        last: String,
+    },
     /// Generating certificates or setting up the TLS client failed.
     #[error("tls setup failed: {0}")]
     Tls(String),
@@ -88,6 +102,7 @@ pub struct ServerBuilder {
     extra_args: Vec<String>,
     tls: Option<TlsOptions>,
     acl_users: Vec<AclUser>,
+    mode: Mode,
 }
 
 #[derive(Debug, Clone)]
@@ -101,6 +116,15 @@ struct AclUser {
     name: String,
     password: String,
     rules: String,
+}
+
+/// What kind of process [`RedisServer::spawn`] starts.
+#[derive(Debug, Clone, Default)]
+enum Mode {
+    #[default]
+    Plain,
+    /// `--cluster-enabled yes` with its bus on a second free port.
+    ClusterNode,
 }
 
 impl ServerBuilder {
@@ -172,6 +196,12 @@ impl ServerBuilder {
         self
     }
 
+    /// Start as a Redis Cluster node, its cluster bus on a second free port.
+    pub(crate) fn cluster_node(mut self) -> Self {
+        self.mode = Mode::ClusterNode;
+        self
+    }
+
     /// Start the server on a free port and wait until it answers PING.
     pub fn start(self) -> Result<RedisServer, Error> {
         let mut last_err = None;
@@ -179,10 +209,12 @@ impl ServerBuilder {
         // redis-server binds it; try a few ports before giving up.
         for _ in 0..5 {
             let dir = tempfile::Builder::new().prefix("dlm-redis-").tempdir()?;
-            let port = free_port()?;
+            let cluster = matches!(self.mode, Mode::ClusterNode);
+            let ports = free_ports(if cluster { 2 } else { 1 })?;
             let mut server = RedisServer {
                 child: None,
-                port,
+                port: ports[0],
+                bus_port: ports.get(1).copied(),
                 dir,
                 opts: self.clone(),
             };
@@ -205,6 +237,7 @@ impl ServerBuilder {
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
+    bus_port: Option<u16>,
     dir: tempfile::TempDir,
     opts: ServerBuilder,
 }
@@ -321,6 +354,17 @@ impl RedisServer {
         Ok(conn.call(args)?)
     }
 
+    /// The value of `field` in `INFO section` (e.g. `role` in `replication`).
+    pub(crate) fn info_field(&self, section: &str, field: &str) -> Result<String, Error> {
+        let info = self.command(&["INFO", section])?;
+        Ok(info
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .unwrap_or_default()
+            .trim()
+            .to_string())
+    }
+
     /// The directory the server runs in (its log is `redis.log` there).
     pub fn dir(&self) -> PathBuf {
         self.dir.path().to_path_buf()
@@ -362,6 +406,14 @@ impl RedisServer {
         }
         if let Some(p) = &self.opts.password {
             cmd.args(["--requirepass", p]);
+        }
+        if let Some(bus) = self.bus_port {
+            cmd.args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-port", &bus.to_string()]);
+            if self.opts.tls.is_some() {
+                cmd.args(["--tls-cluster", "yes"]);
+            }
         }
         cmd.args(&self.opts.extra_args);
         cmd.stdin(Stdio::null())
@@ -440,9 +492,39 @@ impl Drop for RedisServer {
     }
 }
 
-fn free_port() -> Result<u16, Error> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
+/// `n` distinct free loopback ports (all bound at once, then released).
+fn free_ports(n: usize) -> Result<Vec<u16>, Error> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
+}
+
+/// Poll `check` every `every` until it passes or `timeout` runs out; the
+/// error then carries `what` and the last failure.
+pub(crate) fn wait_until<T>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> Result<T, Error> {
+    let start = Instant::now();
+    loop {
+        match check() {
+            Ok(v) => return Ok(v),
+            Err(last) if start.elapsed() >= timeout => {
+                return Err(Error::Timeout {
+                    what: what.to_string(),
+                    waited: start.elapsed(),
+                    last,
+                });
+            }
+            Err(_) => std::thread::sleep(every),
+        }
+    }
 }
 
 #[cfg(test)]

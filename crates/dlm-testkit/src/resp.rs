@@ -33,6 +33,31 @@ impl Reply {
             Reply::Array(Some(items)) => format!("*{}", items.len()),
         }
     }
+
+    /// A status or bulk string as text.
+    pub(crate) fn text(&self) -> Option<String> {
+        match self {
+            Reply::Status(s) => Some(s.clone()),
+            Reply::Bulk(Some(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        }
+    }
+
+    /// An integer, or a string holding one (Sentinel sends ports as strings).
+    pub(crate) fn int(&self) -> Option<i64> {
+        match self {
+            Reply::Int(i) => Some(*i),
+            other => other.text()?.trim().parse().ok(),
+        }
+    }
+
+    /// The elements of a non-nil array.
+    pub(crate) fn items(&self) -> Option<&[Reply]> {
+        match self {
+            Reply::Array(Some(items)) => Some(items),
+            _ => None,
+        }
+    }
 }
 
 trait Stream: Read + Write + Send {}
@@ -147,13 +172,13 @@ mod tests {
     #[test]
     fn parses_nested_replies() -> io::Result<()> {
         let reply = parse(b"*3\r\n:1\r\n$3\r\nfoo\r\n*2\r\n+OK\r\n$-1\r\n")?;
+        let items = reply.items().unwrap_or_default();
+        assert_eq!(items.len(), 3);
+        assert_eq!(items[0].int(), Some(1));
+        assert_eq!(items[1].text().as_deref(), Some("foo"));
         assert_eq!(
-            reply,
-            Reply::Array(Some(vec![
-                Reply::Int(1),
-                Reply::Bulk(Some(b"foo".to_vec())),
-                Reply::Array(Some(vec![Reply::Status("OK".into()), Reply::Bulk(None)])),
-            ]))
+            items[2],
+            Reply::Array(Some(vec![Reply::Status("OK".into()), Reply::Bulk(None)]))
         );
         assert_eq!(reply.into_line(), "*3");
         assert_eq!(parse(b"-ERR no\r\n")?.into_line(), "-ERR no");
