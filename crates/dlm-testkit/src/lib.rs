@@ -10,16 +10,31 @@
 //! # Ok::<(), dlm_testkit::Error>(())
 //! ```
 //!
+//! Beyond single servers it starts the topologies a client has to handle, all
+//! on free loopback ports in temporary directories and stopped when dropped:
+//!
+//! * [`Cluster`]: a Redis Cluster of 3 masters and 3 replicas, with
+//!   [`key_slot`] to find which node serves a key and [`Cluster::failover`];
+//! * TLS servers ([`ServerBuilder::tls`]) with certificates from [`TlsFiles`];
+//! * ACL users ([`ServerBuilder::acl_user`], [`RedisServer::url_as`]).
+//!
 //! [`layers`] checks that a crate's modules import only downwards, for a
 //! test that keeps a crate's module structure free of import cycles.
 
+mod cluster;
 pub mod layers;
+mod resp;
+mod tls;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+pub use cluster::{Cluster, ClusterBuilder, key_slot};
+pub use tls::TlsFiles;
+
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use resp::{Conn, Reply};
 
 /// What can go wrong while starting or controlling a throwaway server.
 #[derive(Debug, thiserror::Error)]
@@ -45,14 +60,71 @@ pub enum Error {
     /// A local I/O error (temp dir, free port, signals).
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    /// A server or `redis-cli` refused a setup step or answered unexpectedly.
+    #[error("{context}: {reason}")]
+    Command {
+        /// The step that failed, e.g. `ACL SETUSER app on port 41234`.
+        context: String,
+        /// The reply or output that was seen.
+        reason: String,
+    },
+    /// A topology did not reach the wanted state in time.
+    #[error("timed out after {waited:?} waiting for {what}; last seen: {last}")]
+    Timeout {
+        /// What was waited for.
+        what: String,
+        /// How long.
+        waited: Duration,
+        /// Why the last check failed.
+        last: String,
+    },
+    /// Generating certificates or setting up the TLS client failed.
+    #[error("tls setup failed: {0}")]
+    Tls(String),
 }
 
 /// Options for a throwaway server; start it with [`ServerBuilder::start`].
+///
+/// ```no_run
+/// let server = dlm_testkit::RedisServer::builder()
+///     .password("s3cret")
+///     .acl_user("app", "apppw", "~dlm:* +@all")
+///     .arg("--maxmemory")
+///     .arg("10mb")
+///     .start()?;
+/// println!("{} or {}", server.url(), server.url_as("app", "apppw"));
+/// # Ok::<(), dlm_testkit::Error>(())
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct ServerBuilder {
     aof: bool,
     password: Option<String>,
     extra_args: Vec<String>,
+    tls: Option<TlsOptions>,
+    acl_users: Vec<AclUser>,
+    mode: Mode,
+}
+
+#[derive(Debug, Clone)]
+struct TlsOptions {
+    files: TlsFiles,
+    require_client_cert: bool,
+}
+
+#[derive(Debug, Clone)]
+struct AclUser {
+    name: String,
+    password: String,
+    rules: String,
+}
+
+/// What kind of process [`RedisServer::spawn`] starts.
+#[derive(Debug, Clone, Default)]
+enum Mode {
+    #[default]
+    Plain,
+    /// `--cluster-enabled yes` with its bus on a second free port.
+    ClusterNode,
 }
 
 impl ServerBuilder {
@@ -74,6 +146,62 @@ impl ServerBuilder {
         self
     }
 
+    /// Serve TLS only (`--port 0 --tls-port P`) with `files`' server
+    /// certificate, trusting its CA; with `require_client_cert` clients must
+    /// present a certificate that CA signed (`--tls-auth-clients yes`).
+    ///
+    /// [`RedisServer::url`] then starts with `rediss://`, and
+    /// [`RedisServer::command`] speaks TLS. A client of this server must trust
+    /// [`TlsFiles::ca_cert`] and, when `require_client_cert`, present
+    /// [`TlsFiles::client_cert`] and [`TlsFiles::client_key`].
+    ///
+    /// ```no_run
+    /// let tls = dlm_testkit::TlsFiles::generate()?;
+    /// let server = dlm_testkit::RedisServer::builder().tls(&tls, false).start()?;
+    /// assert_eq!(server.command(&["PING"])?, "+PONG");
+    /// # Ok::<(), dlm_testkit::Error>(())
+    /// ```
+    pub fn tls(mut self, files: &TlsFiles, require_client_cert: bool) -> Self {
+        self.tls = Some(TlsOptions {
+            files: files.clone(),
+            require_client_cert,
+        });
+        self
+    }
+
+    /// Add an ACL user once the server is up (and again after a restart):
+    /// `ACL SETUSER name on >password RULES`, `rules` being space-separated
+    /// ACL rules such as `"~dlm:* +get +set"`. The default user stays as it is
+    /// (open, or guarded by [`ServerBuilder::password`]). Connect as the user
+    /// with [`RedisServer::url_as`].
+    ///
+    /// ```no_run
+    /// let server = dlm_testkit::RedisServer::builder()
+    ///     .acl_user("app", "apppw", "~dlm:* +get +set")
+    ///     .start()?;
+    /// let url = server.url_as("app", "apppw");
+    /// # Ok::<(), dlm_testkit::Error>(())
+    /// ```
+    pub fn acl_user(
+        mut self,
+        name: impl Into<String>,
+        password: impl Into<String>,
+        rules: &str,
+    ) -> Self {
+        self.acl_users.push(AclUser {
+            name: name.into(),
+            password: password.into(),
+            rules: rules.to_string(),
+        });
+        self
+    }
+
+    /// Start as a Redis Cluster node, its cluster bus on a second free port.
+    pub(crate) fn cluster_node(mut self) -> Self {
+        self.mode = Mode::ClusterNode;
+        self
+    }
+
     /// Start the server on a free port and wait until it answers PING.
     pub fn start(self) -> Result<RedisServer, Error> {
         let mut last_err = None;
@@ -81,16 +209,19 @@ impl ServerBuilder {
         // redis-server binds it; try a few ports before giving up.
         for _ in 0..5 {
             let dir = tempfile::Builder::new().prefix("dlm-redis-").tempdir()?;
-            let port = free_port()?;
+            let cluster = matches!(self.mode, Mode::ClusterNode);
+            let ports = free_ports(if cluster { 2 } else { 1 })?;
             let mut server = RedisServer {
                 child: None,
-                port,
+                port: ports[0],
+                bus_port: ports.get(1).copied(),
                 dir,
                 opts: self.clone(),
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
-                Err(e @ Error::NotInstalled { .. }) => return Err(e),
+                // Not a port race: trying other ports would not help.
+                Err(e @ (Error::NotInstalled { .. } | Error::Command { .. })) => return Err(e),
                 Err(e) => last_err = Some(e),
             }
         }
@@ -106,6 +237,7 @@ impl ServerBuilder {
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
+    bus_port: Option<u16>,
     dir: tempfile::TempDir,
     opts: ServerBuilder,
 }
@@ -116,7 +248,7 @@ impl RedisServer {
         ServerBuilder::default().start()
     }
 
-    /// Options for a server: AOF, password, extra arguments.
+    /// Options for a server: AOF, password, TLS, ACL users, extra arguments.
     pub fn builder() -> ServerBuilder {
         ServerBuilder::default()
     }
@@ -126,17 +258,46 @@ impl RedisServer {
         (0..n).map(|_| Self::start()).collect()
     }
 
-    /// The port it listens on.
+    /// The port it listens on (the TLS port of a TLS server).
     pub fn port(&self) -> u16 {
         self.port
     }
 
-    /// `redis://[:password@]127.0.0.1:PORT/`.
+    /// `redis://[:password@]127.0.0.1:PORT/`, or `rediss://..` for a TLS server.
     pub fn url(&self) -> String {
+        let scheme = self.scheme();
         match &self.opts.password {
-            Some(p) => format!("redis://:{p}@127.0.0.1:{}/", self.port),
-            None => format!("redis://127.0.0.1:{}/", self.port),
+            Some(p) => format!("{scheme}://:{p}@127.0.0.1:{}/", self.port),
+            None => format!("{scheme}://127.0.0.1:{}/", self.port),
         }
+    }
+
+    /// `redis://user:password@127.0.0.1:PORT/` (or `rediss://..`), to connect
+    /// as an ACL user (see [`ServerBuilder::acl_user`]). Nothing is
+    /// percent-encoded: use plain names and passwords.
+    ///
+    /// ```no_run
+    /// let server = dlm_testkit::RedisServer::builder()
+    ///     .acl_user("app", "apppw", "~dlm:* +@all")
+    ///     .start()?;
+    /// assert!(server.url_as("app", "apppw").starts_with("redis://app:apppw@127.0.0.1:"));
+    /// # Ok::<(), dlm_testkit::Error>(())
+    /// ```
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        format!(
+            "{}://{user}:{password}@127.0.0.1:{}/",
+            self.scheme(),
+            self.port
+        )
+    }
+
+    /// Does it serve TLS only ([`ServerBuilder::tls`])?
+    pub fn is_tls(&self) -> bool {
+        self.opts.tls.is_some()
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.is_tls() { "rediss" } else { "redis" }
     }
 
     /// The process id while it runs.
@@ -174,31 +335,34 @@ impl RedisServer {
         self.signal(libc::SIGCONT)
     }
 
-    /// Send a command with raw RESP over a fresh TCP connection and return the
-    /// first reply line (e.g. `"+OK"`). Handy in tests that must not depend on
-    /// the client library under test.
+    /// Send a command with raw RESP over a fresh connection (TLS for a TLS
+    /// server, authenticated with the password if one is set) and return the
+    /// first reply line (e.g. `"+OK"`, `"-ERR .."`, `":1"`, `"*3"`), or the
+    /// contents of a bulk string (`""` for nil). Handy in tests that must not
+    /// depend on the client library under test.
     pub fn command(&self, args: &[&str]) -> Result<String, Error> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok(self.query(args)?.into_line())
+    }
+
+    /// Like [`RedisServer::command`], with the whole reply.
+    pub(crate) fn query(&self, args: &[&str]) -> Result<Reply, Error> {
+        let tls = self.opts.tls.as_ref().map(|t| t.files.client_config());
+        let mut conn = Conn::connect(self.port, tls, Duration::from_secs(5))?;
         if let Some(p) = &self.opts.password {
-            write_command(&mut stream, &["AUTH", p])?;
-            read_line(&mut stream)?;
+            conn.call(&["AUTH", p])?;
         }
-        write_command(&mut stream, args)?;
-        let mut reader = BufReader::new(stream);
-        let mut line = String::new();
-        reader.read_line(&mut line)?;
-        if let Some(len) = line.strip_prefix('$') {
-            let len: i64 = len.trim().parse().unwrap_or(-1);
-            if len < 0 {
-                return Ok(String::new());
-            }
-            let mut body = vec![0u8; len as usize + 2];
-            reader.read_exact(&mut body)?;
-            body.truncate(len as usize);
-            return Ok(String::from_utf8_lossy(&body).into_owned());
-        }
-        Ok(line.trim_end().to_string())
+        Ok(conn.call(args)?)
+    }
+
+    /// The value of `field` in `INFO section` (e.g. `role` in `replication`).
+    pub(crate) fn info_field(&self, section: &str, field: &str) -> Result<String, Error> {
+        let info = self.command(&["INFO", section])?;
+        Ok(info
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .unwrap_or_default()
+            .trim()
+            .to_string())
     }
 
     /// The directory the server runs in (its log is `redis.log` there).
@@ -222,15 +386,19 @@ impl RedisServer {
 
     fn spawn(&mut self) -> Result<(), Error> {
         let binary = std::env::var("DLM_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let dir = self.dir.path().to_string_lossy().into_owned();
         let log = self.dir.path().join("redis.log");
         let mut cmd = Command::new(&binary);
-        cmd.current_dir(self.dir.path())
-            .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1"])
+        cmd.current_dir(self.dir.path());
+        match &self.opts.tls {
+            Some(t) => cmd.args(t.files.server_args(self.port, t.require_client_cert)),
+            None => cmd.args(["--port", &self.port.to_string()]),
+        };
+        cmd.args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--daemonize", "no"])
             .args(["--logfile", &log.to_string_lossy()])
-            .args(["--dir", &self.dir.path().to_string_lossy()]);
+            .args(["--dir", &dir]);
         if self.opts.aof {
             cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
         } else {
@@ -238,6 +406,14 @@ impl RedisServer {
         }
         if let Some(p) = &self.opts.password {
             cmd.args(["--requirepass", p]);
+        }
+        if let Some(bus) = self.bus_port {
+            cmd.args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-port", &bus.to_string()]);
+            if self.opts.tls.is_some() {
+                cmd.args(["--tls-cluster", "yes"]);
+            }
         }
         cmd.args(&self.opts.extra_args);
         cmd.stdin(Stdio::null())
@@ -248,7 +424,32 @@ impl RedisServer {
             source,
         })?;
         self.child = Some(child);
-        self.wait_ready()
+        self.wait_ready()?;
+        self.add_acl_users()
+    }
+
+    fn add_acl_users(&mut self) -> Result<(), Error> {
+        for user in &self.opts.acl_users {
+            let pass = format!(">{}", user.password);
+            let mut args = vec!["ACL", "SETUSER", &user.name, "on", &pass];
+            args.extend(user.rules.split_whitespace());
+            let reply = self.command(&args)?;
+            if reply != "+OK" {
+                return Err(Error::Command {
+                    context: format!("ACL SETUSER {} on port {}", user.name, self.port),
+                    reason: reply,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The last lines of its log, for error messages.
+    pub(crate) fn log_tail(&self, lines: usize) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+        let mut tail: Vec<&str> = log.lines().rev().take(lines).collect();
+        tail.reverse();
+        tail.join(" | ")
     }
 
     fn wait_ready(&mut self) -> Result<(), Error> {
@@ -258,12 +459,9 @@ impl RedisServer {
                 && let Ok(Some(status)) = child.try_wait()
             {
                 self.child = None;
-                let log =
-                    std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(5).collect();
                 return Err(Error::NotReady {
                     port: self.port,
-                    reason: format!("exited with {status}: {}", tail.join(" | ")),
+                    reason: format!("exited with {status}: {}", self.log_tail(5)),
                 });
             }
             if self.ping_ok() {
@@ -294,34 +492,47 @@ impl Drop for RedisServer {
     }
 }
 
-fn free_port() -> Result<u16, Error> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
+/// `n` distinct free loopback ports (all bound at once, then released).
+fn free_ports(n: usize) -> Result<Vec<u16>, Error> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
 }
 
-fn write_command(stream: &mut TcpStream, args: &[&str]) -> std::io::Result<()> {
-    let mut buf = format!("*{}\r\n", args.len());
-    for a in args {
-        buf.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-    }
-    stream.write_all(buf.as_bytes())
-}
-
-fn read_line(stream: &mut TcpStream) -> std::io::Result<String> {
-    let mut out = Vec::new();
-    let mut byte = [0u8; 1];
-    while stream.read(&mut byte)? == 1 {
-        out.push(byte[0]);
-        if out.ends_with(b"\r\n") {
-            break;
+/// Poll `check` every `every` until it passes or `timeout` runs out; the
+/// error then carries `what` and the last failure.
+pub(crate) fn wait_until<T>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> Result<T, Error> {
+    let start = Instant::now();
+    loop {
+        match check() {
+            Ok(v) => return Ok(v),
+            Err(last) if start.elapsed() >= timeout => {
+                return Err(Error::Timeout {
+                    what: what.to_string(),
+                    waited: start.elapsed(),
+                    last,
+                });
+            }
+            Err(_) => std::thread::sleep(every),
         }
     }
-    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use resp::write_command;
+    use std::io::Read;
+    use std::net::TcpStream;
 
     #[test]
     fn starts_answers_and_stops() -> Result<(), Error> {
@@ -353,6 +564,66 @@ mod tests {
         let server = RedisServer::builder().password("s3cret").start()?;
         assert!(server.url().contains(":s3cret@"));
         assert_eq!(server.command(&["PING"])?, "+PONG");
+        Ok(())
+    }
+
+    #[test]
+    fn acl_user_is_held_to_its_rules() -> Result<(), Error> {
+        let mut server = RedisServer::builder()
+            .acl_user("app", "apppw", "~dlm:* +get +set")
+            .start()?;
+        let port = server.port();
+        assert_eq!(
+            server.url_as("app", "apppw"),
+            format!("redis://app:apppw@127.0.0.1:{port}/")
+        );
+        let as_app = |server: &RedisServer| -> Result<(), Error> {
+            let mut conn = Conn::connect(server.port(), None, Duration::from_secs(5))?;
+            assert_eq!(
+                conn.call(&["AUTH", "app", "apppw"])?,
+                Reply::Status("OK".into())
+            );
+            assert_eq!(
+                conn.call(&["SET", "dlm:x", "1"])?,
+                Reply::Status("OK".into())
+            );
+            assert_eq!(
+                conn.call(&["GET", "dlm:x"])?,
+                Reply::Bulk(Some(b"1".to_vec()))
+            );
+            let refused = conn.call(&["SET", "other", "1"])?.into_line();
+            assert!(refused.starts_with("-NOPERM"), "{refused}");
+            let refused = conn.call(&["DEL", "dlm:x"])?.into_line();
+            assert!(refused.starts_with("-NOPERM"), "{refused}");
+            Ok(())
+        };
+        as_app(&server)?;
+        // The default user is left as it was: open.
+        assert_eq!(server.command(&["SET", "other", "1"])?, "+OK");
+        let mut conn = Conn::connect(port, None, Duration::from_secs(5))?;
+        let wrong = conn.call(&["AUTH", "app", "nope"])?.into_line();
+        assert!(wrong.starts_with("-WRONGPASS"), "{wrong}");
+        // A restart adds the user again.
+        server.restart()?;
+        as_app(&server)
+    }
+
+    #[test]
+    fn acl_user_next_to_a_password() -> Result<(), Error> {
+        let server = RedisServer::builder()
+            .password("s3cret")
+            .acl_user("app", "apppw", "~* +@all")
+            .start()?;
+        assert_eq!(server.command(&["ACL", "WHOAMI"])?, "default");
+        let mut conn = Conn::connect(server.port(), None, Duration::from_secs(5))?;
+        assert_eq!(
+            conn.call(&["AUTH", "app", "apppw"])?,
+            Reply::Status("OK".into())
+        );
+        assert_eq!(
+            conn.call(&["ACL", "WHOAMI"])?,
+            Reply::Bulk(Some(b"app".to_vec()))
+        );
         Ok(())
     }
 
