@@ -15,6 +15,8 @@
 //!
 //! * [`Cluster`]: a Redis Cluster of 3 masters and 3 replicas, with
 //!   [`key_slot`] to find which node serves a key and [`Cluster::failover`];
+//! * [`Sentinels`]: a master, a replica and 3 sentinels, with
+//!   [`Sentinels::kill_master`] and [`Sentinels::wait_for_failover`];
 //! * TLS servers ([`ServerBuilder::tls`]) with certificates from [`TlsFiles`];
 //! * ACL users ([`ServerBuilder::acl_user`], [`RedisServer::url_as`]).
 //!
@@ -24,9 +26,11 @@
 mod cluster;
 pub mod layers;
 mod resp;
+mod sentinel;
 mod tls;
 
 pub use cluster::{Cluster, ClusterBuilder, key_slot};
+pub use sentinel::{Sentinels, SentinelsBuilder};
 pub use tls::TlsFiles;
 
 use std::net::TcpListener;
@@ -125,6 +129,9 @@ enum Mode {
     Plain,
     /// `--cluster-enabled yes` with its bus on a second free port.
     ClusterNode,
+    /// `redis-server sentinel.conf --sentinel`, the config holding these
+    /// lines after the generated `port`, `dir` and `logfile`.
+    Sentinel { config: Vec<String> },
 }
 
 impl ServerBuilder {
@@ -199,6 +206,12 @@ impl ServerBuilder {
     /// Start as a Redis Cluster node, its cluster bus on a second free port.
     pub(crate) fn cluster_node(mut self) -> Self {
         self.mode = Mode::ClusterNode;
+        self
+    }
+
+    /// Start as a sentinel whose config holds `config` (e.g. `sentinel monitor ..`).
+    pub(crate) fn sentinel(mut self, config: Vec<String>) -> Self {
+        self.mode = Mode::Sentinel { config };
         self
     }
 
@@ -390,32 +403,51 @@ impl RedisServer {
         let log = self.dir.path().join("redis.log");
         let mut cmd = Command::new(&binary);
         cmd.current_dir(self.dir.path());
-        match &self.opts.tls {
-            Some(t) => cmd.args(t.files.server_args(self.port, t.require_client_cert)),
-            None => cmd.args(["--port", &self.port.to_string()]),
-        };
-        cmd.args(["--bind", "127.0.0.1"])
-            .args(["--save", ""])
-            .args(["--daemonize", "no"])
-            .args(["--logfile", &log.to_string_lossy()])
-            .args(["--dir", &dir]);
-        if self.opts.aof {
-            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
-        } else {
-            cmd.args(["--appendonly", "no"]);
-        }
-        if let Some(p) = &self.opts.password {
-            cmd.args(["--requirepass", p]);
-        }
-        if let Some(bus) = self.bus_port {
-            cmd.args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", "nodes.conf"])
-                .args(["--cluster-port", &bus.to_string()]);
-            if self.opts.tls.is_some() {
-                cmd.args(["--tls-cluster", "yes"]);
+        if let Mode::Sentinel { config } = &self.opts.mode {
+            // A sentinel needs a writable config file, which it rewrites with
+            // what it learns; a restart keeps the rewritten one.
+            let path = self.dir.path().join("sentinel.conf");
+            if !path.exists() {
+                let mut text = format!(
+                    "port {}\nbind 127.0.0.1\ndaemonize no\ndir \"{dir}\"\nlogfile \"{}\"\n",
+                    self.port,
+                    log.to_string_lossy()
+                );
+                for line in config {
+                    text.push_str(line);
+                    text.push('\n');
+                }
+                std::fs::write(&path, text)?;
             }
+            cmd.arg(&path).arg("--sentinel");
+        } else {
+            match &self.opts.tls {
+                Some(t) => cmd.args(t.files.server_args(self.port, t.require_client_cert)),
+                None => cmd.args(["--port", &self.port.to_string()]),
+            };
+            cmd.args(["--bind", "127.0.0.1"])
+                .args(["--save", ""])
+                .args(["--daemonize", "no"])
+                .args(["--logfile", &log.to_string_lossy()])
+                .args(["--dir", &dir]);
+            if self.opts.aof {
+                cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+            } else {
+                cmd.args(["--appendonly", "no"]);
+            }
+            if let Some(p) = &self.opts.password {
+                cmd.args(["--requirepass", p]);
+            }
+            if let Some(bus) = self.bus_port {
+                cmd.args(["--cluster-enabled", "yes"])
+                    .args(["--cluster-config-file", "nodes.conf"])
+                    .args(["--cluster-port", &bus.to_string()]);
+                if self.opts.tls.is_some() {
+                    cmd.args(["--tls-cluster", "yes"]);
+                }
+            }
+            cmd.args(&self.opts.extra_args);
         }
-        cmd.args(&self.opts.extra_args);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -58,6 +58,14 @@ impl Reply {
             _ => None,
         }
     }
+
+    /// The value after `key` in a flat `[key, value, key, value, ..]` array.
+    pub(crate) fn field(&self, key: &str) -> Option<String> {
+        self.items()?
+            .chunks(2)
+            .find(|kv| kv[0].text().as_deref() == Some(key))
+            .and_then(|kv| kv.get(1)?.text())
+    }
 }
 
 trait Stream: Read + Write + Send {}
@@ -184,6 +192,14 @@ mod tests {
         assert_eq!(parse(b"-ERR no\r\n")?.into_line(), "-ERR no");
         assert_eq!(parse(b"$-1\r\n")?.into_line(), "");
         assert_eq!(parse(b"$4\r\na\r\nb\r\n")?.into_line(), "a\r\nb");
+        Ok(())
+    }
+
+    #[test]
+    fn finds_fields_in_flat_arrays() -> io::Result<()> {
+        let reply = parse(b"*4\r\n$4\r\nname\r\n$2\r\nm1\r\n$5\r\nflags\r\n$6\r\nmaster\r\n")?;
+        assert_eq!(reply.field("flags").as_deref(), Some("master"));
+        assert_eq!(reply.field("port"), None);
         Ok(())
     }
 }
