@@ -74,16 +74,34 @@ pub struct Cli {
 
     /// TLS (rediss:// URLs): trust the server certificates this CA (PEM)
     /// signed instead of the system's roots. Env: DLM_CACERT.
-    #[arg(long, value_name = "FILE", global = true, env = "DLM_CACERT")]
+    #[arg(
+        long = "cacert",
+        id = "tls_cacert",
+        value_name = "FILE",
+        global = true,
+        env = "DLM_CACERT"
+    )]
     pub cacert: Option<PathBuf>,
 
     /// TLS: the client certificate (PEM) for mutual TLS; needs --key.
     /// Env: DLM_CERT.
-    #[arg(long, value_name = "FILE", global = true, env = "DLM_CERT")]
+    #[arg(
+        long = "cert",
+        id = "tls_cert",
+        value_name = "FILE",
+        global = true,
+        env = "DLM_CERT"
+    )]
     pub cert: Option<PathBuf>,
 
     /// TLS: the client certificate's private key (PEM). Env: DLM_KEY.
-    #[arg(long, value_name = "FILE", global = true, env = "DLM_KEY")]
+    #[arg(
+        long = "key",
+        id = "tls_key",
+        value_name = "FILE",
+        global = true,
+        env = "DLM_KEY"
+    )]
     pub key: Option<PathBuf>,
 
     /// What to do.

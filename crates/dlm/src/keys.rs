@@ -45,8 +45,8 @@ pub const DEFAULT_LOCK_PREFIX: &str = "dlm:lock:";
 pub const ACL_RULES: &str = "resetkeys ~dlm:* resetchannels &dlm:* -@all \
 +evalsha +eval +script|load +get +set +del +pexpire +pttl +incr +incrby +decrby \
 +hget +hmget +hset +hdel +hincrby +lpush +ltrim +blpop +zadd +zcard +zcount \
-+zmscore +zrange +zrangebyscore +zrem +zremrangebyrank +zscore +time +publish \
-+subscribe +unsubscribe +ping +hello +client|setinfo +cluster|slots \
++zmscore +zrange +zrangebyscore +zrem +zremrangebyrank +zscore +time +wait +publish \
++subscribe +unsubscribe +ping +hello +cluster|slots \
 +cluster|shards +asking +info";
 
 /// The keys and channel of one lock.

@@ -236,11 +236,17 @@ where
     let broken = Arc::new(tokio::sync::Notify::new());
     let signal = broken.clone();
     tokio::spawn(async move {
+        let mut ever_up = false;
         loop {
-            let Some((conn, addr)) = connect_once(&tx, &connector, attempt_timeout, &preload).await
+            // Before the first connection, an error no retry can fix (a wrong
+            // password, an unknown master name) ends it; once it has been up,
+            // every error is taken as passing (a failover in progress).
+            let Some((conn, addr)) =
+                connect_once(&tx, &connector, attempt_timeout, &preload, !ever_up).await
             else {
                 return;
             };
+            ever_up = true;
             tx.send_replace(State::Up(conn));
             let Some((recheck, every)) = &recheck else {
                 return;
@@ -270,6 +276,7 @@ async fn connect_once<C: ConnectionLike + Clone + Send + Sync + 'static>(
     connector: &Connector<C>,
     attempt_timeout: Duration,
     preload: &[&'static redis::Script],
+    give_up: bool,
 ) -> Option<(C, String)> {
     let mut pause = Duration::from_millis(50);
     let mut failures = 0u32;
@@ -293,7 +300,7 @@ async fn connect_once<C: ConnectionLike + Clone + Send + Sync + 'static>(
             }
             Ok(Err(e)) => {
                 let e = Error::from(e);
-                if !e.is_retryable() {
+                if give_up && !e.is_retryable() {
                     tracing::warn!(error = %e, "the server refused the connection for good");
                     tx.send_replace(State::Failed(e.to_string()));
                     return None;

@@ -1,0 +1,409 @@
+//! The core of the lock, queue and consistency suites, run on every kind of
+//! deployment the testkit starts: one server, a Redis Cluster (3 masters +
+//! 3 replicas), a master behind 3 Sentinels, a server over mutual TLS, and
+//! one server used as the least-privilege ACL user the README documents.
+//! One function per suite, called once per topology: the cases are written
+//! once and never copied per topology.
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{TestResult, ttl};
+use dlm::queue::{NewTask, OnDuplicate, WorkerOptions};
+use dlm::{Client, Error};
+use dlm_testkit::{Cluster, RedisServer, Sentinels, TlsFiles};
+
+/// A running deployment and how to connect to it.
+#[allow(clippy::large_enum_variant)]
+enum Topology {
+    Standalone(RedisServer),
+    Cluster(Cluster),
+    Sentinel(Sentinels),
+    Tls(RedisServer, TlsFiles),
+    /// One server, used as a least-privilege ACL user ([`dlm::keys::ACL_RULES`]).
+    Acl(RedisServer),
+}
+
+impl Topology {
+    async fn client(&self) -> Result<Client, Error> {
+        let builder = Client::builder().timeout(Duration::from_secs(2));
+        match self {
+            Topology::Standalone(s) => builder.connect(&s.url()).await,
+            Topology::Cluster(c) => builder.connect_cluster(&c.urls()).await,
+            Topology::Sentinel(s) => {
+                builder
+                    .connect_sentinel(s.master_name(), &s.sentinel_urls())
+                    .await
+            }
+            Topology::Acl(s) => builder.connect(&s.url_as("dlm", "s3cret")).await,
+            Topology::Tls(s, files) => {
+                builder
+                    .tls(
+                        dlm::TlsConfig::default()
+                            .ca(&files.ca_cert)
+                            .client_cert(&files.client_cert, &files.client_key),
+                    )
+                    .connect(&s.url())
+                    .await
+            }
+        }
+    }
+}
+
+/// Every core case, on one topology.
+async fn core_cases(topology: &Topology) -> TestResult {
+    let client = topology.client().await?;
+    let other = topology.client().await?;
+    locks(&client, &other).await?;
+    replicas(&client, topology).await?;
+    queue(&client).await?;
+    consistency(&client).await?;
+    Ok(())
+}
+
+async fn locks(client: &Client, other: &Client) -> TestResult {
+    // Names in many hash slots: every script's keys share one slot.
+    let mut fences = HashSet::new();
+    for i in 0..200 {
+        let name = format!("slots:{i}");
+        let g = client.lock(&name).acquire(&ttl(5000)).await?;
+        let fence = g.fence().expect("one deployment: a fence");
+        assert!(fences.insert((g.key().to_string(), fence)));
+        assert!(matches!(
+            other.lock(&name).acquire(&ttl(5000)).await,
+            Err(Error::Busy { .. })
+        ));
+        assert!(g.is_held().await?);
+        let status = client.lock(&name).status().await?;
+        assert!(status.held);
+        g.release().await?;
+    }
+
+    // Waiting is woken by the release (not the 2 s retry interval).
+    let held = client.lock("wake").acquire(&ttl(10_000)).await?;
+    let waiter = {
+        let other = other.clone();
+        tokio::spawn(async move {
+            let opts = ttl(10_000)
+                .wait(Duration::from_secs(8))
+                .retry_interval(Duration::from_secs(2));
+            let t0 = Instant::now();
+            let g = other.lock("wake").acquire(&opts).await?;
+            let waited = t0.elapsed();
+            g.release().await?;
+            Ok::<_, Error>(waited)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    held.release().await?;
+    let waited = waiter.await??;
+    let after_release = released_at.elapsed();
+    assert!(
+        after_release < Duration::from_millis(900) && waited > Duration::from_millis(250),
+        "woken {after_release:?} after the release (waited {waited:?})"
+    );
+
+    // Hand-over between two tasks of one client, then fences still increase.
+    let first = client.lock("handover").acquire(&ttl(5000)).await?;
+    let f1 = first.fence();
+    let next = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let opts = ttl(5000).wait(Duration::from_secs(5));
+            let g = client.lock("handover").acquire(&opts).await?;
+            let f = g.fence();
+            g.release().await?;
+            Ok::<_, Error>(f)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.release().await?;
+    assert!(next.await?? > f1);
+
+    // The watchdog keeps a short lease; lost() fires when another takes it.
+    let g = client
+        .lock("watched")
+        .acquire(&ttl(300).watchdog(true))
+        .await?;
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(g.is_held().await? && !g.is_lost());
+    other.lock("watched").release_token(g.token()).await?;
+    tokio::time::timeout(Duration::from_secs(2), g.lost()).await?;
+
+    // Fenced writes refuse a stale fence.
+    let a = client.lock("ledger").acquire(&ttl(5000)).await?;
+    let stale = a.fence().expect("fence");
+    a.release().await?;
+    let b = client.lock("ledger").acquire(&ttl(5000)).await?;
+    let fresh = b.fence().expect("fence");
+    client.fenced_write("ledger", fresh, b"new").await?;
+    assert!(matches!(
+        client.fenced_write("ledger", stale, b"old").await,
+        Err(Error::StaleFence { .. })
+    ));
+    assert_eq!(
+        client.fenced_read("ledger").await?.map(|(_, v)| v),
+        Some(b"new".to_vec())
+    );
+    b.release().await?;
+
+    // release_all over names in many slots.
+    let mut guards = Vec::new();
+    for i in 0..50 {
+        guards.push(client.lock(format!("all:{i}")).acquire(&ttl(5000)).await?);
+    }
+    let report = client.release_all().await;
+    assert_eq!(report.released, 50, "{report:?}");
+    drop(guards);
+    Ok(())
+}
+
+/// `LockOptions::replicas`: counted only once a replica has the grant.
+async fn replicas(client: &Client, topology: &Topology) -> TestResult {
+    let opts = ttl(5000).replicas(1, Duration::from_millis(500));
+    match topology {
+        Topology::Cluster(_) | Topology::Sentinel(_) => {
+            let g = client.lock("replicated").acquire(&opts).await?;
+            g.release().await?;
+        }
+        Topology::Standalone(_) | Topology::Tls(..) | Topology::Acl(_) => {
+            let r = client.lock("replicated").acquire(&opts).await;
+            assert!(
+                matches!(
+                    r,
+                    Err(Error::NotReplicated {
+                        replicas: 0,
+                        wanted: 1,
+                        ..
+                    })
+                ),
+                "{r:?}"
+            );
+            assert!(
+                !client.lock("replicated").status().await?.held,
+                "released again"
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn queue(client: &Client) -> TestResult {
+    let queue = client.queue("topology-jobs").max_attempts(2);
+    // A worker that starts idle is woken by the enqueue (its blocking wait
+    // goes to the node that owns the queue's keys).
+    let handled = Arc::new(AtomicUsize::new(0));
+    let stop = dlm::CancellationToken::new();
+    let worker = {
+        let (queue, handled, stop) = (queue.clone(), handled.clone(), stop.clone());
+        tokio::spawn(async move {
+            queue
+                .worker(WorkerOptions::new().concurrency(8))
+                .run(
+                    move |task| {
+                        let handled = handled.clone();
+                        async move {
+                            if task.id.starts_with("poison") {
+                                return Err("always fails");
+                            }
+                            handled.fetch_add(1, Ordering::SeqCst);
+                            Ok(())
+                        }
+                    },
+                    stop,
+                )
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let tasks: Vec<NewTask> = (0..300).map(|i| NewTask::new(format!("t{i}"))).collect();
+    queue
+        .enqueue(tasks, Duration::ZERO, OnDuplicate::Keep)
+        .await?;
+    queue.push("poison:1").await?;
+    let t0 = Instant::now();
+    while handled.load(Ordering::SeqCst) < 300 && t0.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The poison task dies after its 2 attempts (1 s backoff between them).
+    let t0 = Instant::now();
+    while queue.stats().await?.dead < 1 && t0.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    let report = worker.await??;
+    assert_eq!(handled.load(Ordering::SeqCst), 300, "each task once");
+    assert_eq!(report.acked, 300, "{report:?}");
+    let stats = queue.stats().await?;
+    assert_eq!(
+        (stats.waiting, stats.inflight, stats.dead),
+        (0, 0, 1),
+        "{stats:?}"
+    );
+    assert_eq!(queue.retry_dead(None).await?, 1);
+    assert_eq!(queue.purge_dead().await?, 0);
+    assert_eq!(queue.pop(10).await?.len(), 1);
+    Ok(())
+}
+
+async fn consistency(client: &Client) -> TestResult {
+    let stock = client.stock("phones");
+    stock.set(3).await?;
+    for left in [2, 1, 0] {
+        assert_eq!(stock.take(1).await?, dlm::consistency::Take::Taken { left });
+    }
+    assert!(matches!(
+        stock.take(1).await?,
+        dlm::consistency::Take::Insufficient { .. }
+    ));
+    let record = client.versioned("profile");
+    let v1 = record.write(0, b"a").await?;
+    assert!(matches!(
+        record.write(0, b"b").await,
+        Err(Error::Conflict { .. })
+    ));
+    assert_eq!(record.write(v1, b"c").await?, v1 + 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_cases_on_one_server() -> TestResult {
+    core_cases(&Topology::Standalone(RedisServer::start()?)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_cases_on_a_cluster() -> TestResult {
+    core_cases(&Topology::Cluster(Cluster::start()?)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_cases_behind_sentinel() -> TestResult {
+    core_cases(&Topology::Sentinel(Sentinels::start("dlm-master")?)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_cases_over_mutual_tls() -> TestResult {
+    let files = TlsFiles::generate()?;
+    let server = RedisServer::builder().tls(&files, true).start()?;
+    core_cases(&Topology::Tls(server, files)).await
+}
+
+/// SIGKILL the master under a running worker and a held watchdog lock: the
+/// worker goes on with the new master, and the lock is either still held
+/// there or its guard says it was lost (never held unawares by two).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_keeps_the_worker_going_and_the_holder_informed() -> TestResult {
+    if std::env::var_os("DLM_TEST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("dlm=debug,redis=debug"))
+            .try_init();
+    }
+    let mut sentinels = Sentinels::start("dlm-failover")?;
+    let client = Client::builder()
+        .timeout(Duration::from_secs(1))
+        .connect_sentinel("dlm-failover", &sentinels.sentinel_urls())
+        .await?;
+    let queue = client.queue("failover");
+    let handled = Arc::new(AtomicUsize::new(0));
+    let stop = dlm::CancellationToken::new();
+    let worker = {
+        let (queue, handled, stop) = (queue.clone(), handled.clone(), stop.clone());
+        tokio::spawn(async move {
+            queue
+                .worker(WorkerOptions::new().concurrency(4))
+                .run(
+                    move |_task| {
+                        let handled = handled.clone();
+                        async move {
+                            handled.fetch_add(1, Ordering::SeqCst);
+                            Ok::<(), std::io::Error>(())
+                        }
+                    },
+                    stop,
+                )
+                .await
+        })
+    };
+    for i in 0..20 {
+        queue.push(format!("before:{i}")).await?;
+    }
+    let guard = client
+        .lock("leader")
+        .acquire(&ttl(3000).watchdog(true))
+        .await?;
+    let t0 = Instant::now();
+    while handled.load(Ordering::SeqCst) < 20 && t0.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(handled.load(Ordering::SeqCst), 20);
+
+    let old = sentinels.current_master_port()?;
+    sentinels.kill_master()?;
+    let new = sentinels.wait_for_failover(old, Duration::from_secs(30))?;
+    assert_ne!(old, new);
+
+    // The worker goes on with the new master.
+    let t0 = Instant::now();
+    let mut pushed = 0;
+    while pushed < 20 && t0.elapsed() < Duration::from_secs(20) {
+        if queue.push(format!("after:{pushed}")).await.is_ok() {
+            pushed += 1;
+        } else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert_eq!(pushed, 20, "enqueues work again after the failover");
+    let t0 = Instant::now();
+    while handled.load(Ordering::SeqCst) < 40 && t0.elapsed() < Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        handled.load(Ordering::SeqCst) >= 40,
+        "the worker handled {} of 40",
+        handled.load(Ordering::SeqCst)
+    );
+
+    // The lock: held on the new master, or the guard knows it is lost.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = guard.is_held().await.unwrap_or(false);
+    // Never unaware: if the key did not survive the failover, the guard says so.
+    assert!(
+        held || guard.is_lost(),
+        "held on the new master: {held}, guard lost: {}",
+        guard.is_lost()
+    );
+    if !held {
+        // Lost: another client can take it, and our guard said so first.
+        client
+            .lock("leader")
+            .acquire(&ttl(3000))
+            .await?
+            .release()
+            .await?;
+    }
+    stop.cancel();
+    worker.await??;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_cases_as_a_least_privilege_acl_user() -> TestResult {
+    let server = RedisServer::builder()
+        .acl_user("dlm", "s3cret", dlm::keys::ACL_RULES)
+        .start()?;
+    core_cases(&Topology::Acl(server)).await
+}
+
+#[test]
+fn the_readme_shows_the_acl_rules_the_tests_use() {
+    let readme = include_str!("../../../README.md");
+    let line = format!("ACL SETUSER dlm on >PASSWORD {}", dlm::keys::ACL_RULES);
+    assert!(
+        readme.contains(&line),
+        "README's ACL line differs from ACL_RULES"
+    );
+}
