@@ -25,7 +25,7 @@ use tokio::task::JoinSet;
 
 use crate::error::{CliError, EXIT_OK, redis_err};
 use crate::global::Global;
-use crate::global::target::{Target, connect, raw_connection, redis_version};
+use crate::global::target::{RawConnection, Target, connect, raw_connection, redis_version};
 use crate::output::{self, cell_us, human, us};
 use crate::rng::{SplitMix, seed};
 use crate::stats::percentile;
@@ -122,12 +122,10 @@ fn failed(what: &'static str, detail: impl Into<String>) -> CliError {
 }
 
 /// `used_memory` from `INFO memory`.
-async fn used_memory(conn: &mut redis::aio::MultiplexedConnection) -> Result<i64, CliError> {
-    let info: String = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(conn)
-        .await
-        .map_err(redis_err)?;
+async fn used_memory(conn: &mut RawConnection, queue: &str) -> Result<i64, CliError> {
+    // On a cluster: the memory of the node that holds the queue's keys.
+    let key = format!("{}{{{queue}}}:waiting", dlm::keys::DEFAULT_QUEUE_PREFIX);
+    let info = conn.info_for("memory", &key).await.map_err(redis_err)?;
     info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
@@ -246,7 +244,7 @@ async fn idle_start(
 }
 
 /// Delete the benchmark queue's keys.
-async fn cleanup(conn: &mut redis::aio::MultiplexedConnection, name: &str) {
+async fn cleanup(conn: &mut RawConnection, name: &str) {
     let mut del = redis::cmd("DEL");
     for suffix in [
         "waiting", "payload", "inflight", "lease", "attempts", "dead", "errors", "fence", "stats",
@@ -286,7 +284,7 @@ async fn phases(
     global: &Global,
     args: &BenchQueueArgs,
     queue: &Queue,
-    raw: &mut redis::aio::MultiplexedConnection,
+    raw: &mut RawConnection,
     target: &Target,
     version: Option<String>,
 ) -> Result<u8, CliError> {
@@ -302,11 +300,11 @@ async fn phases(
         ))?;
     }
 
-    let before = used_memory(raw).await?;
+    let before = used_memory(raw, name).await?;
     let start = Instant::now();
     enqueue_all(queue, n, u64::from(args.batch)).await?;
     let secs = start.elapsed().as_secs_f64();
-    let after = used_memory(raw).await?;
+    let after = used_memory(raw, name).await?;
     let enqueue = EnqueuePhase {
         implementation: "dlm",
         phase: "enqueue",

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::error::{CliError, EXIT_OK, redis_err};
 use crate::global::Global;
-use crate::global::target::{Target, connect, raw_connection};
+use crate::global::target::{RawConnection, Target, connect, raw_connection};
 use crate::output::{self, cell_us, human, us};
 use crate::stats::{Handoff, percentile};
 
@@ -78,24 +78,20 @@ impl Part {
 }
 
 /// One read-modify-write increment: GET, pause, SET.
-async fn increment(
-    conn: &mut redis::aio::MultiplexedConnection,
-    key: &str,
-    pause: Duration,
-) -> Result<(), CliError> {
+async fn increment(conn: &mut RawConnection, key: &str, pause: Duration) -> Result<(), CliError> {
     let v: Option<u64> = conn.get(key).await.map_err(redis_err)?;
     tokio::time::sleep(pause).await;
     let () = conn.set(key, v.unwrap_or(0) + 1).await.map_err(redis_err)?;
     Ok(())
 }
 
-async fn read(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Result<u64, CliError> {
+async fn read(conn: &mut RawConnection, key: &str) -> Result<u64, CliError> {
     let v: Option<u64> = conn.get(key).await.map_err(redis_err)?;
     Ok(v.unwrap_or(0))
 }
 
 /// Part 1: no lock.
-async fn unlocked(conn: &redis::aio::MultiplexedConnection) -> Result<Part, CliError> {
+async fn unlocked(conn: &RawConnection) -> Result<Part, CliError> {
     let started = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
@@ -132,10 +128,7 @@ async fn unlocked(conn: &redis::aio::MultiplexedConnection) -> Result<Part, CliE
 }
 
 /// Part 2: the same under `client.lock("demo:counter")`.
-async fn locked(
-    client: &dlm::Client,
-    conn: &redis::aio::MultiplexedConnection,
-) -> Result<Part, CliError> {
+async fn locked(client: &dlm::Client, conn: &RawConnection) -> Result<Part, CliError> {
     let handoff = Arc::new(Handoff::default());
     let started = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
@@ -203,11 +196,7 @@ async fn locked(
 }
 
 /// Part 3: processes running `dlm lock run ... -- dlm demo increment-key`.
-async fn processes(
-    global: &Global,
-    url: &str,
-    conn: &redis::aio::MultiplexedConnection,
-) -> Result<Part, CliError> {
+async fn processes(global: &Global, url: &str, conn: &RawConnection) -> Result<Part, CliError> {
     let exe = std::env::current_exe().map_err(CliError::io("finding the dlm binary"))?;
     let timeout = humantime::format_duration(global.timeout).to_string();
     let started = Instant::now();

@@ -266,3 +266,37 @@ fn cluster_and_sentinel_exclude_each_other() {
     let r = run_args(&["--cluster", "--sentinel", "m", "lock", "status", "x"]);
     assert_eq!(r.code(), 2, "{}", r.stderr);
 }
+
+#[test]
+fn demo_and_bench_run_on_a_private_cluster() -> TestResult {
+    let r = run_args(&["--cluster", "--json", "demo", "seckill", "--buyers", "100"]);
+    assert_eq!(r.code(), 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.stdout.lines().count(),
+        6,
+        "one line per strategy: {}",
+        r.stdout
+    );
+    let r = run_args(&[
+        "--cluster",
+        "--json",
+        "bench",
+        "lock",
+        "--concurrency",
+        "4",
+        "--duration",
+        "300ms",
+        "--warmup",
+        "50ms",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim())?;
+    assert!(
+        v["ops"].as_u64().unwrap_or(0) > 0 && v["errors"] == 0,
+        "{v}"
+    );
+    let r = run_args(&["--cluster", "--json", "bench", "queue", "--tasks", "2000"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    assert!(r.stdout.contains("\"phase\":\"process\""), "{}", r.stdout);
+    Ok(())
+}

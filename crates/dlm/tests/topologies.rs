@@ -407,3 +407,40 @@ fn the_readme_shows_the_acl_rules_the_tests_use() {
         "README's ACL line differs from ACL_RULES"
     );
 }
+
+/// `CLUSTER FAILOVER` on the replica of the slot that holds a lock: the lock
+/// is still held on the promoted replica (the failover is coordinated, so
+/// the grant was replicated), its watchdog keeps renewing it there, and it is
+/// released by its token afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_failover_keeps_a_held_lock_and_its_token() -> TestResult {
+    let cluster = Cluster::start()?;
+    let client = Client::builder()
+        .timeout(Duration::from_secs(2))
+        .connect_cluster(&cluster.urls())
+        .await?;
+    let lock = client.lock("failover");
+    let guard = lock
+        .acquire(&ttl(2000).watchdog(true).replicas(1, Duration::from_secs(1)))
+        .await?;
+    let slot = dlm_testkit::key_slot(guard.key());
+    let old_master = cluster.master_for_slot(slot).ok_or("master")?.port();
+    cluster.failover(slot)?;
+    let new_master = cluster.master_for_slot(slot).ok_or("master")?.port();
+    assert_ne!(old_master, new_master, "the replica took over");
+    // Past the TTL: the watchdog renewed it on the new master.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!guard.is_lost(), "the guard kept its lease");
+    assert!(guard.is_held().await?, "held on the new master");
+    let other = Client::builder().connect_cluster(&cluster.urls()).await?;
+    assert!(matches!(
+        other.lock("failover").acquire(&ttl(2000)).await,
+        Err(Error::Busy { .. })
+    ));
+    let token = guard.token().clone();
+    let (_, fence) = guard.detach();
+    assert!(fence.is_some());
+    lock.release_token(&token).await?;
+    assert!(!lock.status().await?.held);
+    Ok(())
+}

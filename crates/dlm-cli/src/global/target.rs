@@ -17,6 +17,8 @@ pub struct Target {
     pub urls: Vec<String>,
     /// The private servers, if they were started.
     pub servers: Vec<RedisServer>,
+    /// The private cluster, if `--cluster` started one.
+    pub cluster: Option<dlm_testkit::Cluster>,
 }
 
 impl Target {
@@ -32,7 +34,31 @@ impl Target {
                 url: global.url().to_string(),
                 urls: global.redis.clone(),
                 servers: Vec::new(),
+                cluster: None,
             });
+        }
+        match &global.topology {
+            Topology::Cluster => {
+                // A private cluster (3 masters + 3 replicas) for the run.
+                let cluster = tokio::task::spawn_blocking(dlm_testkit::Cluster::start)
+                    .await
+                    .map_err(|e| CliError::Io {
+                        what: "starting a Redis Cluster",
+                        source: std::io::Error::other(e),
+                    })??;
+                return Ok(Target {
+                    url: cluster.seed_url(),
+                    urls: cluster.urls(),
+                    servers: Vec::new(),
+                    cluster: Some(cluster),
+                });
+            }
+            Topology::Sentinel(_) => {
+                return Err(CliError::Usage(
+                    "--sentinel needs the Sentinels' URLs (--redis)".into(),
+                ));
+            }
+            Topology::Plain => {}
         }
         // Starting a server blocks (it waits for PING): keep it off the runtime's workers.
         let servers = tokio::task::spawn_blocking(move || RedisServer::start_many(n.max(1)))
@@ -45,11 +71,15 @@ impl Target {
             url: servers.first().map(RedisServer::url).unwrap_or_default(),
             urls: servers.iter().map(RedisServer::url).collect(),
             servers,
+            cluster: None,
         })
     }
 
     /// "private" or the URL, for people.
     pub fn describe(&self) -> String {
+        if self.cluster.is_some() {
+            return "a private Redis Cluster (3 masters, 3 replicas)".into();
+        }
         match self.servers.as_slice() {
             [] => self
                 .urls
@@ -137,8 +167,90 @@ pub async fn settle_release(client: &dlm::Client, global: &Global) {
     }
 }
 
-/// A plain multiplexed connection (for the demo's counters and INFO).
-pub async fn raw_connection(
+/// A connection for the demo's and benchmarks' own commands (counters,
+/// INFO, clean-up): one server, or, when that server is a Redis Cluster
+/// node, a cluster connection seeded by it (found by asking the node).
+#[derive(Clone)]
+pub enum RawConnection {
+    /// One server.
+    Single(redis::aio::MultiplexedConnection),
+    /// A Redis Cluster.
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for RawConnection {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            RawConnection::Single(c) => c.req_packed_command(cmd),
+            RawConnection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            RawConnection::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            RawConnection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RawConnection::Single(c) => c.get_db(),
+            RawConnection::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+impl RawConnection {
+    /// `INFO section` of the server that holds `key` (any server for one
+    /// Redis; the key's master on a cluster).
+    pub async fn info_for(&mut self, section: &str, key: &str) -> redis::RedisResult<String> {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg(section);
+        match self {
+            RawConnection::Single(c) => cmd.query_async(c).await,
+            RawConnection::Cluster(c) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::with_key(key, SlotAddr::Master),
+                ));
+                let v = c.route_command(cmd, route).await?;
+                Ok(redis::FromRedisValue::from_redis_value(v)?)
+            }
+        }
+    }
+}
+
+/// A raw connection to `url` (see [`RawConnection`]).
+pub async fn raw_connection(url: &str, timeout: Duration) -> Result<RawConnection, CliError> {
+    let mut single = plain_connection(url, timeout).await?;
+    let info: redis::RedisResult<String> = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut single)
+        .await;
+    if !info.is_ok_and(|i| i.contains("cluster_enabled:1")) {
+        return Ok(RawConnection::Single(single));
+    }
+    let client = redis::cluster::ClusterClient::builder([url])
+        .connection_timeout(timeout)
+        .build()
+        .map_err(redis_err)?;
+    match tokio::time::timeout(timeout * 2, client.get_async_connection()).await {
+        Ok(r) => Ok(RawConnection::Cluster(r.map_err(redis_err)?)),
+        Err(_) => Err(CliError::Dlm(dlm::Error::Timeout(timeout))),
+    }
+}
+
+/// A plain multiplexed connection to the one server at `url`.
+async fn plain_connection(
     url: &str,
     timeout: Duration,
 ) -> Result<redis::aio::MultiplexedConnection, CliError> {
@@ -164,7 +276,7 @@ pub async fn raw_connection(
 
 /// The server's `redis_version` from `INFO server`, if it can be had.
 pub async fn redis_version(url: &str, timeout: Duration) -> Option<String> {
-    let mut conn = raw_connection(url, timeout).await.ok()?;
+    let mut conn = plain_connection(url, timeout).await.ok()?;
     let info: String = redis::cmd("INFO")
         .arg("server")
         .query_async(&mut conn)

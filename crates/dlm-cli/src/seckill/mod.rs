@@ -113,8 +113,10 @@ pub async fn run(global: &Global, args: &SeckillArgs) -> Result<u8, CliError> {
         Some(if global.redis.len() > 1 {
             Target::given_or_private_many(global, 0).await?
         } else {
+            // Redlock runs on independent masters, whatever the main target is.
             let private = Global {
                 redis: Vec::new(),
+                topology: crate::global::Topology::Plain,
                 ..global.clone()
             };
             Target::given_or_private_many(&private, 3).await?
@@ -142,7 +144,14 @@ pub async fn run(global: &Global, args: &SeckillArgs) -> Result<u8, CliError> {
             args: args.clone(),
         };
         let redlock = match (&redlock_target, strategy) {
-            (Some(t), Strategy::Redlock) => Some(connect_nodes(&t.urls, global).await?),
+            (Some(t), Strategy::Redlock) => {
+                // Independent masters: never a cluster or a Sentinel's master.
+                let plain = Global {
+                    topology: crate::global::Topology::Plain,
+                    ..global.clone()
+                };
+                Some(connect_nodes(&t.urls, &plain).await?)
+            }
             _ => None,
         };
         let outcome = ctx.run(strategy, redlock, !global.json).await?;

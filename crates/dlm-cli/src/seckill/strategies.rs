@@ -13,7 +13,7 @@ use tokio::sync::Semaphore;
 
 use super::{Outcome, SeckillArgs, Strategy};
 use crate::error::{CliError, redis_err};
-use crate::global::target::raw_connection;
+use crate::global::target::{RawConnection, raw_connection};
 use crate::output;
 use crate::stats::percentile;
 
@@ -110,7 +110,7 @@ impl Ctx {
     async fn stock_left(
         &self,
         strategy: Strategy,
-        conn: &mut redis::aio::MultiplexedConnection,
+        conn: &mut RawConnection,
         stock_key: &str,
     ) -> Result<i64, CliError> {
         let parse = |b: &[u8]| {
@@ -312,7 +312,7 @@ async fn buy(
     strategy: Strategy,
     client: &dlm::Client,
     redlock: Option<&dlm::Client>,
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut RawConnection,
     stock_key: &str,
     lock_name: &str,
     retries: &AtomicU64,
