@@ -300,3 +300,100 @@ fn demo_and_bench_run_on_a_private_cluster() -> TestResult {
     assert!(r.stdout.contains("\"phase\":\"process\""), "{}", r.stdout);
     Ok(())
 }
+
+/// SIGKILL the master under a running `queue work` and `lock run`: the worker
+/// goes on with the new master; `lock run` either keeps its lock there
+/// (exit 0) or reports it lost (exit 4), never anything else.
+#[test]
+fn queue_work_and_lock_run_keep_going_across_a_sentinel_failover() -> TestResult {
+    let mut sentinels = Sentinels::start("dlm-cli-failover")?;
+    let mut base = vec!["--sentinel".to_string(), "dlm-cli-failover".to_string()];
+    for u in sentinels.sentinel_urls() {
+        base.extend(["--redis".to_string(), u]);
+    }
+    let with = |rest: &[&str]| {
+        let mut cmd = dlm();
+        cmd.args(&base).args(rest);
+        cmd
+    };
+    let dir = tempdir()?;
+    let done = path_in(&dir, "done");
+    let script = format!("echo $DLM_TASK_ID >> '{}'", done.display());
+    let worker = start(with(&[
+        "queue",
+        "work",
+        "jobs",
+        "--concurrency",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    let holder = start(with(&[
+        "lock", "run", "leader", "--ttl", "2s", "--", "sleep", "8",
+    ]));
+    let lines = |p: &std::path::Path| {
+        std::fs::read_to_string(p)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    let wait_for = |n: usize| {
+        let t0 = std::time::Instant::now();
+        while lines(&done) < n && t0.elapsed() < Duration::from_secs(25) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        lines(&done)
+    };
+    for i in 0..10 {
+        let r = start(with(&["queue", "push", "jobs", &format!("before:{i}")]))
+            .finish(Duration::from_secs(30));
+        assert_eq!(r.code(), 0, "{}", r.stderr);
+    }
+    assert_eq!(wait_for(10), 10);
+
+    let old = sentinels.kill_master()?;
+    sentinels.wait_for_failover(old, Duration::from_secs(30))?;
+    let t0 = std::time::Instant::now();
+    let mut pushed = 0;
+    while pushed < 10 && t0.elapsed() < Duration::from_secs(30) {
+        let r = start(with(&["queue", "push", "jobs", &format!("after:{pushed}")]))
+            .finish(Duration::from_secs(30));
+        if r.code() == 0 {
+            pushed += 1;
+        } else {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    assert_eq!(pushed, 10, "pushes work again after the failover");
+    assert!(wait_for(20) >= 20, "the worker went on with the new master");
+
+    let r = holder.finish(Duration::from_secs(30));
+    assert!(
+        matches!(r.code(), 0 | 4),
+        "lock run: {} {}",
+        r.code(),
+        r.stderr
+    );
+    signal(&worker.pid().to_string(), "TERM");
+    let r = worker.finish(Duration::from_secs(30));
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    Ok(())
+}
+
+#[test]
+fn unreachable_sentinels_fail_fast_with_exit_3() {
+    let r = run_args(&[
+        "--timeout",
+        "500ms",
+        "--sentinel",
+        "m",
+        "--redis",
+        "redis://127.0.0.1:1",
+        "lock",
+        "status",
+        "x",
+    ]);
+    assert_eq!(r.code(), 3, "{}", r.stderr);
+    assert!(r.elapsed < Duration::from_secs(5), "{:?}", r.elapsed);
+}

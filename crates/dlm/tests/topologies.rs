@@ -21,6 +21,8 @@ use dlm_testkit::{Cluster, RedisServer, Sentinels, TlsFiles};
 enum Topology {
     Standalone(RedisServer),
     Cluster(Cluster),
+    /// A cluster whose nodes speak TLS only (clients trust its CA).
+    ClusterTls(Cluster, TlsFiles),
     Sentinel(Sentinels),
     Tls(RedisServer, TlsFiles),
     /// One server, used as a least-privilege ACL user ([`dlm::keys::ACL_RULES`]).
@@ -33,6 +35,12 @@ impl Topology {
         match self {
             Topology::Standalone(s) => builder.connect(&s.url()).await,
             Topology::Cluster(c) => builder.connect_cluster(&c.urls()).await,
+            Topology::ClusterTls(c, files) => {
+                builder
+                    .tls(dlm::TlsConfig::default().ca(&files.ca_cert))
+                    .connect_cluster(&c.urls())
+                    .await
+            }
             Topology::Sentinel(s) => {
                 builder
                     .connect_sentinel(s.master_name(), &s.sentinel_urls())
@@ -166,7 +174,7 @@ async fn locks(client: &Client, other: &Client) -> TestResult {
 async fn replicas(client: &Client, topology: &Topology) -> TestResult {
     let opts = ttl(5000).replicas(1, Duration::from_millis(500));
     match topology {
-        Topology::Cluster(_) | Topology::Sentinel(_) => {
+        Topology::Cluster(_) | Topology::ClusterTls(..) | Topology::Sentinel(_) => {
             let g = client.lock("replicated").acquire(&opts).await?;
             g.release().await?;
         }
@@ -278,6 +286,13 @@ async fn core_cases_on_one_server() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn core_cases_on_a_cluster() -> TestResult {
     core_cases(&Topology::Cluster(Cluster::start()?)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_cases_on_a_cluster_over_tls() -> TestResult {
+    let files = TlsFiles::generate()?;
+    let cluster = Cluster::builder().tls(&files).start()?;
+    core_cases(&Topology::ClusterTls(cluster, files)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,9 +18,9 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 use crate::error::{CliError, EXIT_OK};
-use crate::global::Global;
 use crate::global::parse::{parse_bench_duration, parse_warmup};
 use crate::global::target::{Target, connect_nodes, raw_connection, redis_version};
+use crate::global::{Global, Topology};
 use crate::output::{self, us};
 use crate::rng::{SplitMix, seed};
 use crate::stats::Handoff;
@@ -87,6 +87,12 @@ pub struct BenchLockArgs {
     #[arg(long, value_name = "N", default_value_t = 0,
           value_parser = clap::value_parser!(u32).range(0..=8))]
     pub frozen: u32,
+    /// Count an acquire only once this many replicas have it
+    /// (`LockOptions::replicas`, WAIT with a 1 s timeout): what the
+    /// failover mitigation costs on a cluster or a replicated master.
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=100))]
+    pub replicas: u64,
 }
 
 /// The JSON line of one run.
@@ -121,11 +127,17 @@ pub struct BenchReport {
     nodes: usize,
     /// Of them, frozen (SIGSTOP) during the run (`--frozen`).
     frozen: usize,
+    /// standalone, redlock, cluster or sentinel.
+    topology: &'static str,
+    /// Replicas each grant waited for (`--replicas`).
+    replicas: u64,
 }
 
 /// What all workers share.
 struct Shared {
     client: dlm::Client,
+    /// The options every acquire starts from (`--replicas`).
+    base: dlm::LockOptions,
     mode: BenchMode,
     measure_from: Instant,
     measure_until: Instant,
@@ -161,13 +173,10 @@ async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
             // A long wait: until well after the end, so every waiter gets its turn.
             let wait =
                 shared.measure_until.saturating_duration_since(start) + Duration::from_secs(30);
-            (
-                one_lock.clone(),
-                dlm::LockOptions::new(BENCH_TTL).wait(wait),
-            )
+            (one_lock.clone(), shared.base.clone().wait(wait))
         } else {
             let key = format!("bench:lock:{}", rng.next() % DISTINCT_KEYS);
-            (shared.client.lock(key), dlm::LockOptions::new(BENCH_TTL))
+            (shared.client.lock(key), shared.base.clone())
         };
         if measured {
             st.attempts += 1;
@@ -272,8 +281,13 @@ pub async fn bench_lock(
     }
 
     let begin = Instant::now();
+    let mut base = dlm::LockOptions::new(BENCH_TTL);
+    if args.replicas > 0 {
+        base = base.replicas(args.replicas, Duration::from_secs(1));
+    }
     let shared = Arc::new(Shared {
         client,
+        base,
         mode: args.mode,
         measure_from: begin + args.warmup,
         measure_until: begin + args.warmup + args.duration,
@@ -305,6 +319,13 @@ pub async fn bench_lock(
     );
     report.nodes = target.urls.len();
     report.frozen = frozen;
+    report.replicas = args.replicas;
+    report.topology = match &global.topology {
+        Topology::Cluster => "cluster",
+        Topology::Sentinel(_) => "sentinel",
+        Topology::Plain if target.urls.len() > 1 => "redlock",
+        Topology::Plain => "standalone",
+    };
     for s in target.servers.iter().rev().take(frozen) {
         s.resume()?;
     }

@@ -65,6 +65,8 @@ pub(super) fn summarize(
         redis_version,
         nodes: 1,
         frozen: 0,
+        topology: "standalone",
+        replicas: 0,
     }
 }
 
