@@ -459,3 +459,132 @@ async fn a_cluster_failover_keeps_a_held_lock_and_its_token() -> TestResult {
     assert!(!lock.status().await?.held);
     Ok(())
 }
+
+/// A plain connection to one cluster node (for the migration commands).
+async fn node_connection(
+    node: &RedisServer,
+) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    redis::Client::open(node.url())?
+        .get_multiplexed_async_connection()
+        .await
+}
+
+/// The slot that holds a lock and a queue moves to another master (`CLUSTER
+/// SETSLOT` + `MIGRATE`, one key at a time) while both are in use: the
+/// redirections (ASK, MOVED, TRYAGAIN) are handled, no error reaches the
+/// user, and the work goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_moving_under_a_workload_surfaces_no_error() -> TestResult {
+    let cluster = Cluster::start()?;
+    let client = Client::builder()
+        .timeout(Duration::from_secs(2))
+        .connect_cluster(&cluster.urls())
+        .await?;
+    // The lock `mig` and the queue `mig` share the hash tag {mig}.
+    let slot = dlm_testkit::key_slot("{mig}");
+    let source = cluster.master_for_slot(slot).ok_or("source master")?;
+    let target = [0u16, 5500, 11000]
+        .into_iter()
+        .filter_map(|s| cluster.master_for_slot(s))
+        .find(|n| n.port() != source.port())
+        .ok_or("another master")?;
+
+    let stop = dlm::CancellationToken::new();
+    let errors = Arc::new(AtomicUsize::new(0));
+    let ops = Arc::new(AtomicUsize::new(0));
+    let mut workload = Vec::new();
+    for task in 0..4 {
+        let (client, stop, errors, ops) =
+            (client.clone(), stop.clone(), errors.clone(), ops.clone());
+        workload.push(tokio::spawn(async move {
+            let queue = client.queue("mig");
+            let mut i = 0u64;
+            while !stop.is_cancelled() {
+                i += 1;
+                let r: Result<(), Error> = async {
+                    if task % 2 == 0 {
+                        let opts = ttl(2000).wait(Duration::from_secs(5));
+                        client.lock("mig").acquire(&opts).await?.release().await?;
+                    } else {
+                        queue.push(format!("{task}:{i}")).await?;
+                        for lease in queue.claim(10, Duration::from_secs(5)).await? {
+                            lease.ack().await?;
+                        }
+                    }
+                    Ok(())
+                }
+                .await;
+                match r {
+                    Ok(()) => ops.fetch_add(1, Ordering::SeqCst),
+                    Err(e) => {
+                        eprintln!("workload error: {e}");
+                        errors.fetch_add(1, Ordering::SeqCst)
+                    }
+                };
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Move the slot, one key at a time.
+    let mut src = node_connection(source).await?;
+    let mut dst = node_connection(target).await?;
+    let src_id: String = redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query_async(&mut src)
+        .await?;
+    let dst_id: String = redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query_async(&mut dst)
+        .await?;
+    let setslot = |state: &str, id: &str| {
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(state)
+            .arg(id)
+            .clone()
+    };
+    let () = setslot("IMPORTING", &src_id).query_async(&mut dst).await?;
+    let () = setslot("MIGRATING", &dst_id).query_async(&mut src).await?;
+    let ops_before = ops.load(Ordering::SeqCst);
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(1)
+            .query_async(&mut src)
+            .await?;
+        let Some(key) = keys.first() else { break };
+        let _: redis::Value = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(target.port())
+            .arg(key)
+            .arg(0)
+            .arg(5000)
+            .query_async(&mut src)
+            .await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for node in cluster.nodes() {
+        let mut c = node_connection(node).await?;
+        let _: redis::RedisResult<()> = setslot("NODE", &dst_id).query_async(&mut c).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.cancel();
+    for w in workload {
+        w.await?;
+    }
+    assert_eq!(
+        cluster.master_for_slot(slot).map(RedisServer::port),
+        Some(target.port()),
+        "the slot moved"
+    );
+    assert_eq!(
+        errors.load(Ordering::SeqCst),
+        0,
+        "no error reached the user"
+    );
+    assert!(ops.load(Ordering::SeqCst) > ops_before, "the work went on");
+    Ok(())
+}
