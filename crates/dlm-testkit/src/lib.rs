@@ -17,7 +17,9 @@
 //!   [`key_slot`] to find which node serves a key and [`Cluster::failover`];
 //! * [`Sentinels`]: a master, a replica and 3 sentinels, with
 //!   [`Sentinels::kill_master`] and [`Sentinels::wait_for_failover`];
-//! * TLS servers ([`ServerBuilder::tls`]) with certificates from [`TlsFiles`];
+//! * TLS servers ([`ServerBuilder::tls`]), clusters ([`ClusterBuilder::tls`])
+//!   and Sentinel setups ([`SentinelsBuilder::tls`]) with certificates from
+//!   [`TlsFiles`];
 //! * ACL users ([`ServerBuilder::acl_user`], [`RedisServer::url_as`]).
 //!
 //! [`layers`] checks that a crate's modules import only downwards, for a
@@ -130,7 +132,7 @@ enum Mode {
     /// `--cluster-enabled yes` with its bus on a second free port.
     ClusterNode,
     /// `redis-server sentinel.conf --sentinel`, the config holding these
-    /// lines after the generated `port`, `dir` and `logfile`.
+    /// lines after the generated `port` (or TLS options), `dir` and `logfile`.
     Sentinel { config: Vec<String> },
 }
 
@@ -408,11 +410,17 @@ impl RedisServer {
             // what it learns; a restart keeps the rewritten one.
             let path = self.dir.path().join("sentinel.conf");
             if !path.exists() {
-                let mut text = format!(
-                    "port {}\nbind 127.0.0.1\ndaemonize no\ndir \"{dir}\"\nlogfile \"{}\"\n",
-                    self.port,
+                let listen = match &self.opts.tls {
+                    // TLS only: `port 0`, `tls-port P`, and `tls-replication
+                    // yes` so it reaches the data nodes over TLS too.
+                    Some(t) => t.files.config_lines(self.port, t.require_client_cert),
+                    None => vec![format!("port {}", self.port)],
+                };
+                let mut text = listen.join("\n");
+                text.push_str(&format!(
+                    "\nbind 127.0.0.1\ndaemonize no\ndir \"{dir}\"\nlogfile \"{}\"\n",
                     log.to_string_lossy()
-                );
+                ));
                 for line in config {
                     text.push_str(line);
                     text.push('\n');

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::resp::Reply;
-use crate::{Error, RedisServer, wait_until};
+use crate::{Error, RedisServer, TlsFiles, wait_until};
 
 /// How long [`SentinelsBuilder::start`] waits for the replica to sync and
 /// then for the sentinels to find the master, the replica and each other.
@@ -21,6 +21,7 @@ const POLL: Duration = Duration::from_millis(50);
 pub struct SentinelsBuilder {
     master_name: String,
     password: Option<String>,
+    tls: Option<TlsFiles>,
 }
 
 impl SentinelsBuilder {
@@ -29,6 +30,26 @@ impl SentinelsBuilder {
     /// auth-pass`) but need none themselves.
     pub fn password(mut self, password: impl Into<String>) -> Self {
         self.password = Some(password.into());
+        self
+    }
+
+    /// Serve TLS only, with `files`' server certificate, on the master, the
+    /// replica and the sentinels (`port 0`, `tls-port P`,
+    /// `tls-replication yes`): the replica replicates over TLS, and the
+    /// sentinels reach the master, the replica and each other over TLS.
+    /// Clients must trust [`TlsFiles::ca_cert`]; client certificates are not
+    /// required (`tls-auth-clients no`). [`Sentinels::sentinel_urls`] and the
+    /// data nodes' [`RedisServer::url`] then start with `rediss://`.
+    ///
+    /// ```no_run
+    /// let tls = dlm_testkit::TlsFiles::generate()?;
+    /// let setup = dlm_testkit::Sentinels::builder("mymaster").tls(&tls).start()?;
+    /// assert!(setup.sentinel_urls()[0].starts_with("rediss://127.0.0.1:"));
+    /// assert!(setup.master().url().starts_with("rediss://"));
+    /// # Ok::<(), dlm_testkit::Error>(())
+    /// ```
+    pub fn tls(mut self, files: &TlsFiles) -> Self {
+        self.tls = Some(files.clone());
         self
     }
 
@@ -45,6 +66,9 @@ impl SentinelsBuilder {
             .arg("0");
         if let Some(p) = &self.password {
             data = data.password(p.clone()).arg("--masterauth").arg(p.clone());
+        }
+        if let Some(tls) = &self.tls {
+            data = data.tls(tls, false);
         }
         let master = data.clone().start()?;
         let replica = data
@@ -78,8 +102,12 @@ impl SentinelsBuilder {
         if let Some(p) = &self.password {
             config.push(format!("sentinel auth-pass {name} {p}"));
         }
+        let mut sentinel = RedisServer::builder().sentinel(config);
+        if let Some(tls) = &self.tls {
+            sentinel = sentinel.tls(tls, false);
+        }
         let sentinels = (0..3)
-            .map(|_| RedisServer::builder().sentinel(config.clone()).start())
+            .map(|_| sentinel.clone().start())
             .collect::<Result<Vec<_>, _>>()?;
         let setup = Sentinels {
             sentinels,
@@ -132,10 +160,12 @@ impl Sentinels {
         SentinelsBuilder {
             master_name: master_name.to_string(),
             password: None,
+            tls: None,
         }
     }
 
-    /// The sentinels' URLs, `redis://127.0.0.1:PORT/` (never with a password).
+    /// The sentinels' URLs, `redis://127.0.0.1:PORT/` (never with a password),
+    /// or `rediss://127.0.0.1:PORT/` with [`SentinelsBuilder::tls`].
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(RedisServer::url).collect()
     }
@@ -306,6 +336,7 @@ impl Sentinels {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resp::Conn;
     use std::time::Instant;
 
     #[test]
@@ -346,6 +377,41 @@ mod tests {
             },
         )?;
         assert_eq!(setup.master().command(&["GET", "k"])?, "w");
+        Ok(())
+    }
+
+    #[test]
+    fn sentinels_over_tls_fail_over_when_the_master_dies() -> Result<(), Error> {
+        let files = TlsFiles::generate()?;
+        let started = Instant::now();
+        let mut setup = Sentinels::builder("tls-master").tls(&files).start()?;
+        eprintln!("tls sentinels started in {:?}", started.elapsed());
+        let urls = setup.sentinel_urls();
+        assert_eq!(urls.len(), 3);
+        for (url, sentinel) in urls.iter().zip(setup.sentinels()) {
+            assert_eq!(url, &format!("rediss://127.0.0.1:{}/", sentinel.port()));
+            // TLS only: a plain-text PING gets no PONG.
+            let plain = Conn::connect(sentinel.port(), None, Duration::from_secs(2))
+                .and_then(|mut c| c.call(&["PING"]));
+            assert!(
+                !matches!(plain, Ok(Reply::Status(ref s)) if s == "PONG"),
+                "{plain:?}"
+            );
+        }
+        assert!(setup.master().url().starts_with("rediss://127.0.0.1:"));
+        assert!(setup.replica().url().starts_with("rediss://127.0.0.1:"));
+        // A sentinel names the master, asked over TLS.
+        assert_eq!(setup.current_master_port()?, setup.master().port());
+        assert_eq!(setup.master().command(&["SET", "k", "v"])?, "+OK");
+
+        let killed_at = Instant::now();
+        let old = setup.kill_master()?;
+        assert_eq!(old, setup.master().port());
+        let new = setup.wait_for_failover(old, Duration::from_secs(30))?;
+        eprintln!("tls sentinel failover took {:?}", killed_at.elapsed());
+        assert_eq!(new, setup.replica().port());
+        assert_eq!(setup.current_master_port()?, new);
+        assert_eq!(setup.replica().command(&["GET", "k"])?, "v");
         Ok(())
     }
 

@@ -146,26 +146,36 @@ impl TlsFiles {
 
     /// The `redis-server` arguments for a TLS-only server on `port`.
     pub(crate) fn server_args(&self, port: u16, require_client_cert: bool) -> Vec<String> {
+        self.server_options(port, require_client_cert)
+            .into_iter()
+            .flat_map(|(name, value)| [format!("--{name}"), value])
+            .collect()
+    }
+
+    /// The same options as [`TlsFiles::server_args`] as config file lines
+    /// (`tls-port 41234`), for a sentinel, which reads its options from a file.
+    /// With `tls-replication yes` a sentinel reaches the master and the
+    /// replicas over TLS, and announces its TLS port to the other sentinels.
+    pub(crate) fn config_lines(&self, port: u16, require_client_cert: bool) -> Vec<String> {
+        self.server_options(port, require_client_cert)
+            .into_iter()
+            .map(|(name, value)| format!("{name} \"{value}\""))
+            .collect()
+    }
+
+    /// Option names (without `--`) and values for a TLS-only server on `port`.
+    fn server_options(&self, port: u16, require_client_cert: bool) -> Vec<(&'static str, String)> {
         let auth = if require_client_cert { "yes" } else { "no" };
-        [
-            "--port",
-            "0",
-            "--tls-port",
-            &port.to_string(),
-            "--tls-cert-file",
-            &self.server_cert.to_string_lossy(),
-            "--tls-key-file",
-            &self.server_key.to_string_lossy(),
-            "--tls-ca-cert-file",
-            &self.ca_cert.to_string_lossy(),
-            "--tls-auth-clients",
-            auth,
+        vec![
+            ("port", "0".into()),
+            ("tls-port", port.to_string()),
+            ("tls-cert-file", self.server_cert.to_string_lossy().into()),
+            ("tls-key-file", self.server_key.to_string_lossy().into()),
+            ("tls-ca-cert-file", self.ca_cert.to_string_lossy().into()),
+            ("tls-auth-clients", auth.into()),
             // With no plain port, a replica can only reach its master over TLS.
-            "--tls-replication",
-            "yes",
+            ("tls-replication", "yes".into()),
         ]
-        .map(String::from)
-        .to_vec()
     }
 
     /// A rustls client that trusts `ca_cert` and presents `client_cert`.
