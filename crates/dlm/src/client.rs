@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use crate::backend::{Backend, ConnectState, Deployment, TlsConfig, open};
+use crate::backend::{Backend, Deployment, TlsConfig, Topology};
 use crate::consistency::{Stock, Versioned};
 use crate::error::{Error, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, validate_prefix};
@@ -74,39 +74,27 @@ fn validate_timeout(what: &'static str, d: Duration) -> Result<()> {
 }
 
 /// Wait until `needed` nodes are connected (`Ok(true)`), or every node has
-/// failed an attempt or connected without a majority (`Ok(false)`: they keep
+/// connected or failed an attempt without a majority (`Ok(false)`: they keep
 /// trying in the background); an error no retry can fix ends the wait.
-async fn majority_up<C>(
-    states: &mut [tokio::sync::watch::Receiver<ConnectState<C>>],
-    needed: usize,
-) -> Result<bool> {
+async fn majority_up(backends: &[Backend], needed: usize) -> Result<bool> {
     loop {
         let mut up = 0;
         let mut settled = 0;
-        for s in states.iter() {
-            match &*s.borrow() {
-                ConnectState::Up(_) => {
-                    up += 1;
-                    settled += 1;
-                }
-                ConnectState::Connecting { failures } => settled += usize::from(*failures > 0),
-                ConnectState::Failed(e) => {
-                    return Err(Error::Unavailable {
-                        source: e.clone().into(),
-                    });
-                }
+        for b in backends {
+            let (is_up, failure, failed) = b.connecting();
+            if let Some(e) = failure {
+                return Err(Error::Unavailable { source: e.into() });
             }
+            up += usize::from(is_up);
+            settled += usize::from(is_up || failed > 0);
         }
         if up >= needed {
             return Ok(true);
         }
-        if settled == states.len() {
+        if settled == backends.len() {
             return Ok(false);
         }
-        let changes = states.iter_mut().map(|s| Box::pin(s.changed()));
-        if futures_util::future::select_all(changes).await.0.is_err() {
-            return Ok(false);
-        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
@@ -247,57 +235,86 @@ impl ClientBuilder {
             [one] => return self.connect(one.as_ref()).await,
             _ => {}
         }
+        let nodes: Vec<Topology> = urls
+            .iter()
+            .map(|u| Topology::standalone(u.as_ref()))
+            .collect();
+        self.connect_redlock(&nodes).await
+    }
+
+    /// Redlock over independent deployments, each of any kind: a
+    /// standalone server, a Redis Cluster or a master behind Sentinels (see
+    /// [`Topology`]). A lock counts only when a majority of them granted it;
+    /// everything [`ClientBuilder::connect_many`] says holds, node by node.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dlm::Result<()> {
+    /// use dlm::Topology;
+    /// let client = dlm::Client::builder()
+    ///     .connect_redlock(&[
+    ///         Topology::cluster(["redis://10.0.1.1:7000"]),
+    ///         Topology::sentinel("locks", ["redis://10.0.2.1:26379"]),
+    ///         Topology::standalone("redis://10.0.3.1:6379"),
+    ///     ])
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_redlock(self, nodes: &[Topology]) -> Result<Client> {
+        self.validate()?;
+        if nodes.len() < 2 {
+            return Err(Error::invalid(
+                "Redlock nodes",
+                "at least two independent deployments are needed (one: use connect)",
+            ));
+        }
         let certs = self.certificates()?;
-        let mut clients = Vec::with_capacity(urls.len());
+        let mut deployments = Vec::with_capacity(nodes.len());
         let mut seen = std::collections::HashSet::new();
-        for url in urls {
-            let client = open(url.as_ref(), certs.as_ref())?;
-            let info = client.get_connection_info();
-            let id = format!("{}/{}", info.addr(), info.redis_settings().db());
-            if !seen.insert(id.clone()) {
-                return Err(Error::invalid(
-                    "Redis URLs",
-                    format!("node {id} is listed twice; Redlock needs independent masters"),
-                ));
+        for node in nodes {
+            let deployment = Deployment::from_topology(node, certs.as_ref())?;
+            if let Deployment::Standalone(client) = &deployment {
+                let info = client.get_connection_info();
+                let id = format!("{}/{}", info.addr(), info.redis_settings().db());
+                if !seen.insert(id.clone()) {
+                    return Err(Error::invalid(
+                        "Redis URLs",
+                        format!("node {id} is listed twice; Redlock needs independent masters"),
+                    ));
+                }
             }
-            clients.push(client);
+            deployments.push(deployment);
         }
         // Every node connects in a task of its own: a slow or frozen node
         // never holds up the others, and one that is down now joins once it
         // is back. Requests to a node not connected yet wait for it within
         // their own (per-node) deadline.
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(None)
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let attempt = self.connect_timeout + self.timeout;
-        let (ok, mut states): (Vec<Node>, Vec<_>) = clients
+        let backends: Vec<Backend> = deployments
             .iter()
-            .map(|c| {
-                let (backend, state) = Backend::connect_in_background(
-                    c.clone(),
-                    config.clone(),
-                    attempt,
+            .map(|d| {
+                d.connect_in_background(
+                    self.connect_timeout,
                     self.timeout,
                     crate::lock::redlock_scripts(),
-                );
-                (Node::new(backend.standalone()), state)
+                )
             })
-            .unzip();
-        let wait = self.quorum_wait.unwrap_or(attempt);
-        let needed = ok.len() / 2 + 1;
+            .collect();
+        let wait = self
+            .quorum_wait
+            .unwrap_or(self.connect_timeout + self.timeout);
+        let needed = backends.len() / 2 + 1;
         if !wait.is_zero()
-            && let Ok(Err(e)) = tokio::time::timeout(wait, majority_up(&mut states, needed)).await
+            && let Ok(Err(e)) = tokio::time::timeout(wait, majority_up(&backends, needed)).await
         {
             return Err(e);
         }
-        let wakeups = Some(Wakeups::new(
-            Arc::new(Deployment::Standalone(clients[0].clone())),
-            self.timeout,
-        ));
+        let mut deployments = deployments.into_iter();
+        let first = deployments
+            .next()
+            .map(Arc::new)
+            .ok_or_else(|| Error::invalid("Redlock nodes", "none given"))?;
+        let wakeups = Some(Wakeups::new(first, self.timeout));
         let nodes = Nodes::Quorum(Quorum {
-            backends: ok,
+            backends: backends.into_iter().map(Node::new).collect(),
             node_timeout: self.node_timeout,
             background: tokio_util::task::TaskTracker::new(),
         });
@@ -351,13 +368,7 @@ impl ClientBuilder {
     /// ```
     pub async fn connect_sentinel(self, name: &str, urls: &[impl AsRef<str>]) -> Result<Client> {
         self.validate()?;
-        if self.tls.is_some() {
-            return Err(Error::invalid(
-                "TLS",
-                "TLS with Sentinel is not supported yet",
-            ));
-        }
-        let deployment = Deployment::sentinel(name, urls)?;
+        let deployment = Deployment::sentinel(name, urls, self.certificates()?.as_ref())?;
         self.on(deployment).await
     }
 

@@ -150,7 +150,7 @@ mod lock;
 mod services;
 mod token;
 
-pub use backend::TlsConfig;
+pub use backend::{TlsConfig, Topology};
 pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT};
 pub use error::{BackendError, Error, Result};
 pub use fenced::MAX_FENCED_VALUE;

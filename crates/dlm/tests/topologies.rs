@@ -24,6 +24,8 @@ enum Topology {
     /// A cluster whose nodes speak TLS only (clients trust its CA).
     ClusterTls(Cluster, TlsFiles),
     Sentinel(Sentinels),
+    /// Sentinels and their master and replica speaking TLS only.
+    SentinelTls(Sentinels, TlsFiles),
     Tls(RedisServer, TlsFiles),
     /// One server, used as a least-privilege ACL user ([`dlm::keys::ACL_RULES`]).
     Acl(RedisServer),
@@ -43,6 +45,12 @@ impl Topology {
             }
             Topology::Sentinel(s) => {
                 builder
+                    .connect_sentinel(s.master_name(), &s.sentinel_urls())
+                    .await
+            }
+            Topology::SentinelTls(s, files) => {
+                builder
+                    .tls(dlm::TlsConfig::default().ca(&files.ca_cert))
                     .connect_sentinel(s.master_name(), &s.sentinel_urls())
                     .await
             }
@@ -174,7 +182,10 @@ async fn locks(client: &Client, other: &Client) -> TestResult {
 async fn replicas(client: &Client, topology: &Topology) -> TestResult {
     let opts = ttl(5000).replicas(1, Duration::from_millis(500));
     match topology {
-        Topology::Cluster(_) | Topology::ClusterTls(..) | Topology::Sentinel(_) => {
+        Topology::Cluster(_)
+        | Topology::ClusterTls(..)
+        | Topology::Sentinel(_)
+        | Topology::SentinelTls(..) => {
             let g = client.lock("replicated").acquire(&opts).await?;
             g.release().await?;
         }
@@ -298,6 +309,13 @@ async fn core_cases_on_a_cluster_over_tls() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn core_cases_behind_sentinel() -> TestResult {
     core_cases(&Topology::Sentinel(Sentinels::start("dlm-master")?)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_cases_behind_sentinel_over_tls() -> TestResult {
+    let files = TlsFiles::generate()?;
+    let sentinels = Sentinels::builder("dlm-tls").tls(&files).start()?;
+    core_cases(&Topology::SentinelTls(sentinels, files)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -586,5 +604,61 @@ async fn a_slot_moving_under_a_workload_surfaces_no_error() -> TestResult {
         "no error reached the user"
     );
     assert!(ops.load(Ordering::SeqCst) > ops_before, "the work went on");
+    Ok(())
+}
+
+/// A Redlock whose independent nodes are a cluster, a master behind
+/// Sentinels and a plain server: the same lock contract, a majority of
+/// deployments deciding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_spans_a_cluster_a_sentinel_master_and_a_server() -> TestResult {
+    let cluster = Cluster::start()?;
+    let sentinels = Sentinels::start("redlock-node")?;
+    let mut server = RedisServer::start()?;
+    let nodes = [
+        dlm::Topology::cluster(cluster.urls()),
+        dlm::Topology::sentinel("redlock-node", sentinels.sentinel_urls()),
+        dlm::Topology::standalone(server.url()),
+    ];
+    let connect = || async {
+        Client::builder()
+            .timeout(Duration::from_secs(2))
+            .connect_redlock(&nodes)
+            .await
+    };
+    let (a, b) = (connect().await?, connect().await?);
+    assert_eq!(a.nodes(), 3);
+    let g = a
+        .lock("spanning")
+        .acquire(&ttl(1500).watchdog(true))
+        .await?;
+    assert!(g.fence().is_none(), "Redlock: no fence");
+    assert!(matches!(
+        b.lock("spanning").acquire(&ttl(1500)).await,
+        Err(Error::Busy { .. })
+    ));
+    a.settle(Duration::from_secs(1)).await;
+    let key = g.key().to_string();
+    let slot = dlm_testkit::key_slot(&key);
+    let token = g.token().as_str().to_string();
+    assert_eq!(
+        cluster
+            .master_for_slot(slot)
+            .ok_or("master")?
+            .command(&["GET", &key])?,
+        token
+    );
+    assert_eq!(sentinels.master().command(&["GET", &key])?, token);
+    assert_eq!(server.command(&["GET", &key])?, token);
+    // One deployment gone: the other two are a majority; the watchdog renews there.
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(!g.is_lost() && g.is_held().await?);
+    g.release().await?;
+    b.lock("spanning")
+        .acquire(&ttl(1500))
+        .await?
+        .release()
+        .await?;
     Ok(())
 }

@@ -180,6 +180,14 @@ impl<C: Clone> Deferred<C> {
         matches!(&*self.state.borrow(), State::Up(_))
     }
 
+    /// Attempts that failed so far while connecting (0 once up).
+    pub(crate) fn failed_attempts(&self) -> u32 {
+        match &*self.state.borrow() {
+            State::Connecting { failures } => *failures,
+            _ => 0,
+        }
+    }
+
     pub(crate) fn failure(&self) -> Option<String> {
         match &*self.state.borrow() {
             State::Failed(e) => Some(e.clone()),

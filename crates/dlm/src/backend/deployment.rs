@@ -15,11 +15,100 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::ClusterClient;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{IntoConnectionInfo, RedisResult, TlsCertificates};
 
 use super::{Backend, BoxedConnection, deferred};
 use crate::error::{Error, Result};
+
+/// One Redis deployment, named by its URLs: for
+/// [`crate::ClientBuilder::connect_redlock`], where each independent node of
+/// a Redlock may be a standalone server, a Redis Cluster or a master behind
+/// Sentinels. (Passwords in its URLs never show in `Debug`.)
+///
+/// ```
+/// let nodes = [
+///     dlm::Topology::standalone("redis://10.0.0.1:6379"),
+///     dlm::Topology::cluster(["redis://10.0.1.1:7000", "redis://10.0.1.2:7000"]),
+///     dlm::Topology::sentinel("lockmaster", ["redis://10.0.2.1:26379"]),
+/// ];
+/// assert_eq!(nodes.len(), 3);
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Topology {
+    /// One server.
+    Standalone {
+        /// Its URL.
+        url: String,
+    },
+    /// A Redis Cluster.
+    Cluster {
+        /// Seed nodes' URLs.
+        seeds: Vec<String>,
+    },
+    /// The master `master` behind these Sentinels.
+    Sentinel {
+        /// The master's name.
+        master: String,
+        /// The Sentinels' URLs.
+        sentinels: Vec<String>,
+    },
+}
+
+impl Topology {
+    /// One server at `url`.
+    pub fn standalone(url: impl Into<String>) -> Self {
+        Topology::Standalone { url: url.into() }
+    }
+
+    /// A Redis Cluster reached through these seed nodes.
+    pub fn cluster<S: Into<String>>(seeds: impl IntoIterator<Item = S>) -> Self {
+        Topology::Cluster {
+            seeds: seeds.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// The master `master` as these Sentinels see it.
+    pub fn sentinel<S: Into<String>>(
+        master: impl Into<String>,
+        sentinels: impl IntoIterator<Item = S>,
+    ) -> Self {
+        Topology::Sentinel {
+            master: master.into(),
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+/// A URL with its password replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    let user = userinfo.split(':').next().unwrap_or("");
+    format!("{scheme}://{user}:***@{host}")
+}
+
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let all = |v: &[String]| v.iter().map(|u| redact(u)).collect::<Vec<_>>();
+        match self {
+            Topology::Standalone { url } => {
+                f.debug_tuple("Standalone").field(&redact(url)).finish()
+            }
+            Topology::Cluster { seeds } => f.debug_tuple("Cluster").field(&all(seeds)).finish(),
+            Topology::Sentinel { master, sentinels } => f
+                .debug_struct("Sentinel")
+                .field("master", master)
+                .field("sentinels", &all(sentinels))
+                .finish(),
+        }
+    }
+}
 
 /// How often a Sentinel client asks whether its master is still the master.
 const SENTINEL_RECHECK: Duration = Duration::from_secs(1);
@@ -112,10 +201,16 @@ impl Deployment {
     }
 
     /// The master `name` as these Sentinels see it. The URLs are the
-    /// Sentinels'; a password in the first URL's user part is also used
-    /// for the master (`redis://:PASSWORD@sentinel:26379` or
-    /// `redis://USER:PASSWORD@...`).
-    pub(crate) fn sentinel(name: &str, urls: &[impl AsRef<str>]) -> Result<Self> {
+    /// Sentinels'; a user and password in the first URL are used for the
+    /// master (`redis://:PASSWORD@sentinel:26379` or
+    /// `redis://USER:PASSWORD@...`), not for the Sentinels. With `rediss://`
+    /// URLs (or TLS certificates), the Sentinels and the master are both
+    /// reached over TLS.
+    pub(crate) fn sentinel(
+        name: &str,
+        urls: &[impl AsRef<str>],
+        tls: Option<&TlsCertificates>,
+    ) -> Result<Self> {
         if name.is_empty() {
             return Err(Error::invalid("Sentinel master name", "must not be empty"));
         }
@@ -130,52 +225,81 @@ impl Deployment {
                 "at least one Sentinel is needed",
             ));
         };
-        // The master's credentials come from the first URL; the Sentinels
-        // themselves are asked without them.
-        let master_auth = first.redis_settings().clone();
-        let sentinels: Vec<_> = infos
-            .iter()
-            .map(|i| {
-                let mut i = i.clone();
-                i = i.set_redis_settings(redis::RedisConnectionInfo::default());
-                i
-            })
-            .collect();
-        let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(master_auth);
-        let client = SentinelClient::build(sentinels, name, Some(node), SentinelServerType::Master)
+        let secure = tls.is_some()
+            || infos
+                .iter()
+                .any(|i| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. }));
+        let addrs: Vec<redis::ConnectionAddr> = infos.iter().map(|i| i.addr().clone()).collect();
+        let mut builder = SentinelClientBuilder::new(addrs, name, SentinelServerType::Master)
             .map_err(invalid_url)?;
+        let auth = first.redis_settings();
+        if let Some(user) = auth.username() {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        if let Some(password) = auth.password() {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        if secure {
+            builder = builder
+                .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+                .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
+            if let Some(certs) = tls {
+                builder = builder
+                    .set_client_to_redis_certificates(certs.clone())
+                    .set_client_to_sentinel_certificates(certs.clone());
+            }
+        }
+        let client = builder.build().map_err(invalid_url)?;
         Ok(Deployment::Sentinel(Arc::new(SentinelMaster {
             client: tokio::sync::Mutex::new(client),
         })))
     }
 
-    /// The shared connection every request goes through, connected (the
-    /// first connection within `connect_timeout + timeout`).
-    pub(crate) async fn connect(
+    /// The deployment a [`Topology`] names.
+    pub(crate) fn from_topology(
+        topology: &Topology,
+        tls: Option<&TlsCertificates>,
+    ) -> Result<Self> {
+        match topology {
+            Topology::Standalone { url } => Self::standalone(url, tls),
+            Topology::Cluster { seeds } => Self::cluster(seeds, tls),
+            Topology::Sentinel { master, sentinels } => Self::sentinel(master, sentinels, tls),
+        }
+    }
+
+    /// The shared connection, made (and for Sentinel, kept following the
+    /// master) by a background task: usable at once, a request waits for
+    /// it within its own deadline. `preload`: scripts loaded once connected.
+    pub(crate) fn connect_in_background(
         &self,
         connect_timeout: Duration,
         timeout: Duration,
-    ) -> Result<Backend> {
+        preload: Vec<&'static redis::Script>,
+    ) -> Backend {
         let bound = connect_timeout + timeout;
         match self {
             Deployment::Standalone(client) => {
-                // Every call already runs under dlm's own deadline, so the
-                // manager gets no response timeout of its own.
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(connect_timeout))
                     .set_response_timeout(None)
-                    .set_number_of_retries(2)
+                    .set_number_of_retries(1)
                     .set_max_delay(Duration::from_millis(500));
-                let manager = within(
-                    bound,
-                    ConnectionManager::new_with_config(client.clone(), config),
-                )
-                .await?;
-                Ok(Backend::new(manager, timeout).standalone())
+                let (backend, _) =
+                    Backend::connect_in_background(client.clone(), config, bound, timeout, preload);
+                backend.standalone()
             }
             Deployment::Cluster { client, .. } => {
-                let conn = within(bound, client.get_async_connection()).await?;
-                Ok(Backend::new(conn, timeout))
+                let client = client.clone();
+                let connector: deferred::Connector<redis::cluster_async::ClusterConnection> =
+                    Arc::new(move || {
+                        let client = client.clone();
+                        Box::pin(async move {
+                            let conn = client.get_async_connection().await?;
+                            Ok((conn, "cluster".to_string()))
+                        })
+                    });
+                let (state, _) = deferred::maintain(connector, bound, preload, None);
+                Backend::kept(state, timeout)
             }
             Deployment::Sentinel(master) => {
                 let connector: deferred::Connector<MultiplexedConnection> = {
@@ -210,14 +334,48 @@ impl Deployment {
                 let (state, broken) = deferred::maintain(
                     connector,
                     bound,
-                    Vec::new(),
+                    preload,
                     Some((recheck, SENTINEL_RECHECK)),
                 );
-                let backend = Backend::maintained(state, broken, timeout);
+                Backend::maintained(state, broken, timeout).standalone()
+            }
+        }
+    }
+
+    /// The shared connection every request goes through, connected (the
+    /// first connection within `connect_timeout + timeout`).
+    pub(crate) async fn connect(
+        &self,
+        connect_timeout: Duration,
+        timeout: Duration,
+    ) -> Result<Backend> {
+        let bound = connect_timeout + timeout;
+        match self {
+            Deployment::Standalone(client) => {
+                // Every call already runs under dlm's own deadline, so the
+                // manager gets no response timeout of its own.
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(connect_timeout))
+                    .set_response_timeout(None)
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
+                let manager = within(
+                    bound,
+                    ConnectionManager::new_with_config(client.clone(), config),
+                )
+                .await?;
+                Ok(Backend::new(manager, timeout).standalone())
+            }
+            Deployment::Cluster { client, .. } => {
+                let conn = within(bound, client.get_async_connection()).await?;
+                Ok(Backend::new(conn, timeout))
+            }
+            Deployment::Sentinel(_) => {
+                let backend = self.connect_in_background(connect_timeout, timeout, Vec::new());
                 // Wait for the first connection, so that errors (no such
                 // master, all Sentinels down) surface here.
                 backend.wait_up(bound).await?;
-                Ok(backend.standalone())
+                Ok(backend)
             }
         }
     }

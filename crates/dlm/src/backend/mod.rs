@@ -19,7 +19,8 @@ mod deployment;
 mod tls;
 
 pub(crate) use deferred::State as ConnectState;
-pub(crate) use deployment::{Deployment, open};
+pub(crate) use deployment::Deployment;
+pub use deployment::Topology;
 pub use tls::TlsConfig;
 
 /// Something that hands out a fresh handle on a shared connection per call.
@@ -34,6 +35,11 @@ trait SharedConnection: Send + Sync {
     /// Why a background connection gave up, if it did.
     fn failure(&self) -> Option<String> {
         None
+    }
+
+    /// Attempts that failed so far while connecting in the background.
+    fn failed_attempts(&self) -> u32 {
+        0
     }
 }
 
@@ -61,6 +67,10 @@ where
 
     fn failure(&self) -> Option<String> {
         deferred::Deferred::failure(self)
+    }
+
+    fn failed_attempts(&self) -> u32 {
+        deferred::Deferred::failed_attempts(self)
     }
 }
 
@@ -162,6 +172,32 @@ impl Backend {
         deferred.broken = Some(broken);
         Backend {
             conn: Arc::new(deferred),
+            timeout,
+            by_slot: true,
+        }
+    }
+
+    /// How a background connection is doing: up, given up (with why), or
+    /// still trying after this many failed attempts.
+    pub(crate) fn connecting(&self) -> (bool, Option<String>, u32) {
+        (
+            self.conn.is_up(),
+            self.conn.failure(),
+            self.conn.failed_attempts(),
+        )
+    }
+
+    /// A connection kept by a background task (no re-check, no broken
+    /// signal): the cluster client reconnects by itself.
+    pub(crate) fn kept<C>(
+        state: tokio::sync::watch::Receiver<ConnectState<C>>,
+        timeout: Duration,
+    ) -> Self
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        Backend {
+            conn: Arc::new(deferred::Deferred::new(state)),
             timeout,
             by_slot: true,
         }
