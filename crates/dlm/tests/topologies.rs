@@ -211,33 +211,40 @@ async fn replicas(client: &Client, topology: &Topology) -> TestResult {
     Ok(())
 }
 
+/// A worker that counts the tasks it handled; tasks named `poison*` fail.
+fn counting_worker(
+    queue: &dlm::queue::Queue,
+    handled: &Arc<AtomicUsize>,
+    stop: &dlm::CancellationToken,
+) -> tokio::task::JoinHandle<dlm::Result<dlm::queue::WorkerReport>> {
+    let (queue, handled, stop) = (queue.clone(), handled.clone(), stop.clone());
+    tokio::spawn(async move {
+        queue
+            .worker(WorkerOptions::new().concurrency(8))
+            .run(
+                move |task| {
+                    let handled = handled.clone();
+                    async move {
+                        if task.id.starts_with("poison") {
+                            return Err("always fails");
+                        }
+                        handled.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    }
+                },
+                stop,
+            )
+            .await
+    })
+}
+
 async fn queue(client: &Client) -> TestResult {
     let queue = client.queue("topology-jobs").max_attempts(2);
     // A worker that starts idle is woken by the enqueue (its blocking wait
     // goes to the node that owns the queue's keys).
     let handled = Arc::new(AtomicUsize::new(0));
     let stop = dlm::CancellationToken::new();
-    let worker = {
-        let (queue, handled, stop) = (queue.clone(), handled.clone(), stop.clone());
-        tokio::spawn(async move {
-            queue
-                .worker(WorkerOptions::new().concurrency(8))
-                .run(
-                    move |task| {
-                        let handled = handled.clone();
-                        async move {
-                            if task.id.starts_with("poison") {
-                                return Err("always fails");
-                            }
-                            handled.fetch_add(1, Ordering::SeqCst);
-                            Ok(())
-                        }
-                    },
-                    stop,
-                )
-                .await
-        })
-    };
+    let worker = counting_worker(&queue, &handled, &stop);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let tasks: Vec<NewTask> = (0..300).map(|i| NewTask::new(format!("t{i}"))).collect();
     queue
@@ -343,24 +350,7 @@ async fn a_sentinel_failover_keeps_the_worker_going_and_the_holder_informed() ->
     let queue = client.queue("failover");
     let handled = Arc::new(AtomicUsize::new(0));
     let stop = dlm::CancellationToken::new();
-    let worker = {
-        let (queue, handled, stop) = (queue.clone(), handled.clone(), stop.clone());
-        tokio::spawn(async move {
-            queue
-                .worker(WorkerOptions::new().concurrency(4))
-                .run(
-                    move |_task| {
-                        let handled = handled.clone();
-                        async move {
-                            handled.fetch_add(1, Ordering::SeqCst);
-                            Ok::<(), std::io::Error>(())
-                        }
-                    },
-                    stop,
-                )
-                .await
-        })
-    };
+    let worker = counting_worker(&queue, &handled, &stop);
     for i in 0..20 {
         queue.push(format!("before:{i}")).await?;
     }

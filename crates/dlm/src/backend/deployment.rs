@@ -163,6 +163,16 @@ pub(crate) fn open(url: &str, tls: Option<&TlsCertificates>) -> Result<redis::Cl
     .map_err(invalid_url)
 }
 
+/// The connection manager's settings: every call already runs under dlm's
+/// own deadline, so the manager gets no response timeout of its own.
+fn manager_config(connect_timeout: Duration, retries: usize) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(None)
+        .set_number_of_retries(retries)
+        .set_max_delay(Duration::from_millis(500))
+}
+
 fn no_timeout_config(connect_timeout: Duration) -> redis::AsyncConnectionConfig {
     redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(connect_timeout))
@@ -279,11 +289,7 @@ impl Deployment {
         let bound = connect_timeout + timeout;
         match self {
             Deployment::Standalone(client) => {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(connect_timeout))
-                    .set_response_timeout(None)
-                    .set_number_of_retries(1)
-                    .set_max_delay(Duration::from_millis(500));
+                let config = manager_config(connect_timeout, 1);
                 let (backend, _) =
                     Backend::connect_in_background(client.clone(), config, bound, timeout, preload);
                 backend.standalone()
@@ -352,13 +358,7 @@ impl Deployment {
         let bound = connect_timeout + timeout;
         match self {
             Deployment::Standalone(client) => {
-                // Every call already runs under dlm's own deadline, so the
-                // manager gets no response timeout of its own.
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(connect_timeout))
-                    .set_response_timeout(None)
-                    .set_number_of_retries(2)
-                    .set_max_delay(Duration::from_millis(500));
+                let config = manager_config(connect_timeout, 2);
                 let manager = within(
                     bound,
                     ConnectionManager::new_with_config(client.clone(), config),
