@@ -246,13 +246,13 @@ async fn queue(client: &Client) -> TestResult {
     let stop = dlm::CancellationToken::new();
     let worker = counting_worker(&queue, &handled, &stop);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let tasks: Vec<NewTask> = (0..300).map(|i| NewTask::new(format!("t{i}"))).collect();
+    let tasks: Vec<NewTask> = (0..1000).map(|i| NewTask::new(format!("t{i}"))).collect();
     queue
         .enqueue(tasks, Duration::ZERO, OnDuplicate::Keep)
         .await?;
     queue.push("poison:1").await?;
     let t0 = Instant::now();
-    while handled.load(Ordering::SeqCst) < 300 && t0.elapsed() < Duration::from_secs(20) {
+    while handled.load(Ordering::SeqCst) < 1000 && t0.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The poison task dies after its 2 attempts (1 s backoff between them).
@@ -262,8 +262,8 @@ async fn queue(client: &Client) -> TestResult {
     }
     stop.cancel();
     let report = worker.await??;
-    assert_eq!(handled.load(Ordering::SeqCst), 300, "each task once");
-    assert_eq!(report.acked, 300, "{report:?}");
+    assert_eq!(handled.load(Ordering::SeqCst), 1000, "each task once");
+    assert_eq!(report.acked, 1000, "{report:?}");
     let stats = queue.stats().await?;
     assert_eq!(
         (stats.waiting, stats.inflight, stats.dead),
@@ -273,6 +273,42 @@ async fn queue(client: &Client) -> TestResult {
     assert_eq!(queue.retry_dead(None).await?, 1);
     assert_eq!(queue.purge_dead().await?, 0);
     assert_eq!(queue.pop(10).await?.len(), 1);
+
+    // The seed API and the lease calls the worker did not need.
+    let seeds = client.queue("topology-seeds");
+    seeds
+        .enqueue(
+            [NewTask::new("a").payload(b"1".to_vec()), NewTask::new("b")],
+            Duration::ZERO,
+            OnDuplicate::Keep,
+        )
+        .await?;
+    let top = seeds.top(10).await?;
+    assert_eq!(top.len(), 2);
+    let a = top.iter().find(|e| e.id == "a").ok_or("a")?;
+    assert_eq!(
+        seeds.remove_if_score("a", a.score + 1).await?,
+        dlm::queue::Removed::ScoreChanged(a.score)
+    );
+    assert_eq!(
+        seeds.remove_if_score("a", a.score).await?,
+        dlm::queue::Removed::Removed
+    );
+    let leases = seeds.claim(10, Duration::from_secs(5)).await?;
+    assert_eq!(leases.len(), 1);
+    for lease in leases {
+        lease.extend(Duration::from_secs(10)).await?;
+        lease.abandon().await?;
+    }
+    for lease in seeds.claim(10, Duration::from_secs(5)).await? {
+        lease.nack_after(Duration::from_secs(60), "later").await?;
+    }
+    let stats = seeds.stats().await?;
+    assert_eq!(
+        (stats.waiting + stats.delayed, stats.inflight),
+        (1, 0),
+        "{stats:?}"
+    );
     Ok(())
 }
 
