@@ -26,6 +26,7 @@
 //! test that keeps a crate's module structure free of import cycles.
 
 mod cluster;
+pub mod history;
 pub mod layers;
 mod resp;
 mod sentinel;

@@ -1,0 +1,516 @@
+//! Histories of concurrent operations and the checkers that judge them, in
+//! the manner of Jepsen's: a workload records what each process did and
+//! believed, on one monotonic clock, and a checker looks for a violation in
+//! the whole history rather than trusting counters that cannot see one.
+//!
+//! * [`overlapping_holds`]: no two holders' believed-held intervals of one
+//!   lock overlap;
+//! * [`FencedRegister`]: a register that rejects writes with a stale fencing
+//!   token, and counts what it accepted and refused, so a run can show what
+//!   the fence buys;
+//! * [`QueueHistory`]: every enqueued task handled to the end at least once,
+//!   duplicates counted and each explained by an earlier lease that did not
+//!   end in an ack, no lease acked twice.
+//!
+//! ```
+//! use std::time::Duration;
+//! use dlm_testkit::history::{Hold, overlapping_holds};
+//! let ms = Duration::from_millis;
+//! let holds = [
+//!     Hold { holder: 1, lock: "a".into(), from: ms(0), until: ms(10), fence: Some(1) },
+//!     Hold { holder: 2, lock: "a".into(), from: ms(10), until: ms(20), fence: Some(2) },
+//! ];
+//! assert!(overlapping_holds(&holds).is_empty());
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// One monotonic clock shared by every process of a workload: times are
+/// offsets from its start.
+///
+/// ```
+/// let clock = dlm_testkit::history::Clock::new();
+/// let t = clock.now();
+/// assert!(clock.now() >= t);
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    start: Instant,
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock {
+    /// A clock starting now.
+    pub fn new() -> Self {
+        Clock {
+            start: Instant::now(),
+        }
+    }
+
+    /// Time since the start.
+    pub fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// The offset of `instant` (zero if before the start).
+    pub fn at(&self, instant: Instant) -> Duration {
+        instant.saturating_duration_since(self.start)
+    }
+}
+
+/// How an operation ended, as the process saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// It happened.
+    Ok,
+    /// It did not happen.
+    Fail,
+    /// Unknown (a timeout, a lost reply): it may or may not have happened.
+    Unknown,
+}
+
+/// One operation: invoked and completed on the shared [`Clock`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op<T> {
+    /// Which process did it.
+    pub process: usize,
+    /// When it was invoked.
+    pub invoke: Duration,
+    /// When it completed.
+    pub complete: Duration,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// What it was about (the lock, the task, the value).
+    pub value: T,
+}
+
+/// A history of operations recorded by concurrent processes.
+///
+/// ```
+/// use dlm_testkit::history::{History, Outcome};
+/// let history = History::new();
+/// let t = history.clock().now();
+/// history.record(1, t, Outcome::Ok, "acquire");
+/// assert_eq!(history.ops().len(), 1);
+/// ```
+#[derive(Debug, Default)]
+pub struct History<T> {
+    clock: Clock,
+    ops: Mutex<Vec<Op<T>>>,
+}
+
+impl<T: Clone> History<T> {
+    /// An empty history with its clock starting now.
+    pub fn new() -> Self {
+        History {
+            clock: Clock::new(),
+            ops: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The clock every time in this history is measured on.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// Record an operation invoked at `invoke` that completes now.
+    pub fn record(&self, process: usize, invoke: Duration, outcome: Outcome, value: T) {
+        let op = Op {
+            process,
+            invoke,
+            complete: self.clock.now(),
+            outcome,
+            value,
+        };
+        self.ops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(op);
+    }
+
+    /// Every operation so far, in the order they completed.
+    pub fn ops(&self) -> Vec<Op<T>> {
+        self.ops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// An interval in which a holder believed it held a lock: from the moment
+/// its acquire returned the grant until it released it, learnt it was lost,
+/// or its lease ran out by its own clock, whichever came first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// The holder (a process or task id).
+    pub holder: usize,
+    /// The lock.
+    pub lock: String,
+    /// When the grant was in hand.
+    pub from: Duration,
+    /// When the holder stopped believing it held the lock.
+    pub until: Duration,
+    /// The fencing token of the grant, if any.
+    pub fence: Option<u64>,
+}
+
+/// Every pair of holds of one lock by different holders whose intervals
+/// overlap (a violation of mutual exclusion), earlier one first.
+///
+/// ```
+/// use std::time::Duration;
+/// use dlm_testkit::history::{Hold, overlapping_holds};
+/// let ms = Duration::from_millis;
+/// let a = Hold { holder: 1, lock: "x".into(), from: ms(0), until: ms(15), fence: None };
+/// let b = Hold { holder: 2, lock: "x".into(), from: ms(10), until: ms(20), fence: None };
+/// assert_eq!(overlapping_holds(&[a, b]).len(), 1);
+/// ```
+pub fn overlapping_holds(holds: &[Hold]) -> Vec<(Hold, Hold)> {
+    let mut by_lock: HashMap<&str, Vec<&Hold>> = HashMap::new();
+    for h in holds {
+        by_lock.entry(h.lock.as_str()).or_default().push(h);
+    }
+    let mut found = Vec::new();
+    for mut list in by_lock.into_values() {
+        list.sort_by_key(|h| (h.from, h.until));
+        // Sweep: the holds still open when each one starts.
+        let mut open: Vec<&Hold> = Vec::new();
+        for h in list {
+            open.retain(|o| o.until > h.from);
+            for o in &open {
+                if o.holder != h.holder {
+                    found.push(((*o).clone(), h.clone()));
+                }
+            }
+            open.push(h);
+        }
+    }
+    found
+}
+
+/// A register that keeps the value of the highest fencing token seen and
+/// refuses writes with a lower one (what `Client::fenced_write` does in
+/// Redis), counting what it accepted. With `fencing` off it accepts every
+/// write but still counts the stale ones it let through: the lost updates a
+/// fence would have prevented.
+///
+/// ```
+/// let reg = dlm_testkit::history::FencedRegister::new(true);
+/// assert!(reg.write(2, "b"));
+/// assert!(!reg.write(1, "a"), "a stale token is refused");
+/// assert_eq!(reg.report().stale_rejected, 1);
+/// ```
+#[derive(Debug)]
+pub struct FencedRegister {
+    fencing: bool,
+    state: Mutex<RegisterState>,
+}
+
+#[derive(Debug, Default)]
+struct RegisterState {
+    highest: u64,
+    value: String,
+    report: RegisterReport,
+}
+
+/// What a [`FencedRegister`] saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RegisterReport {
+    /// Writes accepted with a token not lower than any before.
+    pub accepted: u64,
+    /// Writes with a stale token that were accepted (only without fencing):
+    /// each one is a lost update.
+    pub stale_accepted: u64,
+    /// Writes with a stale token that were refused (with fencing).
+    pub stale_rejected: u64,
+}
+
+impl FencedRegister {
+    /// A register; `fencing` decides whether stale writes are refused.
+    pub fn new(fencing: bool) -> Self {
+        FencedRegister {
+            fencing,
+            state: Mutex::new(RegisterState::default()),
+        }
+    }
+
+    /// Write `value` with fencing token `fence`; false when refused.
+    pub fn write(&self, fence: u64, value: &str) -> bool {
+        let mut st = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stale = fence < st.highest;
+        if stale && self.fencing {
+            st.report.stale_rejected += 1;
+            return false;
+        }
+        if stale {
+            st.report.stale_accepted += 1;
+        } else {
+            st.report.accepted += 1;
+            st.highest = fence;
+        }
+        st.value = value.to_string();
+        true
+    }
+
+    /// The current value.
+    pub fn value(&self) -> String {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .value
+            .clone()
+    }
+
+    /// What it saw so far.
+    pub fn report(&self) -> RegisterReport {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .report
+    }
+}
+
+/// What happened to the tasks of a queue: enqueued, handled under a lease
+/// (identified by the lease's fencing token), acked.
+///
+/// ```
+/// let h = dlm_testkit::history::QueueHistory::default();
+/// h.enqueued("t1");
+/// h.handled("t1", 1);
+/// h.acked("t1", 1, true);
+/// let r = h.check();
+/// assert!(r.lost.is_empty() && r.unexplained_duplicates.is_empty());
+/// ```
+#[derive(Debug, Default)]
+pub struct QueueHistory {
+    state: Mutex<QueueState>,
+}
+
+#[derive(Debug, Default)]
+struct QueueState {
+    enqueued: HashSet<String>,
+    /// Task -> the leases (fences) it was handled under, in order.
+    handled: HashMap<String, Vec<u64>>,
+    /// (task, lease) -> acks that succeeded.
+    acked: HashMap<(String, u64), u32>,
+}
+
+/// The verdict on a [`QueueHistory`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueReport {
+    /// Tasks enqueued.
+    pub enqueued: usize,
+    /// Enqueued tasks never handled to a successful ack (violations).
+    pub lost: Vec<String>,
+    /// Handlings beyond the first, in all.
+    pub duplicates: usize,
+    /// Tasks delivered again after a delivery that was acked (violations:
+    /// every duplicate must follow a lease that expired or whose ack was lost).
+    pub unexplained_duplicates: Vec<String>,
+    /// Leases acked successfully more than once (violations).
+    pub acked_twice: Vec<(String, u64)>,
+}
+
+impl QueueReport {
+    /// No task lost, every duplicate explained, no lease acked twice.
+    pub fn ok(&self) -> bool {
+        self.lost.is_empty()
+            && self.unexplained_duplicates.is_empty()
+            && self.acked_twice.is_empty()
+    }
+}
+
+impl QueueHistory {
+    fn state(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `task` was enqueued (the enqueue returned success).
+    pub fn enqueued(&self, task: &str) {
+        self.state().enqueued.insert(task.to_string());
+    }
+
+    /// A handler started `task` under the lease with fencing token `lease`.
+    pub fn handled(&self, task: &str, lease: u64) {
+        self.state()
+            .handled
+            .entry(task.to_string())
+            .or_default()
+            .push(lease);
+    }
+
+    /// The ack of `task` under `lease` returned; `ok` when it succeeded.
+    pub fn acked(&self, task: &str, lease: u64, ok: bool) {
+        if ok {
+            *self
+                .state()
+                .acked
+                .entry((task.to_string(), lease))
+                .or_default() += 1;
+        }
+    }
+
+    /// Judge the history.
+    pub fn check(&self) -> QueueReport {
+        let st = self.state();
+        let mut report = QueueReport {
+            enqueued: st.enqueued.len(),
+            ..QueueReport::default()
+        };
+        for task in &st.enqueued {
+            let leases = st.handled.get(task).map(Vec::as_slice).unwrap_or(&[]);
+            if !leases
+                .iter()
+                .any(|l| st.acked.contains_key(&(task.clone(), *l)))
+            {
+                report.lost.push(task.clone());
+            }
+        }
+        for (task, leases) in &st.handled {
+            report.duplicates += leases.len().saturating_sub(1);
+            // Leases of one task have increasing fences, one per delivery. A
+            // delivery is explained when every delivery before it (lower
+            // fence) did not end in a successful ack: it expired, or its ack
+            // was lost. A delivery after an acked one is a violation. (A
+            // handler still running under an older, expired lease is an
+            // explained duplicate whatever the order it was recorded in.)
+            let mut sorted = leases.clone();
+            sorted.sort_unstable();
+            let first_acked = sorted
+                .iter()
+                .find(|l| st.acked.contains_key(&(task.clone(), **l)));
+            if let Some(acked) = first_acked
+                && sorted.iter().any(|l| l > acked)
+            {
+                report.unexplained_duplicates.push(task.clone());
+            }
+        }
+        for ((task, lease), n) in &st.acked {
+            if *n > 1 {
+                report.acked_twice.push((task.clone(), *lease));
+            }
+        }
+        report.lost.sort();
+        report.unexplained_duplicates.sort();
+        report.acked_twice.sort();
+        report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn hold(holder: usize, from: u64, until: u64) -> Hold {
+        Hold {
+            holder,
+            lock: "l".into(),
+            from: ms(from),
+            until: ms(until),
+            fence: None,
+        }
+    }
+
+    #[test]
+    fn touching_intervals_do_not_overlap_but_crossing_ones_do() {
+        assert!(overlapping_holds(&[hold(1, 0, 10), hold(2, 10, 20)]).is_empty());
+        let found = overlapping_holds(&[hold(2, 15, 30), hold(1, 0, 20), hold(3, 40, 50)]);
+        assert_eq!(found, vec![(hold(1, 0, 20), hold(2, 15, 30))]);
+        // One holder's own consecutive holds never count.
+        assert!(overlapping_holds(&[hold(1, 0, 20), hold(1, 10, 30)]).is_empty());
+        // Different locks never overlap.
+        let mut other = hold(2, 5, 15);
+        other.lock = "m".into();
+        assert!(overlapping_holds(&[hold(1, 0, 20), other]).is_empty());
+    }
+
+    #[test]
+    fn a_hold_inside_a_long_one_is_found() {
+        let found = overlapping_holds(&[hold(1, 0, 100), hold(2, 10, 20), hold(3, 30, 40)]);
+        assert_eq!(found.len(), 2);
+    }
+
+    #[test]
+    fn the_fence_refuses_what_a_plain_register_loses() {
+        let fenced = FencedRegister::new(true);
+        let plain = FencedRegister::new(false);
+        for reg in [&fenced, &plain] {
+            reg.write(1, "a");
+            reg.write(3, "c");
+            reg.write(2, "b"); // a paused holder wakes up late
+        }
+        assert_eq!(fenced.value(), "c");
+        assert_eq!(plain.value(), "b", "the stale write overwrote newer data");
+        assert_eq!(
+            fenced.report(),
+            RegisterReport {
+                accepted: 2,
+                stale_accepted: 0,
+                stale_rejected: 1
+            }
+        );
+        assert_eq!(plain.report().stale_accepted, 1);
+    }
+
+    #[test]
+    fn lost_tasks_duplicates_and_double_acks_are_reported() {
+        let h = QueueHistory::default();
+        for t in ["a", "b", "c", "d"] {
+            h.enqueued(t);
+        }
+        // a: handled once, acked.
+        h.handled("a", 1);
+        h.acked("a", 1, true);
+        // b: lease 2 expired (ack refused), redelivered under 5 and acked: explained.
+        h.handled("b", 2);
+        h.acked("b", 2, false);
+        h.handled("b", 5);
+        h.acked("b", 5, true);
+        // c: never handled: lost.
+        // d: acked under 3, then delivered again under 4: unexplained; and acked twice.
+        h.handled("d", 3);
+        h.acked("d", 3, true);
+        h.handled("d", 4);
+        h.acked("d", 3, true);
+        // e: a handler still running under expired lease 6 after 7 was acked: explained.
+        h.enqueued("e");
+        h.handled("e", 7);
+        h.acked("e", 7, true);
+        h.handled("e", 6);
+        h.acked("e", 6, false);
+        let r = h.check();
+        assert_eq!(r.enqueued, 5);
+        assert_eq!(r.lost, vec!["c".to_string()]);
+        assert_eq!(r.duplicates, 3);
+        assert_eq!(r.unexplained_duplicates, vec!["d".to_string()]);
+        assert_eq!(r.acked_twice, vec![("d".to_string(), 3)]);
+        assert!(!r.ok());
+    }
+
+    #[test]
+    fn a_history_records_on_one_clock() {
+        let h = History::new();
+        let t = h.clock().now();
+        h.record(1, t, Outcome::Unknown, 7);
+        let ops = h.ops();
+        assert_eq!(ops.len(), 1);
+        assert!(ops[0].complete >= ops[0].invoke);
+        assert_eq!(ops[0].outcome, Outcome::Unknown);
+    }
+}
