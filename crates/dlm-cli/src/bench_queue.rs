@@ -25,7 +25,9 @@ use tokio::task::JoinSet;
 
 use crate::error::{CliError, EXIT_OK, redis_err};
 use crate::global::Global;
-use crate::global::target::{RawConnection, Target, connect, raw_connection, redis_version};
+use crate::global::target::{
+    RawConnection, Target, connect, delete_queue_keys, raw_connection, redis_version,
+};
 use crate::output::{self, cell_us, human, us};
 use crate::rng::{SplitMix, seed};
 use crate::stats::percentile;
@@ -243,23 +245,6 @@ async fn idle_start(
     Ok(samples)
 }
 
-/// Delete the benchmark queue's keys.
-async fn cleanup(conn: &mut RawConnection, name: &str) {
-    let mut del = redis::cmd("DEL");
-    for suffix in [
-        "waiting", "payload", "inflight", "lease", "attempts", "dead", "errors", "fence", "stats",
-        "signal",
-    ] {
-        del.arg(format!(
-            "{}{{{name}}}:{suffix}",
-            dlm::keys::DEFAULT_QUEUE_PREFIX
-        ));
-    }
-    if let Err(e) = del.query_async::<i64>(conn).await {
-        tracing::warn!(error = %e, "could not delete the benchmark queue's keys");
-    }
-}
-
 /// `dlm bench queue`.
 pub async fn bench_queue(global: &Global, args: &BenchQueueArgs) -> Result<u8, CliError> {
     if global.redis.len() > 1 {
@@ -275,7 +260,7 @@ pub async fn bench_queue(global: &Global, args: &BenchQueueArgs) -> Result<u8, C
     let queue = client.queue(name.clone());
     let result = phases(global, args, &queue, &mut raw, &target, version).await;
     // The benchmark's tasks are disposable, whatever happened.
-    cleanup(&mut raw, &name).await;
+    delete_queue_keys(&mut raw, &name).await;
     drop(target);
     result
 }

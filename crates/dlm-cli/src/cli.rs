@@ -10,6 +10,7 @@ use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::bench::BenchLockArgs;
 use crate::bench_queue::BenchQueueArgs;
+use crate::check::CheckCommand;
 use crate::error::CliError;
 use crate::global::parse::parse_timeout;
 use crate::global::{Global, QueueArg, Topology};
@@ -206,6 +207,11 @@ pub enum Command {
     /// Show what a lock is for, on a private redis-server.
     #[command(subcommand)]
     Demo(DemoCommand),
+    /// Check the deployment given with --redis: run a lock or queue
+    /// workload and judge its history (exit 1 when a violation is found,
+    /// with its evidence; 3 when Redis cannot be reached).
+    #[command(subcommand)]
+    Check(CheckCommand),
 }
 
 /// `dlm lock ...`

@@ -6,6 +6,7 @@
 
 mod bench;
 mod bench_queue;
+mod check;
 mod cli;
 mod demo;
 mod error;
@@ -23,6 +24,7 @@ mod work_cmd;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::check::CheckCommand;
 use crate::cli::{BenchCommand, Cli, Command, DemoCommand, LockCommand, QueueCommand};
 use crate::error::CliError;
 use crate::global::Global;
@@ -93,6 +95,8 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Bench(BenchCommand::Redlock(a)) => bench::bench_lock(global, &a, 5).await,
         Command::Bench(BenchCommand::Queue(a)) => bench_queue::bench_queue(global, &a).await,
         Command::Demo(DemoCommand::Seckill(args)) => seckill::run(global, &args).await,
+        Command::Check(CheckCommand::Lock(a)) => check::check_lock(global, &a).await,
+        Command::Check(CheckCommand::Queue(a)) => check::check_queue(global, &a).await,
         Command::Demo(DemoCommand::Lock) => demo::demo_lock(global).await,
         Command::Demo(DemoCommand::IncrementKey { key }) => demo::increment_key(global, &key).await,
     }

@@ -33,6 +33,7 @@ const LAYERS: &[Layer<'static>] = &[
             "bench_queue",
             "demo",
             "seckill",
+            "check",
         ],
         lateral: false,
     },

@@ -229,6 +229,24 @@ impl RawConnection {
     }
 }
 
+/// Delete every key of queue `name` (the benchmark's and the checker's
+/// disposable queues).
+pub async fn delete_queue_keys(conn: &mut RawConnection, name: &str) {
+    let mut del = redis::cmd("DEL");
+    for suffix in [
+        "waiting", "payload", "inflight", "lease", "attempts", "dead", "errors", "fence", "stats",
+        "signal",
+    ] {
+        del.arg(format!(
+            "{}{{{name}}}:{suffix}",
+            dlm::keys::DEFAULT_QUEUE_PREFIX
+        ));
+    }
+    if let Err(e) = del.query_async::<i64>(conn).await {
+        tracing::warn!(error = %e, "could not delete the disposable queue's keys");
+    }
+}
+
 /// A raw connection to `url` (see [`RawConnection`]).
 pub async fn raw_connection(url: &str, timeout: Duration) -> Result<RawConnection, CliError> {
     let mut single = plain_connection(url, timeout).await?;

@@ -127,6 +127,19 @@ impl Lock {
         Ok(self.keys()?.lock)
     }
 
+    /// The key of the fencing counter this lock's tokens come from (shared
+    /// by the locks of its hash slot under the same prefix; see
+    /// [`crate::keys`]). For tools that clean up after themselves.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// assert!(client.lock("jobs").fence_key()?.starts_with("dlm:lock:fence:{"));
+    /// # Ok(()) }
+    /// ```
+    pub fn fence_key(&self) -> Result<String> {
+        Ok(self.keys()?.fence)
+    }
+
     fn keys(&self) -> Result<LockKeys> {
         lock_keys(&self.locks.prefix, &self.name, self.raw)
     }
