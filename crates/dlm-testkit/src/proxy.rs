@@ -289,6 +289,8 @@ impl fmt::Display for ConnId {
 /// * A reset after N bytes ([`FaultProxy::set_reset_after`]) writes exactly N
 ///   bytes to the server, then resets; whether the server still reads the
 ///   last of them before the RST is up to its kernel and timing.
+/// * A connection accepted during a blackhole or partition is still opened
+///   to the upstream, which sees an idle client.
 /// * If the upstream cannot be reached when a client connects, the client's
 ///   connection is reset.
 ///
@@ -1164,6 +1166,12 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         Ok(())
+    }
+
+    #[test]
+    fn can_be_shared_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<FaultProxy>();
     }
 
     #[test]
