@@ -464,7 +464,8 @@ impl FaultProxy {
         self.update(|f| *f = faults);
     }
 
-    /// Change the faults in place; like [`FaultProxy::set_faults`].
+    /// Change the faults in place; like [`FaultProxy::set_faults`]. Meant for
+    /// one controlling thread: two threads updating at once may lose a change.
     ///
     /// ```no_run
     /// # let server = dlm_testkit::RedisServer::start()?;
@@ -473,9 +474,10 @@ impl FaultProxy {
     /// # Ok::<(), dlm_testkit::Error>(())
     /// ```
     pub fn update(&self, change: impl FnOnce(&mut Faults)) {
-        let mut state = self.shared.lock();
-        let mut faults = state.faults.clone();
+        // `change` runs without the lock, so it may call back into the proxy.
+        let mut faults = self.faults();
         change(&mut faults);
+        let mut state = self.shared.lock();
         let rearm = faults.reset_after != state.faults.reset_after;
         state.apply(faults, rearm);
     }
