@@ -22,17 +22,24 @@
 //!   [`TlsFiles`];
 //! * ACL users ([`ServerBuilder::acl_user`], [`RedisServer::url_as`]).
 //!
+//! [`FaultProxy`] sits between a client and one server and injects network
+//! faults (latency, bandwidth limits, blackholes, lost replies, resets,
+//! refused connections, partitions) while traffic flows, deterministically
+//! from a seed.
+//!
 //! [`layers`] checks that a crate's modules import only downwards, for a
 //! test that keeps a crate's module structure free of import cycles.
 
 mod cluster;
 pub mod history;
 pub mod layers;
+mod proxy;
 mod resp;
 mod sentinel;
 mod tls;
 
 pub use cluster::{Cluster, ClusterBuilder, key_slot};
+pub use proxy::{ConnId, Direction, FaultProxy, Faults, LinkFaults, Stats};
 pub use sentinel::{Sentinels, SentinelsBuilder};
 pub use tls::TlsFiles;
 
