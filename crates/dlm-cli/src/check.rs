@@ -182,7 +182,7 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
                 let from = clock.now();
                 let believed = from + guard.remaining();
                 let mut work = Duration::from_millis(rng.next() % (ttl.as_millis() as u64 / 4 + 1));
-                if breaker && held % 2 == 0 {
+                if breaker && held.is_multiple_of(2) {
                     // Break it: release our token behind our own guard's
                     // back, and go on working as if we held it.
                     let _ = lock.release_token(guard.token()).await;
