@@ -91,10 +91,10 @@ async fn dropped_acquire_replies_leave_no_holder_and_nothing_past_the_ttl() -> T
         t0.elapsed() < Duration::from_secs(2),
         "bounded by the call timeout"
     );
-    assert!(
-        direct.lock("orphan").status().await?.held,
-        "the SET landed although its reply was lost"
-    );
+    // The SET landed although its reply was lost. The caller's clean-up
+    // release travels the same way (its reply is dropped too, but it runs):
+    // the key is gone at once, or at the latest when its TTL runs out.
+    let orphaned = direct.lock("orphan").status().await?.held;
     proxy.set_drop_replies(false);
     // Freed within the TTL: by the background release, or by expiry.
     let t0 = Instant::now();
@@ -106,7 +106,7 @@ async fn dropped_acquire_replies_leave_no_holder_and_nothing_past_the_ttl() -> T
     assert!(freed < Duration::from_millis(1700), "freed after {freed:?}");
     g.release().await?;
     println!(
-        "row drop-replies-on-acquire: orphan freed after {freed:?}, faults {:?}",
+        "row drop-replies-on-acquire: key still there after the error: {orphaned}, freed after {freed:?}, faults {:?}",
         proxy.stats()
     );
     Ok(())
@@ -158,8 +158,8 @@ async fn blackholed_redlock_nodes_cause_no_overlap_and_bounded_latency() -> Test
             overlaps.len()
         );
         assert!(overlaps.is_empty(), "{overlaps:?}");
-        // Throughput falls with blackholed nodes on every client (see
-        // RELIABILITY.md: an open finding); it never stops.
+        // Under contention a split vote among the healthy nodes waits for
+        // the silent one's timeout (see RELIABILITY.md); it never stops.
         assert!(!holds.is_empty(), "the lock kept working");
         assert!(single < Duration::from_millis(500), "bounded: {single:?}");
     }
