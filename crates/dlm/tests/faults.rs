@@ -342,3 +342,84 @@ async fn latency_on_one_node_causes_no_overlap() -> TestResult {
     assert!(holds.len() > 10);
     Ok(())
 }
+
+/// Rows "drop replies on release / on extend": a release whose reply is lost
+/// still frees the lock; a watchdog whose renewals go unanswered makes its
+/// guard report the lock lost by its own clock before anyone else can have
+/// it, so the believed intervals never overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_release_and_extend_replies_cause_no_overlap() -> TestResult {
+    let server = RedisServer::start()?;
+    let proxy = FaultProxy::in_front_of(&server, 50)?;
+    let holder = client_on(&proxy.url()).await?;
+    let other = client_on(&server.url()).await?;
+    let clock = Clock::new();
+
+    // Scripts loaded first: a lost NOSCRIPT reply would mean a command that
+    // never ran at all (see RELIABILITY.md).
+    holder
+        .lock("warm")
+        .acquire(&ttl(600).watchdog(true))
+        .await?
+        .release()
+        .await?;
+    // Release: the DEL reaches Redis, its reply does not.
+    let g = holder.lock("rel").acquire(&ttl(5000)).await?;
+    proxy.set_drop_replies(true);
+    let r = g.release().await;
+    assert!(r.as_ref().is_err_and(Error::is_retryable), "{r:?}");
+    let t0 = Instant::now();
+    other
+        .lock("rel")
+        .acquire(&ttl(1000).wait(Duration::from_secs(1)))
+        .await?
+        .release()
+        .await?;
+    let freed = t0.elapsed();
+    proxy.set_drop_replies(false);
+    assert!(freed < Duration::from_millis(500), "freed after {freed:?}");
+
+    // Extend: the watchdog's renewals land, their replies do not.
+    // (The proxy resets a connection that lost replies once they flow
+    // again: the first call reconnects, hence the wait.)
+    let g = holder
+        .lock("ext")
+        .acquire(&ttl(600).watchdog(true).wait(Duration::from_secs(2)))
+        .await?;
+    let from = clock.now();
+    proxy.set_drop_replies(true);
+    tokio::time::timeout(Duration::from_secs(3), g.lost()).await?;
+    let believed_until = clock.now();
+    let got = other
+        .lock("ext")
+        .acquire(&ttl(1000).wait(Duration::from_secs(5)))
+        .await?;
+    let other_from = clock.now();
+    got.release().await?;
+    proxy.set_drop_replies(false);
+    let holds = [
+        Hold {
+            holder: 0,
+            lock: "ext".into(),
+            from,
+            until: believed_until,
+            fence: None,
+        },
+        Hold {
+            holder: 1,
+            lock: "ext".into(),
+            from: other_from,
+            until: clock.now(),
+            fence: None,
+        },
+    ];
+    let overlaps = overlapping_holds(&holds);
+    println!(
+        "row drop-replies-on-release/extend: release freed the lock after {freed:?}; the watchdog's guard lost it after {:?}, the other client got it {:?} later; {} overlaps",
+        believed_until - from,
+        other_from - believed_until,
+        overlaps.len()
+    );
+    assert!(overlaps.is_empty(), "{overlaps:?}");
+    Ok(())
+}
