@@ -19,6 +19,23 @@ async fn client_on(url: &str) -> Result<Client, Error> {
         .await
 }
 
+/// A Redlock client that reaches each of `servers` through a proxy of its own.
+async fn redlock_via_proxies(
+    servers: &[RedisServer],
+    seed: u64,
+) -> Result<(Client, Vec<FaultProxy>), Box<dyn std::error::Error + Send + Sync>> {
+    let proxies: Vec<FaultProxy> = servers
+        .iter()
+        .map(|s| FaultProxy::in_front_of(s, seed))
+        .collect::<Result<_, _>>()?;
+    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let client = Client::builder()
+        .timeout(Duration::from_secs(1))
+        .connect_many(&urls)
+        .await?;
+    Ok((client, proxies))
+}
+
 /// Two clients alternate on one lock for `run`; returns the holds.
 async fn lock_workload(
     clients: &[Client],
@@ -121,17 +138,8 @@ async fn blackholed_redlock_nodes_cause_no_overlap_and_bounded_latency() -> Test
     let mut clients = Vec::new();
     let mut proxies = Vec::new();
     for c in 0..2 {
-        let ps: Vec<FaultProxy> = servers
-            .iter()
-            .map(|s| FaultProxy::in_front_of(s, 10 + c))
-            .collect::<Result<_, _>>()?;
-        let urls: Vec<String> = ps.iter().map(FaultProxy::url).collect();
-        clients.push(
-            Client::builder()
-                .timeout(Duration::from_secs(1))
-                .connect_many(&urls)
-                .await?,
-        );
+        let (client, ps) = redlock_via_proxies(&servers, 10 + c).await?;
+        clients.push(client);
         proxies.push(ps);
     }
     let opts = ttl(5000)
@@ -172,15 +180,7 @@ async fn blackholed_redlock_nodes_cause_no_overlap_and_bounded_latency() -> Test
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_client_gets_no_quorum_and_never_overlaps() -> TestResult {
     let servers = RedisServer::start_many(5)?;
-    let proxies: Vec<FaultProxy> = servers
-        .iter()
-        .map(|s| FaultProxy::in_front_of(s, 20))
-        .collect::<Result<_, _>>()?;
-    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
-    let cut_off = Client::builder()
-        .timeout(Duration::from_secs(1))
-        .connect_many(&urls)
-        .await?;
+    let (cut_off, proxies) = redlock_via_proxies(&servers, 20).await?;
     let direct_urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let healthy = Client::builder().connect_many(&direct_urls).await?;
     let opts = ttl(3000).node_timeout(Duration::from_millis(50));
@@ -242,17 +242,7 @@ async fn connection_resets_lose_no_task() -> TestResult {
         .await?;
     let queue = producer.queue("resets").max_attempts(1000);
     let history = Arc::new(QueueHistory::default());
-    let ids: Vec<String> = (0..400).map(|i| format!("r{i}")).collect();
-    queue
-        .enqueue(
-            ids.iter().map(|i| dlm::queue::NewTask::new(i.clone())),
-            Duration::ZERO,
-            dlm::queue::OnDuplicate::Keep,
-        )
-        .await?;
-    for id in &ids {
-        history.enqueued(id);
-    }
+    common::enqueue_recorded(&queue, &history, "r", 400).await?;
     // Reset the worker's connection after every 16 KB for 3 s (a few dozen
     // commands each time), then let it drain without the fault.
     proxy.set_reset_after(Some(16 * 1024));
@@ -304,30 +294,21 @@ async fn connection_resets_lose_no_task() -> TestResult {
     Ok(())
 }
 
-/// Row "latency 50 ms ± 50 ms on one node" under Redlock: no overlap, and
-/// the validity the guard reports accounts for the time the acquire took.
+/// Row "latency 50 ms ± 50 ms on one node" under Redlock: no overlap of the
+/// believed intervals, which end where the guard's own validity says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latency_on_one_node_causes_no_overlap() -> TestResult {
     let servers = RedisServer::start_many(3)?;
     let mut clients = Vec::new();
     let mut proxies = Vec::new();
     for c in 0..2 {
-        let ps: Vec<FaultProxy> = servers
-            .iter()
-            .map(|s| FaultProxy::in_front_of(s, 40 + c))
-            .collect::<Result<_, _>>()?;
+        let (client, ps) = redlock_via_proxies(&servers, 40 + c).await?;
         ps[0].set_latency(
             Direction::ToClient,
             Duration::from_millis(50),
             Duration::from_millis(50),
         );
-        let urls: Vec<String> = ps.iter().map(FaultProxy::url).collect();
-        clients.push(
-            Client::builder()
-                .timeout(Duration::from_secs(1))
-                .connect_many(&urls)
-                .await?,
-        );
+        clients.push(client);
         proxies.push(ps);
     }
     let opts = ttl(1000).wait(Duration::from_secs(5));

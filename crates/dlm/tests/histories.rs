@@ -106,17 +106,7 @@ async fn slow_handlers_cause_only_explained_duplicates() -> TestResult {
     let c = client(&s).await;
     let queue = c.queue("history").max_attempts(100);
     let history = Arc::new(QueueHistory::default());
-    let ids: Vec<String> = (0..300).map(|i| format!("t{i}")).collect();
-    queue
-        .enqueue(
-            ids.iter().map(|i| dlm::queue::NewTask::new(i.clone())),
-            Duration::ZERO,
-            dlm::queue::OnDuplicate::Keep,
-        )
-        .await?;
-    for id in &ids {
-        history.enqueued(id);
-    }
+    common::enqueue_recorded(&queue, &history, "t", 300).await?;
     let mut workers = Vec::new();
     for w in 0..4 {
         let (queue, history) = (queue.clone(), history.clone());

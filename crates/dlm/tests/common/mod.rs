@@ -40,3 +40,25 @@ pub fn evalsha_calls(stats: &str) -> u64 {
         .and_then(|v| v.split(',').next()?.parse().ok())
         .unwrap_or(0)
 }
+
+/// Enqueue `n` tasks named `{prefix}{i}` in one call and record each in
+/// `history` once the enqueue succeeded.
+pub async fn enqueue_recorded(
+    queue: &dlm::queue::Queue,
+    history: &dlm_testkit::history::QueueHistory,
+    prefix: &str,
+    n: usize,
+) -> dlm::Result<()> {
+    let ids: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
+    queue
+        .enqueue(
+            ids.iter().map(|i| dlm::queue::NewTask::new(i.clone())),
+            Duration::ZERO,
+            dlm::queue::OnDuplicate::Keep,
+        )
+        .await?;
+    for id in &ids {
+        history.enqueued(id);
+    }
+    Ok(())
+}
