@@ -208,7 +208,11 @@ impl ClientBuilder {
     async fn on(self, deployment: Deployment) -> Result<Client> {
         let deployment = Arc::new(deployment);
         let backend = deployment
-            .connect(self.connect_timeout, self.timeout)
+            .connect(
+                self.connect_timeout,
+                self.timeout,
+                crate::lock::preloaded_scripts(),
+            )
             .await?;
         let wakeups = Some(Wakeups::new(deployment.clone(), self.timeout));
         Ok(self.finish(Nodes::Single(Node::new(backend)), wakeups, Some(deployment)))
@@ -294,7 +298,7 @@ impl ClientBuilder {
                 d.connect_in_background(
                     self.connect_timeout,
                     self.timeout,
-                    crate::lock::redlock_scripts(),
+                    crate::lock::preloaded_scripts(),
                 )
             })
             .collect();

@@ -349,11 +349,13 @@ impl Deployment {
     }
 
     /// The shared connection every request goes through, connected (the
-    /// first connection within `connect_timeout + timeout`).
+    /// first connection within `connect_timeout + timeout`), with the
+    /// `preload` scripts loaded before the first request (best effort).
     pub(crate) async fn connect(
         &self,
         connect_timeout: Duration,
         timeout: Duration,
+        preload: Vec<&'static redis::Script>,
     ) -> Result<Backend> {
         let bound = connect_timeout + timeout;
         match self {
@@ -364,14 +366,18 @@ impl Deployment {
                     ConnectionManager::new_with_config(client.clone(), config),
                 )
                 .await?;
-                Ok(Backend::new(manager, timeout).standalone())
+                let backend = Backend::new(manager, timeout).standalone();
+                backend.preload(&preload).await;
+                Ok(backend)
             }
             Deployment::Cluster { client, .. } => {
                 let conn = within(bound, client.get_async_connection()).await?;
-                Ok(Backend::new(conn, timeout))
+                let backend = Backend::new(conn, timeout);
+                backend.preload(&preload).await;
+                Ok(backend)
             }
             Deployment::Sentinel(_) => {
-                let backend = self.connect_in_background(connect_timeout, timeout, Vec::new());
+                let backend = self.connect_in_background(connect_timeout, timeout, preload);
                 // Wait for the first connection, so that errors (no such
                 // master, all Sentinels down) surface here.
                 backend.wait_up(bound).await?;

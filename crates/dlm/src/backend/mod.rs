@@ -244,6 +244,20 @@ impl Backend {
         self.timeout
     }
 
+    /// Load `scripts` now, all at once, each within the client's deadline
+    /// (best effort: a script that fails to load is loaded on its first
+    /// NOSCRIPT). A script's first call then needs no NOSCRIPT round trip,
+    /// whose lost reply would mean an operation that never ran.
+    pub(crate) async fn preload(&self, scripts: &[&'static redis::Script]) {
+        let loads = scripts.iter().map(|script| async move {
+            let mut conn = self.conn.handle();
+            if let Err(e) = deadline(self.timeout, script.load_async(&mut conn)).await {
+                tracing::debug!(error = %e, "preloading a script failed; EVALSHA falls back");
+            }
+        });
+        futures_util::future::join_all(loads).await;
+    }
+
     /// Run a script (EVALSHA, loading it on NOSCRIPT) within the client's deadline.
     pub(crate) async fn eval<T: FromRedisValue>(
         &self,

@@ -27,9 +27,10 @@ pub(crate) use nodes::{Nodes, Quorum};
 pub use options::{LockOptions, LockStatus, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub(crate) use options::{Outcome, validate_ttl};
 
-/// The scripts a Redlock node runs, to load when it connects (so that no
-/// first use retries after NOSCRIPT, which could reorder requests).
-pub(crate) fn redlock_scripts() -> Vec<&'static redis::Script> {
+/// The lock's scripts, loaded whenever a connection is made (so that no
+/// first use retries after NOSCRIPT: that could reorder requests, and a lost
+/// NOSCRIPT reply would mean an operation that never ran).
+pub(crate) fn preloaded_scripts() -> Vec<&'static redis::Script> {
     let mut scripts = batch::scripts();
     scripts.extend(ops::scripts());
     scripts.extend(renew::scripts());
