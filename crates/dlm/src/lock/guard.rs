@@ -252,10 +252,24 @@ async fn release_held(held: &Held) -> Result<ReleaseOutcome> {
     if let Some(r) = hand_over(held).await? {
         return Ok(r);
     }
-    held.locks
-        .nodes
-        .release(&held.name, &held.keys, &held.token)
-        .await
+    let nodes = &held.locks.nodes;
+    match nodes.release(&held.name, &held.keys, &held.token).await {
+        // The connection broke (Redis restarted, a reset): the release may
+        // never have been sent, and the lock would stay until its TTL. It
+        // compares the token before it deletes, so sending it once more on
+        // the fresh connection is safe. If that one finds the lock gone, the
+        // first one may have freed it: the first error stands.
+        Err(e @ Error::Unavailable { .. }) if nodes.single().is_some() => {
+            match nodes.release(&held.name, &held.keys, &held.token).await {
+                Ok(r) if r.outcome == Outcome::Done => {
+                    tracing::debug!(name = %held.name, error = %e, "released on the second try");
+                    Ok(r)
+                }
+                _ => Err(e),
+            }
+        }
+        other => other,
+    }
 }
 
 /// On one Redis, when a task of this client waits for the lock, hand it over

@@ -62,3 +62,21 @@ pub async fn enqueue_recorded(
     }
     Ok(())
 }
+
+/// How long a fault-matrix row runs: `base` in CI, `base` times
+/// `DLM_FAULTS_SCALE` when set (`scripts/faults.sh` runs the matrix longer).
+pub fn row_duration(base: Duration) -> Duration {
+    let scale = std::env::var("DLM_FAULTS_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .filter(|s| *s > 0)
+        .unwrap_or(1);
+    base * scale
+}
+
+/// Print one row of the fault matrix in the form `scripts/faults.sh`
+/// collects into RELIABILITY.md: row, workload, faults injected,
+/// violations, how it behaved.
+pub fn matrix_row(row: &str, workload: &str, faults: &str, violations: &str, behaved: &str) {
+    println!("MATRIX|{row}|{workload}|{faults}|{violations}|{behaved}");
+}
