@@ -124,6 +124,9 @@ struct QueueReport {
     violations: u64,
     lost: u64,
     duplicates: u64,
+    /// Acks whose reply never came (a timeout, a failover): the task was not
+    /// delivered again before the workers went idle, so the ack took effect.
+    acks_unknown: u64,
     errors: u64,
 }
 
@@ -310,7 +313,17 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
         let lease = args.lease;
         workers.push(tokio::spawn(async move {
             let mut idle = 0;
-            while idle < 10 {
+            let mut last_work = std::time::Instant::now();
+            // Stop once idle and either drained (every ack of unknown outcome
+            // then took effect) or past a lease since the last task (a task
+            // whose ack did not land was delivered again by then).
+            loop {
+                if idle >= 10
+                    && (last_work.elapsed() > lease + Duration::from_millis(500)
+                        || queue.stats().await.is_ok_and(|s| s.is_drained()))
+                {
+                    break;
+                }
                 ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let leases = match queue.claim(16, lease).await {
                     Ok(l) => l,
@@ -326,11 +339,16 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
                     continue;
                 }
                 idle = 0;
+                last_work = std::time::Instant::now();
                 for l in leases {
                     let (id, fence) = (l.task().id.clone(), l.task().fence.get());
                     history.handled(&id, fence);
-                    let ok = l.ack().await.is_ok();
-                    history.acked(&id, fence, ok);
+                    history.ack_started(&id, fence);
+                    match l.ack().await {
+                        // No answer: it may have been acked.
+                        Err(e) if e.is_retryable() => {}
+                        r => history.acked(&id, fence, r.is_ok()),
+                    }
                 }
             }
         }));
@@ -363,6 +381,7 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
         violations: violations as u64,
         lost: verdict.lost.len() as u64,
         duplicates: verdict.duplicates as u64,
+        acks_unknown: verdict.ack_unknown.len() as u64,
         errors: errors.load(std::sync::atomic::Ordering::Relaxed),
     };
     output::emit(global.json, &report, || {

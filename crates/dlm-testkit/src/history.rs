@@ -303,6 +303,8 @@ struct QueueState {
     handled: HashMap<String, Vec<u64>>,
     /// (task, lease) -> acks that succeeded.
     acked: HashMap<(String, u64), u32>,
+    /// (task, lease) of acks whose outcome is unknown (the reply was lost).
+    unknown: HashSet<(String, u64)>,
 }
 
 /// The verdict on a [`QueueHistory`].
@@ -319,6 +321,10 @@ pub struct QueueReport {
     pub unexplained_duplicates: Vec<String>,
     /// Leases acked successfully more than once (violations).
     pub acked_twice: Vec<(String, u64)>,
+    /// Tasks never acked for sure, but with an ack whose outcome is unknown
+    /// (its reply was lost): not lost if that ack took effect, which only
+    /// Redis can tell (e.g. the queue drained and its `processed` count).
+    pub ack_unknown: Vec<String>,
 }
 
 impl QueueReport {
@@ -351,15 +357,27 @@ impl QueueHistory {
             .push(lease);
     }
 
+    /// The ack of `task` under `lease` is about to be sent. Until
+    /// [`QueueHistory::acked`] says how it ended, its outcome is unknown: a
+    /// worker killed while its ack is in flight may have acked the task.
+    pub fn ack_started(&self, task: &str, lease: u64) {
+        self.ack_unknown(task, lease);
+    }
+
     /// The ack of `task` under `lease` returned; `ok` when it succeeded.
     pub fn acked(&self, task: &str, lease: u64, ok: bool) {
+        let key = (task.to_string(), lease);
+        let mut st = self.state();
+        st.unknown.remove(&key);
         if ok {
-            *self
-                .state()
-                .acked
-                .entry((task.to_string(), lease))
-                .or_default() += 1;
+            *st.acked.entry(key).or_default() += 1;
         }
+    }
+
+    /// The ack of `task` under `lease` failed in a way that leaves its
+    /// outcome unknown (a timeout, a lost reply): it may have taken effect.
+    pub fn ack_unknown(&self, task: &str, lease: u64) {
+        self.state().unknown.insert((task.to_string(), lease));
     }
 
     /// Judge the history.
@@ -371,10 +389,15 @@ impl QueueHistory {
         };
         for task in &st.enqueued {
             let leases = st.handled.get(task).map(Vec::as_slice).unwrap_or(&[]);
-            if !leases
-                .iter()
-                .any(|l| st.acked.contains_key(&(task.clone(), *l)))
-            {
+            let ended = |set: &dyn Fn(&(String, u64)) -> bool| {
+                leases.iter().any(|l| set(&(task.clone(), *l)))
+            };
+            if ended(&|k| st.acked.contains_key(k)) {
+                continue;
+            }
+            if ended(&|k| st.unknown.contains(k)) {
+                report.ack_unknown.push(task.clone());
+            } else {
                 report.lost.push(task.clone());
             }
         }
@@ -403,6 +426,7 @@ impl QueueHistory {
             }
         }
         report.lost.sort();
+        report.ack_unknown.sort();
         report.unexplained_duplicates.sort();
         report.acked_twice.sort();
         report
@@ -494,9 +518,23 @@ mod tests {
         h.acked("e", 7, true);
         h.handled("e", 6);
         h.acked("e", 6, false);
+        // f: its only ack lost its reply: not lost, but not sure either;
+        // g: its worker died while the ack was in flight: the same.
+        h.enqueued("f");
+        h.handled("f", 8);
+        h.ack_unknown("f", 8);
+        h.enqueued("g");
+        h.handled("g", 9);
+        h.ack_started("g", 9);
+        // h: an ack that came back with an answer is no longer unknown.
+        h.enqueued("h");
+        h.handled("h", 10);
+        h.ack_started("h", 10);
+        h.acked("h", 10, false);
         let r = h.check();
-        assert_eq!(r.enqueued, 5);
-        assert_eq!(r.lost, vec!["c".to_string()]);
+        assert_eq!(r.enqueued, 8);
+        assert_eq!(r.lost, vec!["c".to_string(), "h".to_string()]);
+        assert_eq!(r.ack_unknown, vec!["f".to_string(), "g".to_string()]);
         assert_eq!(r.duplicates, 3);
         assert_eq!(r.unexplained_duplicates, vec!["d".to_string()]);
         assert_eq!(r.acked_twice, vec![("d".to_string(), 3)]);

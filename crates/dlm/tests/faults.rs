@@ -557,3 +557,149 @@ async fn a_crashed_redis_keeps_locks_only_with_persistence() -> TestResult {
     }
     Ok(())
 }
+
+/// One in-process worker of the crash row: its own client (its own
+/// connections, through `proxy`), claiming batches of 4 and acking each after
+/// 10-20 ms of "work". Aborting it is a crash: nothing is acked or given back.
+fn crash_row_worker(
+    url: String,
+    history: Arc<QueueHistory>,
+    errors: Arc<std::sync::atomic::AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let Ok(client) = client_on(&url).await else {
+            errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return;
+        };
+        let queue = client.queue("crashes").max_attempts(1000);
+        loop {
+            match queue.claim(4, Duration::from_millis(500)).await {
+                Ok(leases) if leases.is_empty() => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Ok(leases) => {
+                    for l in leases {
+                        let (id, fence) = (l.task().id.clone(), l.task().fence.get());
+                        history.handled(&id, fence);
+                        tokio::time::sleep(Duration::from_millis(fastrand::u64(10..20))).await;
+                        // Killed while the ack is in flight, or its reply
+                        // lost: the ack's outcome stays unknown.
+                        history.ack_started(&id, fence);
+                        match l.ack().await {
+                            Err(e) if e.is_retryable() => {}
+                            r => history.acked(&id, fence, r.is_ok()),
+                        }
+                    }
+                }
+                Err(_) => {
+                    errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    })
+}
+
+/// Row "queue workers killed, Redis restarted, replies dropped on ack":
+/// three workers, one killed every 500 ms and replaced, the server
+/// SIGKILLed and restarted, then every reply dropped for 400 ms (acks land,
+/// their replies do not). With AOF always no task is lost and every
+/// duplicate follows a lease that did not end in an ack; without
+/// persistence the restart loses the waiting tasks and the checker says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_workers_and_a_crashed_redis_lose_no_task_with_aof() -> TestResult {
+    for mode in [Persistence::AofAlways, Persistence::None] {
+        let mut server = mode.start()?;
+        let proxy = FaultProxy::in_front_of(&server, 60)?;
+        let producer = client_on(&server.url()).await?;
+        let queue = producer.queue("crashes");
+        let history = Arc::new(QueueHistory::default());
+        common::enqueue_recorded(&queue, &history, "c", 600).await?;
+
+        let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let start = || crash_row_worker(proxy.url(), history.clone(), errors.clone());
+        let mut workers: Vec<_> = (0..3).map(|_| start()).collect();
+        let t0 = Instant::now();
+        let faulty = common::row_duration(Duration::from_secs(3));
+        let (mut kills, mut crashed, mut dropped) = (0, false, false);
+        let mut next_kill = Duration::from_millis(500);
+        while t0.elapsed() < faulty {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let now = t0.elapsed();
+            if now >= next_kill {
+                let victim = workers.swap_remove(fastrand::usize(..workers.len()));
+                victim.abort();
+                let _ = victim.await;
+                kills += 1;
+                workers.push(start());
+                next_kill += Duration::from_millis(500);
+            }
+            if !crashed && now >= faulty * 2 / 5 {
+                let (restarted, _) = crash_and_restart(server).await?;
+                server = restarted;
+                crashed = true;
+            }
+            if !dropped && now >= faulty * 2 / 3 {
+                proxy.set_drop_replies(true);
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                proxy.set_drop_replies(false);
+                dropped = true;
+            }
+        }
+        // Drain without faults: the leases of killed workers run out and
+        // their tasks come back.
+        let mut drained = false;
+        while t0.elapsed() < faulty + Duration::from_secs(30) {
+            if queue.stats().await.is_ok_and(|s| s.is_drained()) {
+                drained = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for w in workers {
+            w.abort();
+        }
+        let report = history.check();
+        // Acks whose replies were lost: Redis' count of acks settles them.
+        let processed = queue.stats().await?.processed;
+        let stats = proxy.stats();
+        common::matrix_row(
+            &format!(
+                "queue workers killed, Redis crashed, ack replies dropped, {}",
+                mode.name()
+            ),
+            &format!("600 tasks, 3 workers, 500 ms leases, {faulty:?} of faults"),
+            &format!(
+                "{kills} workers killed, 1 SIGKILL and restart of Redis, {} reply bytes dropped",
+                stats.discarded_to_client
+            ),
+            &format!(
+                "{} lost, {} unexplained duplicates, {} leases acked twice",
+                report.lost.len(),
+                report.unexplained_duplicates.len(),
+                report.acked_twice.len()
+            ),
+            &format!(
+                "{} duplicates (all after an expired lease or a lost ack), {} acks of unknown outcome, {} errors, {processed} acks counted by Redis",
+                report.duplicates,
+                report.ack_unknown.len(),
+                errors.load(std::sync::atomic::Ordering::Relaxed)
+            ),
+        );
+        assert!(drained, "the queue drains once the faults stop");
+        assert!(report.unexplained_duplicates.is_empty(), "{report:?}");
+        assert!(report.acked_twice.is_empty(), "{report:?}");
+        if mode == Persistence::None {
+            assert!(
+                !report.lost.is_empty(),
+                "the checker must see the lost tasks"
+            );
+        } else {
+            assert!(report.lost.is_empty(), "{report:?}");
+            // Each task acked exactly once, the unknown acks included.
+            assert_eq!(processed, 600, "{report:?}");
+        }
+        drop(server);
+    }
+    Ok(())
+}
