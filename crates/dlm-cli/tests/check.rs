@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -124,4 +126,68 @@ fn an_unreachable_redis_exits_3() {
         "queue",
     ]);
     assert_eq!(r.code(), 3, "{}", r.stderr);
+}
+
+/// libfaketime, which shifts the wall clock of the process it is preloaded
+/// into (Debian's `faketime` package; `scripts/ensure-deps.sh --tests`
+/// installs it).
+const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// Row "clock jump": `dlm check lock` runs while its wall clock jumps two
+/// hours ahead, then three hours back (libfaketime, monotonic clock left
+/// alone). dlm measures leases on the monotonic clock: no overlap, no error.
+#[test]
+fn a_jumping_wall_clock_changes_nothing() -> TestResult {
+    if !Path::new(FAKETIME).exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{FAKETIME} is missing: apt-get install -y faketime"
+        );
+        eprintln!("skipped: {FAKETIME} is missing (apt-get install -y faketime)");
+        return Ok(());
+    }
+    let s = server();
+    let dir = tempdir()?;
+    let offset = path_in(&dir, "offset");
+    std::fs::write(&offset, "+0")?;
+    let with_faketime = |mut cmd: Command| {
+        cmd.env("LD_PRELOAD", FAKETIME)
+            .env("FAKETIME_TIMESTAMP_FILE", &offset)
+            .env("FAKETIME_NO_CACHE", "1")
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        cmd
+    };
+    let wall = || -> Result<i64, Box<dyn std::error::Error + Send + Sync>> {
+        let out = with_faketime(Command::new("date")).arg("+%s").output()?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().parse()?)
+    };
+    let before = wall()?;
+
+    let mut cmd = with_faketime(dlm());
+    cmd.args(["--redis", &s.url(), "--json", "check", "lock"])
+        .args(["--clients", "4", "--duration", "3s", "--ttl", "500ms"]);
+    let running = start(cmd);
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::write(&offset, "+2h")?;
+    let ahead = wall()? - before;
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::write(&offset, "-3h")?;
+    let back = wall()? - before;
+    let r = running.finish(Duration::from_secs(30));
+
+    assert_eq!(r.code(), 0, "{}{}", r.stdout, r.stderr);
+    let v = json(&r);
+    println!(
+        "MATRIX|clock jump (the client's wall clock)|`dlm check lock`, 4 clients, 500 ms TTL, 3 s|wall clock {ahead:+} s after 1 s, {back:+} s after 2 s (libfaketime)|{} overlaps|{} acquisitions, {} errors: no effect",
+        v["overlaps"], v["acquisitions"], v["errors"]
+    );
+    assert!(
+        (7100..7300).contains(&ahead),
+        "the jump took effect: {ahead}"
+    );
+    assert!((-10900..-10700).contains(&back), "and back: {back}");
+    assert_eq!(v["overlaps"], 0, "{v}");
+    assert_eq!(v["errors"], 0, "{v}");
+    assert!(v["acquisitions"].as_u64().unwrap_or(0) > 5, "{v}");
+    Ok(())
 }
