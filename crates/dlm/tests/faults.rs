@@ -118,9 +118,17 @@ async fn dropped_acquire_replies_leave_no_holder_and_nothing_past_the_ttl() -> T
     let freed = t0.elapsed();
     assert!(freed < Duration::from_millis(1700), "freed after {freed:?}");
     g.release().await?;
-    println!(
-        "row drop-replies-on-acquire: key still there after the error: {orphaned}, freed after {freed:?}, faults {:?}",
-        proxy.stats()
+    common::matrix_row(
+        "drop replies on acquire",
+        "one acquire, 1.5 s TTL, on a fresh connection",
+        &format!(
+            "every reply dropped ({} bytes)",
+            proxy.stats().discarded_to_client
+        ),
+        "no holder: the caller got a retryable error",
+        &format!(
+            "key still there after the error: {orphaned}; freed {freed:.1?} later (the clean-up release ran, only its reply was lost)"
+        ),
     );
     Ok(())
 }
@@ -153,13 +161,18 @@ async fn blackholed_redlock_nodes_cause_no_overlap_and_bounded_latency() -> Test
             .release()
             .await?;
         let single = t0.elapsed();
-        let (holds, errors) =
-            lock_workload(&clients, Duration::from_millis(1500), opts.clone()).await;
+        let run = common::row_duration(Duration::from_millis(1500));
+        let (holds, errors) = lock_workload(&clients, run, opts.clone()).await;
         let overlaps = overlapping_holds(&holds);
-        println!(
-            "row blackhole-{blackholed}-of-5: {} acquisitions, {errors} errors, {} overlaps, one acquire+release {single:?}",
-            holds.len(),
-            overlaps.len()
+        common::matrix_row(
+            &format!("blackholed nodes under Redlock(5): {blackholed}"),
+            &format!("2 clients alternate on one lock, 50 ms per-node timeout, {run:?}"),
+            &format!("{blackholed} of 5 nodes blackholed for both clients"),
+            &format!("{} overlaps", overlaps.len()),
+            &format!(
+                "{} acquisitions, {errors} errors; one uncontended acquire+release {single:.1?}",
+                holds.len()
+            ),
         );
         assert!(overlaps.is_empty(), "{overlaps:?}");
         // Under contention a split vote among the healthy nodes waits for
@@ -190,11 +203,18 @@ async fn a_partitioned_client_gets_no_quorum_and_never_overlaps() -> TestResult 
         .lock("part")
         .acquire(&opts.clone().wait(Duration::from_millis(300)))
         .await;
+    let no_quorum_after = t0.elapsed();
     assert!(matches!(r, Err(Error::NoQuorum { .. })), "{r:?}");
     assert!(
-        t0.elapsed() < Duration::from_millis(800),
-        "{:?}",
-        t0.elapsed()
+        no_quorum_after < Duration::from_millis(800),
+        "{no_quorum_after:?}"
+    );
+    common::matrix_row(
+        "partition a client from a majority, Redlock(5)",
+        "2 clients, one holds",
+        "3 of 5 nodes cut from the other client",
+        "0 overlaps",
+        &format!("`NoQuorum` after {no_quorum_after:.0?} (its wait: 300 ms)"),
     );
     held.release().await?;
 
@@ -204,17 +224,20 @@ async fn a_partitioned_client_gets_no_quorum_and_never_overlaps() -> TestResult 
     for p in &proxies[..2] {
         p.partition();
     }
-    let (holds, errors) = lock_workload(
-        &[cut_off, healthy],
-        Duration::from_millis(1500),
-        opts.wait(Duration::from_secs(5)),
-    )
-    .await;
+    let run = common::row_duration(Duration::from_millis(1500));
+    let (holds, errors) =
+        lock_workload(&[cut_off, healthy], run, opts.wait(Duration::from_secs(5))).await;
     let overlaps = overlapping_holds(&holds);
-    println!(
-        "row partition-from-minority: {} acquisitions, {errors} errors, {} overlaps",
-        holds.len(),
-        overlaps.len()
+    common::matrix_row(
+        "partition a client from a minority, Redlock(5)",
+        &format!("2 clients alternate on one lock, {run:?}"),
+        "2 of 5 nodes cut from one client",
+        &format!("{} overlaps", overlaps.len()),
+        &format!(
+            "{} acquisitions ({} by the cut-off client), {errors} errors",
+            holds.len(),
+            holds.iter().filter(|h| h.holder == 0).count()
+        ),
     );
     assert!(overlaps.is_empty(), "{overlaps:?}");
     assert!(
@@ -244,10 +267,11 @@ async fn connection_resets_lose_no_task() -> TestResult {
     proxy.set_reset_after(Some(16 * 1024));
     let wq = worker_client.queue("resets").max_attempts(1000);
     let t0 = Instant::now();
+    let faulty_for = common::row_duration(Duration::from_secs(3));
     let mut idle = 0;
     let mut errors = 0u64;
-    while idle < 20 && t0.elapsed() < Duration::from_secs(30) {
-        let faulty = t0.elapsed() < Duration::from_secs(3);
+    while idle < 20 && t0.elapsed() < faulty_for + Duration::from_secs(30) {
+        let faulty = t0.elapsed() < faulty_for;
         if !faulty {
             proxy.set_reset_after(None);
         } else if proxy.stats().open == 0 {
@@ -278,12 +302,18 @@ async fn connection_resets_lose_no_task() -> TestResult {
     proxy.set_reset_after(None);
     let report = history.check();
     let stats = proxy.stats();
-    println!(
-        "row reset-mid-stream: {} tasks, {} resets, {errors} errors, {} duplicates, {} lost",
-        report.enqueued,
-        stats.resets,
-        report.duplicates,
-        report.lost.len()
+    common::matrix_row(
+        "connection reset mid-stream, queue",
+        &format!("{} tasks, one worker", report.enqueued),
+        &format!(
+            "a reset after every 16 KB for {faulty_for:?} ({} resets)",
+            stats.resets
+        ),
+        &format!("{} lost", report.lost.len()),
+        &format!(
+            "{} duplicates, all explained; {errors} errors",
+            report.duplicates
+        ),
     );
     assert!(stats.resets > 0, "the fault happened");
     assert!(report.ok(), "{report:?}");
@@ -308,12 +338,18 @@ async fn latency_on_one_node_causes_no_overlap() -> TestResult {
         proxies.push(ps);
     }
     let opts = ttl(1000).wait(Duration::from_secs(5));
-    let (holds, errors) = lock_workload(&clients, Duration::from_millis(1500), opts).await;
+    let run = common::row_duration(Duration::from_millis(1500));
+    let (holds, errors) = lock_workload(&clients, run, opts).await;
     let overlaps = overlapping_holds(&holds);
-    println!(
-        "row latency-50ms-one-node: {} acquisitions, {errors} errors, {} overlaps",
-        holds.len(),
-        overlaps.len()
+    common::matrix_row(
+        "latency 50 ms ± 50 ms on one node, Redlock(3)",
+        &format!("2 clients alternate on one lock, 1 s TTL, {run:?}"),
+        "replies from one of 3 nodes delayed 50-100 ms",
+        &format!("{} overlaps", overlaps.len()),
+        &format!(
+            "{} acquisitions, {errors} errors; the validity left after each grant accounts for the delay",
+            holds.len()
+        ),
     );
     assert!(overlaps.is_empty(), "{overlaps:?}");
     assert!(holds.len() > 10);
@@ -387,11 +423,16 @@ async fn dropped_release_and_extend_replies_cause_no_overlap() -> TestResult {
         },
     ];
     let overlaps = overlapping_holds(&holds);
-    println!(
-        "row drop-replies-on-release/extend: release freed the lock after {freed:?}; the watchdog's guard lost it after {:?}, the other client got it {:?} later; {} overlaps",
-        believed_until - from,
-        other_from - believed_until,
-        overlaps.len()
+    common::matrix_row(
+        "drop replies on release / on extend",
+        "one holder (600 ms lease, watchdog), one other client",
+        "every reply of the holder's connection dropped",
+        &format!("{} overlaps", overlaps.len()),
+        &format!(
+            "a release whose reply was lost freed the lock ({freed:.1?} later the other client had it); with renewals unanswered the guard reported the lock lost after {:.0?} of its 600 ms lease, {:.0?} before the other client got it",
+            believed_until - from,
+            other_from - believed_until
+        ),
     );
     assert!(overlaps.is_empty(), "{overlaps:?}");
     Ok(())
@@ -701,5 +742,42 @@ async fn killed_workers_and_a_crashed_redis_lose_no_task_with_aof() -> TestResul
         }
         drop(server);
     }
+    Ok(())
+}
+
+/// Row "connection reset mid-script, every ~100th command", locks: two
+/// clients alternate on one lock, each through a proxy that resets its
+/// connection after every 12 KB sent (about 100 lock commands); scripts cut
+/// off mid-way must never leave two holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_resets_cause_no_lock_overlap() -> TestResult {
+    let server = RedisServer::start()?;
+    let proxies = [
+        FaultProxy::in_front_of(&server, 70)?,
+        FaultProxy::in_front_of(&server, 71)?,
+    ];
+    let mut clients = Vec::new();
+    for p in &proxies {
+        clients.push(client_on(&p.url()).await?);
+        p.set_reset_after(Some(12 * 1024));
+    }
+    let run = common::row_duration(Duration::from_millis(1500));
+    let (holds, errors) =
+        lock_workload(&clients, run, ttl(1000).wait(Duration::from_secs(3))).await;
+    let overlaps = overlapping_holds(&holds);
+    let resets: u64 = proxies.iter().map(|p| p.stats().resets).sum();
+    common::matrix_row(
+        "connection reset mid-stream, locks",
+        &format!("2 clients alternate on one lock, 1 s TTL, {run:?}"),
+        &format!("each connection reset after 12 KB (about 100 commands): {resets} resets"),
+        &format!("{} overlaps", overlaps.len()),
+        &format!(
+            "{} acquisitions, {errors} errors (the calls cut off by a reset)",
+            holds.len()
+        ),
+    );
+    assert!(resets > 0, "the fault happened");
+    assert!(overlaps.is_empty(), "{overlaps:?}");
+    assert!(holds.len() > 20, "the lock kept working: {}", holds.len());
     Ok(())
 }

@@ -17,7 +17,8 @@ async fn believed_held_intervals_never_overlap() -> TestResult {
     let clients = [client(&s).await, client(&s).await];
     let clock = Clock::new();
     let holds = Arc::new(Mutex::new(Vec::new()));
-    let until = clock.now() + Duration::from_secs(2);
+    let run = common::row_duration(Duration::from_secs(2));
+    let until = clock.now() + run;
     let mut tasks = Vec::new();
     for t in 0..8 {
         let (c, holds) = (clients[t % 2].clone(), holds.clone());
@@ -52,6 +53,16 @@ async fn believed_held_intervals_never_overlap() -> TestResult {
     let holds = holds.lock().map_err(|_| "poisoned")?.clone();
     assert!(holds.len() > 50, "enough acquisitions: {}", holds.len());
     let overlaps = overlapping_holds(&holds);
+    common::matrix_row(
+        "no fault, contended lock",
+        &format!("8 tasks on 2 clients, 150 ms leases, half with a watchdog, {run:?}"),
+        "none",
+        &format!("{} overlaps", overlaps.len()),
+        &format!(
+            "{} acquisitions; fences strictly increase in grant order",
+            holds.len()
+        ),
+    );
     assert!(overlaps.is_empty(), "overlapping holds: {overlaps:?}");
     // Fences increase with the grants' order.
     let mut by_time = holds.clone();
@@ -93,6 +104,13 @@ async fn a_paused_holders_late_write_is_refused_by_the_fence() -> TestResult {
     assert_eq!(plain.value(), "old", "without a fence the update is lost");
     assert_eq!(fenced.report().stale_rejected, 1);
     assert_eq!(plain.report().stale_accepted, 1);
+    common::matrix_row(
+        "holder paused past its lease, in process",
+        "a holder sleeps 250 ms on a 100 ms lease, then writes",
+        "a pause",
+        "1 late write (expected: the assumption is broken)",
+        "the fenced register and Redis' `fenced_write` refused it; a plain register lost the newer update",
+    );
     newer.release().await?;
     Ok(())
 }
@@ -138,6 +156,20 @@ async fn slow_handlers_cause_only_explained_duplicates() -> TestResult {
         w.await??;
     }
     let report = history.check();
+    common::matrix_row(
+        "slow handlers outlive their lease",
+        "300 tasks, 4 workers, one handling in 10 sleeps past its 100 ms lease",
+        "lease expiry",
+        &format!(
+            "{} lost, {} unexplained duplicates",
+            report.lost.len(),
+            report.unexplained_duplicates.len()
+        ),
+        &format!(
+            "{} duplicates, each after an expired lease",
+            report.duplicates
+        ),
+    );
     assert!(report.ok(), "{report:?}");
     assert_eq!(report.enqueued, 300);
     assert!(
