@@ -191,3 +191,40 @@ fn a_jumping_wall_clock_changes_nothing() -> TestResult {
     assert!(v["acquisitions"].as_u64().unwrap_or(0) > 5, "{v}");
     Ok(())
 }
+
+/// The issue's own proof that `dlm check lock` finds what it is for: Redis
+/// restarted without persistence during the run forgets the lock under its
+/// holder, the next client takes it, and the check reports the overlap
+/// (exit 1, with the evidence).
+#[test]
+fn a_redis_restarted_without_persistence_is_caught_by_check_lock() -> TestResult {
+    let mut s = server();
+    let mut cmd = dlm();
+    // Long holds (up to a quarter of the 8 s TTL): a restart almost always
+    // lands inside one, and the holder keeps working well past it.
+    cmd.args([
+        "--redis",
+        &s.url(),
+        "--json",
+        "--timeout",
+        "500ms",
+        "check",
+        "lock",
+    ])
+    .args(["--clients", "4", "--duration", "5s", "--ttl", "8s"]);
+    let running = start(cmd);
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(1000));
+        s.restart()?;
+    }
+    let r = running.finish(Duration::from_secs(60));
+    assert_eq!(r.code(), 1, "{}{}", r.stdout, r.stderr);
+    let v = json(&r);
+    assert!(v["overlaps"].as_u64().unwrap_or(0) > 0, "{v}");
+    assert!(
+        r.stderr.contains("overlap: client"),
+        "the evidence: {}",
+        r.stderr
+    );
+    Ok(())
+}
