@@ -261,7 +261,7 @@ async fn connection_resets_lose_no_task() -> TestResult {
         .await?;
     let queue = producer.queue("resets").max_attempts(1000);
     let history = Arc::new(QueueHistory::default());
-    common::enqueue_recorded(&queue, &history, "r", 400).await?;
+    common::enqueue_recorded(&queue, &history, "r", 400 * common::row_scale() as usize).await?;
     // Reset the worker's connection after every 16 KB for 3 s (a few dozen
     // commands each time), then let it drain without the fault.
     proxy.set_reset_after(Some(16 * 1024));
@@ -396,9 +396,13 @@ async fn dropped_release_and_extend_replies_cause_no_overlap() -> TestResult {
         .acquire(&ttl(600).watchdog(true).wait(Duration::from_secs(2)))
         .await?;
     let from = clock.now();
+    // The holder's own clock ends its belief at the deadline, whenever the
+    // lost() wake-up arrives (on a starved runtime, later).
+    let deadline = from + g.remaining();
     proxy.set_drop_replies(true);
     tokio::time::timeout(Duration::from_secs(3), g.lost()).await?;
-    let believed_until = clock.now();
+    let woken = clock.now();
+    let believed_until = woken.min(deadline);
     let got = other
         .lock("ext")
         .acquire(&ttl(1000).wait(Duration::from_secs(5)))
@@ -429,9 +433,10 @@ async fn dropped_release_and_extend_replies_cause_no_overlap() -> TestResult {
         "every reply of the holder's connection dropped",
         &format!("{} overlaps", overlaps.len()),
         &format!(
-            "a release whose reply was lost freed the lock ({freed:.1?} later the other client had it); with renewals unanswered the guard reported the lock lost after {:.0?} of its 600 ms lease, {:.0?} before the other client got it",
+            "a release whose reply was lost freed the lock ({freed:.1?} later the other client had it); with renewals unanswered the guard's lease ended by its own clock after {:.0?} of its 600 ms (`lost()` woke {:.0?} after that), {:.0?} before the other client got it",
             believed_until - from,
-            other_from - believed_until
+            woken.saturating_sub(deadline),
+            other_from.saturating_sub(believed_until)
         ),
     );
     assert!(overlaps.is_empty(), "{overlaps:?}");
@@ -655,7 +660,8 @@ async fn killed_workers_and_a_crashed_redis_lose_no_task_with_aof() -> TestResul
         let producer = client_on(&server.url()).await?;
         let queue = producer.queue("crashes");
         let history = Arc::new(QueueHistory::default());
-        common::enqueue_recorded(&queue, &history, "c", 600).await?;
+        let tasks = 600 * common::row_scale() as usize;
+        common::enqueue_recorded(&queue, &history, "c", tasks).await?;
 
         let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let start = || crash_row_worker(proxy.url(), history.clone(), errors.clone());
@@ -709,7 +715,7 @@ async fn killed_workers_and_a_crashed_redis_lose_no_task_with_aof() -> TestResul
                 "queue workers killed, Redis crashed, ack replies dropped, {}",
                 mode.name()
             ),
-            &format!("600 tasks, 3 workers, 500 ms leases, {faulty:?} of faults"),
+            &format!("{tasks} tasks, 3 workers, 500 ms leases, {faulty:?} of faults"),
             &format!(
                 "{kills} workers killed, 1 SIGKILL and restart of Redis, {} reply bytes dropped",
                 stats.discarded_to_client
@@ -738,7 +744,7 @@ async fn killed_workers_and_a_crashed_redis_lose_no_task_with_aof() -> TestResul
         } else {
             assert!(report.lost.is_empty(), "{report:?}");
             // Each task acked exactly once, the unknown acks included.
-            assert_eq!(processed, 600, "{report:?}");
+            assert_eq!(processed, tasks as u64, "{report:?}");
         }
         drop(server);
     }

@@ -66,12 +66,17 @@ pub async fn enqueue_recorded(
 /// How long a fault-matrix row runs: `base` in CI, `base` times
 /// `DLM_FAULTS_SCALE` when set (`scripts/faults.sh` runs the matrix longer).
 pub fn row_duration(base: Duration) -> Duration {
-    let scale = std::env::var("DLM_FAULTS_SCALE")
+    base * row_scale()
+}
+
+/// `DLM_FAULTS_SCALE` (1 when unset): how much longer and larger the
+/// fault-matrix rows run.
+pub fn row_scale() -> u32 {
+    std::env::var("DLM_FAULTS_SCALE")
         .ok()
         .and_then(|s| s.parse::<u32>().ok())
         .filter(|s| *s > 0)
-        .unwrap_or(1);
-    base * scale
+        .unwrap_or(1)
 }
 
 /// Print one row of the fault matrix in the form `scripts/faults.sh`
