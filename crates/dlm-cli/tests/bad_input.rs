@@ -145,3 +145,94 @@ fn unreachable_redis_exits_3_quickly() {
         assert!(!r.stderr.contains("panicked"));
     }
 }
+
+/// Arguments that are not UTF-8 (a lock or queue name, a task id, a
+/// payload) and an oversized payload file exit 2 with a message, without a
+/// panic and without writing anything; a binary payload file is accepted.
+#[test]
+fn non_utf8_arguments_exit_2_and_write_nothing() -> TestResult {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    let server = server();
+    let mut conn = redis::Client::open(server.url())?.get_connection()?;
+    let dbsize = |conn: &mut redis::Connection| -> redis::RedisResult<u64> {
+        redis::cmd("DBSIZE").query(conn)
+    };
+    let bad = OsStr::from_bytes(b"a\xffb\xc3(");
+    let dir = tempdir()?;
+    let big = dir.path().join("big");
+    std::fs::write(&big, vec![0u8; dlm::queue::DEFAULT_MAX_PAYLOAD + 1])?;
+    let cases: Vec<(&str, Vec<&OsStr>)> = vec![
+        (
+            "lock name",
+            vec![
+                "lock".as_ref(),
+                "acquire".as_ref(),
+                bad,
+                "--ttl".as_ref(),
+                "1s".as_ref(),
+            ],
+        ),
+        (
+            "queue name",
+            vec!["queue".as_ref(), "push".as_ref(), bad, "id".as_ref()],
+        ),
+        (
+            "task id",
+            vec!["queue".as_ref(), "push".as_ref(), "q".as_ref(), bad],
+        ),
+        (
+            "payload",
+            vec![
+                "queue".as_ref(),
+                "push".as_ref(),
+                "q".as_ref(),
+                "id".as_ref(),
+                "--payload".as_ref(),
+                bad,
+            ],
+        ),
+        (
+            "big payload",
+            vec![
+                "queue".as_ref(),
+                "push".as_ref(),
+                "q".as_ref(),
+                "id".as_ref(),
+                "--payload-file".as_ref(),
+                big.as_os_str(),
+            ],
+        ),
+    ];
+    for (what, args) in cases {
+        let mut cmd = dlm();
+        cmd.arg("--redis").arg(server.url()).args(args);
+        let r = start(cmd).finish(Duration::from_secs(30));
+        assert_eq!(r.code(), 2, "{what}: {:?}", r.stderr);
+        assert!(!r.stderr.trim().is_empty(), "{what}: no message");
+        assert!(!r.stderr.contains("panicked"), "{what}: {}", r.stderr);
+        assert_eq!(dbsize(&mut conn)?, 0, "{what}: something was written");
+    }
+
+    let binary = dir.path().join("binary");
+    std::fs::write(&binary, b"\xff\x00\xfe")?;
+    let r = run_on(
+        &server,
+        &[
+            "queue",
+            "push",
+            "q",
+            "id",
+            "--payload-file",
+            binary.to_str().unwrap_or_default(),
+        ],
+    );
+    assert_eq!(r.code(), 0, "{:?}", r.stderr);
+    let stored: Vec<u8> = redis::cmd("HGET")
+        .arg("dlm:queue:{q}:payload")
+        .arg("id")
+        .query(&mut conn)?;
+    assert_eq!(stored, b"\xff\x00\xfe");
+    Ok(())
+}

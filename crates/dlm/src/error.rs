@@ -224,5 +224,12 @@ impl From<redis::RedisError> for Error {
     }
 }
 
+/// A script reply of an unexpected shape (what the reply decoders report).
+impl From<redis::ParsingError> for Error {
+    fn from(e: redis::ParsingError) -> Self {
+        Error::from(redis::RedisError::from(e))
+    }
+}
+
 /// `Result` with dlm's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

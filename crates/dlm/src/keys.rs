@@ -321,3 +321,108 @@ mod tests {
         assert!(validate_prefix("ok:").is_ok());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Names as users write them, and as attackers do: any Unicode, lots of
+    /// braces, NUL bytes, and lengths around the limit.
+    fn arb_name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => "[a-z0-9:{}\\x00 ]{0,24}",
+            2 => any::<String>(),
+            1 => (1usize..4, "[{}ab]").prop_map(|(n, s)| s.repeat(n * MAX_NAME_LEN / 2)),
+            1 => (0usize..3).prop_map(|d| "n".repeat(MAX_NAME_LEN - 1 + d)),
+        ]
+    }
+
+    fn arb_prefix() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(DEFAULT_LOCK_PREFIX.to_string()),
+            Just(String::new()),
+            "[a-z:{}]{0,12}",
+            (120usize..136).prop_map(|n| "p".repeat(n)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn prefixes_are_checked_by_length_and_braces(prefix in arb_prefix()) {
+            let ok = prefix.len() <= MAX_PREFIX_LEN && !prefix.contains(['{', '}']);
+            prop_assert_eq!(validate_prefix(&prefix).is_ok(), ok);
+        }
+
+        #[test]
+        fn lock_keys_are_an_error_or_share_one_slot(
+            prefix in arb_prefix(),
+            name in arb_name(),
+            raw in any::<bool>(),
+        ) {
+            // The client refuses a bad prefix before it makes any key.
+            prop_assume!(validate_prefix(&prefix).is_ok());
+            let Ok(k) = lock_keys(&prefix, &name, raw) else {
+                // Only a bad length, a leading '}' or a raw key that cannot
+                // have companions in its slot is refused.
+                prop_assert!(
+                    name.is_empty()
+                        || name.len() > MAX_NAME_LEN
+                        || (!raw && name.starts_with('}'))
+                        || (raw && cluster_tag(&name).contains('}')),
+                    "{name:?} (raw: {raw}) was refused"
+                );
+                return Ok(());
+            };
+            prop_assert!(slot(&k.lock) < 16384);
+            prop_assert_eq!(slot(&k.fence), slot(&k.lock));
+            prop_assert_eq!(slot(&k.channel), slot(&k.lock));
+            if raw {
+                prop_assert_eq!(&k.lock, &name);
+            } else {
+                // The name round-trips: prefix, '{', name, '}'.
+                let inner = k.lock.strip_prefix(prefix.as_str())
+                    .and_then(|r| r.strip_prefix('{'))
+                    .and_then(|r| r.strip_suffix('}'));
+                prop_assert_eq!(inner, Some(name.as_str()));
+                prop_assert_eq!(lock_key(&prefix, &name, false).ok(), Some(k.lock.clone()));
+            }
+        }
+
+        #[test]
+        fn queue_and_fenced_keys_are_an_error_or_share_one_slot(name in arb_name()) {
+            let bad = name.is_empty() || name.len() > MAX_NAME_LEN || name.starts_with('}');
+            match queue_keys(&name) {
+                Ok(keys) => {
+                    prop_assert!(!bad);
+                    prop_assert!(keys.iter().all(|k| slot(k) == slot(&keys[0])));
+                    let distinct: std::collections::HashSet<_> = keys.iter().collect();
+                    prop_assert_eq!(distinct.len(), keys.len());
+                }
+                Err(e) => prop_assert!(
+                    bad && matches!(e, Error::InvalidArgument { .. }),
+                    "{name:?}: {e}"
+                ),
+            }
+            prop_assert_eq!(fenced_key(&name).is_ok(), !bad);
+        }
+
+        /// (Raw lock keys are left out: they are whatever the caller names.)
+        #[test]
+        fn different_names_never_share_a_key(a in arb_name(), b in arb_name()) {
+            prop_assume!(a != b);
+            let keys = |n: &str| -> Vec<String> {
+                let mut all = queue_keys(n).unwrap_or_default();
+                all.extend(lock_keys(DEFAULT_LOCK_PREFIX, n, false).map(|k| k.lock));
+                all.extend(fenced_key(n));
+                all
+            };
+            let (ka, kb) = (keys(&a), keys(&b));
+            for k in &ka {
+                prop_assert!(!kb.contains(k), "{:?} and {:?} both map to {:?}", a, b, k);
+            }
+        }
+    }
+}

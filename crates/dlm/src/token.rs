@@ -176,3 +176,44 @@ mod tests {
         assert!("x".repeat(257).parse::<Token>().is_err());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Parsing any string gives a token that round-trips, or a typed error
+        /// exactly when the scripts could not compare it as a plain value.
+        #[test]
+        fn token_parsing_is_total_and_round_trips(s in prop_oneof![
+            any::<String>(),
+            "[ -~]{250,260}",
+            "[0-9a-f\\x00\\n]{0,40}",
+        ]) {
+            let ok = !s.is_empty() && s.len() <= MAX_TOKEN_LEN && !s.chars().any(char::is_control);
+            match s.parse::<Token>() {
+                Ok(t) => {
+                    prop_assert!(ok);
+                    prop_assert_eq!(t.as_str(), s.as_str());
+                }
+                Err(e) => prop_assert!(!ok && matches!(e, Error::InvalidArgument { .. }), "{e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn ten_thousand_random_tokens_are_distinct_lowercase_hex() -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..10_000 {
+            let t = Token::random()?;
+            assert!(t.as_str().len() == 32);
+            assert!(t.as_str().bytes().all(|b| HEX.contains(&b)));
+            assert_eq!(t.as_str().parse::<Token>()?, t);
+            assert!(seen.insert(t));
+        }
+        Ok(())
+    }
+}

@@ -151,3 +151,60 @@ mod tests {
         assert!(parse_name("orders:42").is_ok());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Every value parser of the command line, as clap calls it.
+    const PARSERS: &[fn(&str) -> bool] = &[
+        |s| parse_duration(s).is_ok(),
+        |s| parse_ttl(s).is_ok(),
+        |s| parse_wait(s).is_ok(),
+        |s| parse_timeout(s).is_ok(),
+        |s| parse_bench_duration(s).is_ok(),
+        |s| parse_warmup(s).is_ok(),
+        |s| parse_delay(s).is_ok(),
+        |s| parse_lease(s).is_ok(),
+        |s| parse_retry_base(s).is_ok(),
+        |s| parse_grace(s).is_ok(),
+        |s| parse_queue_name(s).is_ok(),
+        |s| parse_task_id(s).is_ok(),
+        |s| parse_name(s).is_ok(),
+        |s| parse_token(s).is_ok(),
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// No parser panics on any argument: random text, duration-shaped
+        /// text with huge or negative numbers, odd units and whitespace.
+        #[test]
+        fn parsers_never_panic(s in prop_oneof![
+            any::<String>(),
+            "[ -]?[0-9]{1,30}(\\.[0-9]{0,3})? ?(ns|us|ms|s|m|h|d|w|M|y|days|x)?( [0-9]{1,5}[a-z]{1,2})?",
+            ".{1020,1030}",
+        ]) {
+            for parse in PARSERS {
+                parse(&s);
+            }
+        }
+
+        /// Valid humantime durations parse to exactly what they say.
+        #[test]
+        fn valid_durations_parse_exactly(n in 0u64..1_000_000, unit in 0usize..5) {
+            let (suffix, d) = [
+                ("ms", Duration::from_millis(n)),
+                ("s", Duration::from_secs(n)),
+                ("m", Duration::from_secs(n * 60)),
+                ("h", Duration::from_secs(n * 3600)),
+                ("d", Duration::from_secs(n * 86_400)),
+            ][unit];
+            let text = format!("{n}{suffix}");
+            prop_assert_eq!(parse_duration(&text), Ok(d));
+            prop_assert_eq!(parse_ttl(&text).is_ok(), (dlm::MIN_TTL..=dlm::MAX_TTL).contains(&d));
+            prop_assert_eq!(parse_delay(&text).is_ok(), d <= dlm::queue::MAX_DELAY);
+        }
+    }
+}

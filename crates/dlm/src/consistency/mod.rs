@@ -14,7 +14,7 @@ use std::future::Future;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
+use redis::{Script, Value};
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -73,13 +73,11 @@ impl Versioned {
     /// The current data and version (`None`: never written; its version is 0).
     pub async fn read(&self) -> Result<Option<(Vec<u8>, u64)>> {
         let key = key("versioned", &self.name)?;
-        let (v, data): (Option<u64>, Option<Vec<u8>>) = backend(&self.backend)?
-            .query(redis::cmd("HMGET").arg(&key).arg("v").arg("data"))
-            .await?;
-        Ok(match (v, data) {
-            (Some(v), Some(d)) => Some((d, v)),
-            _ => None,
-        })
+        read_reply(
+            backend(&self.backend)?
+                .query(redis::cmd("HMGET").arg(&key).arg("v").arg("data"))
+                .await?,
+        )
     }
 
     /// Write `data` if the version is still `expected` (0: not written yet).
@@ -93,18 +91,10 @@ impl Versioned {
                 format!("{} bytes is larger than {MAX_VERSIONED_VALUE}", data.len()),
             ));
         }
-        let (ok, version): (i64, u64) = backend(&self.backend)?
+        let reply = backend(&self.backend)?
             .eval(CAS.key(&key).arg(expected).arg(data))
             .await?;
-        if ok == 1 {
-            Ok(version)
-        } else {
-            Err(Error::Conflict {
-                name: self.name.clone(),
-                expected,
-                current: version,
-            })
-        }
+        cas_reply(reply, &self.name, expected)
     }
 
     /// Read, compute with `f`, write; on a conflict start over, up to
@@ -192,9 +182,11 @@ impl Stock {
         Stock { backend, name }
     }
 
-    /// Set the stock to `n`.
+    /// Set the stock to `n` (at most `i64::MAX`, the most Redis can count:
+    /// a larger level would make every later take, add and get fail).
     pub async fn set(&self, n: u64) -> Result<()> {
         let key = key("stock", &self.name)?;
+        amount(n)?;
         backend(&self.backend)?
             .query::<()>(redis::cmd("SET").arg(&key).arg(n))
             .await
@@ -203,34 +195,92 @@ impl Stock {
     /// What is left (0 when never set).
     pub async fn get(&self) -> Result<u64> {
         let key = key("stock", &self.name)?;
-        let v: Option<i64> = backend(&self.backend)?
-            .query(redis::cmd("GET").arg(&key))
-            .await?;
-        Ok(v.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
+        level_reply(
+            backend(&self.backend)?
+                .query(redis::cmd("GET").arg(&key))
+                .await?,
+        )
     }
 
     /// Take `n` (>= 1) if at least `n` is left, in one script.
     pub async fn take(&self, n: u64) -> Result<Take> {
         let key = key("stock", &self.name)?;
-        if n == 0 || n > i64::MAX as u64 {
+        if n == 0 {
             return Err(Error::invalid("amount", "must be at least 1"));
         }
-        let (ok, left): (i64, i64) = backend(&self.backend)?.eval(TAKE.key(&key).arg(n)).await?;
-        let left = u64::try_from(left).unwrap_or(0);
-        Ok(if ok == 1 {
-            Take::Taken { left }
-        } else {
-            Take::Insufficient { left }
-        })
+        amount(n)?;
+        take_reply(backend(&self.backend)?.eval(TAKE.key(&key).arg(n)).await?)
     }
 
     /// Add `n` (a restock or a cancelled order); returns the new level.
     pub async fn add(&self, n: u64) -> Result<u64> {
         let key = key("stock", &self.name)?;
-        let n = i64::try_from(n).map_err(|_| Error::invalid("amount", "too large"))?;
-        let v: i64 = backend(&self.backend)?
-            .query(redis::cmd("INCRBY").arg(&key).arg(n))
-            .await?;
-        Ok(u64::try_from(v).unwrap_or(0))
+        let n = amount(n)?;
+        level_reply(
+            backend(&self.backend)?
+                .query(redis::cmd("INCRBY").arg(&key).arg(n))
+                .await?,
+        )
     }
+}
+
+/// `n` as the signed integer Redis counts in, or why it cannot be one.
+fn amount(n: u64) -> Result<i64> {
+    i64::try_from(n).map_err(|_| Error::invalid("amount", format!("{n} is above i64::MAX")))
+}
+
+/// HMGET v data of a versioned record: the data and its version, if written.
+fn read_reply(v: Value) -> Result<Option<(Vec<u8>, u64)>> {
+    let (v, data): (Option<u64>, Option<Vec<u8>>) = redis::from_redis_value(v)?;
+    Ok(match (v, data) {
+        (Some(v), Some(d)) => Some((d, v)),
+        _ => None,
+    })
+}
+
+/// cas.lua: written (1) with the new version, or the version found instead.
+fn cas_reply(v: Value, name: &str, expected: u64) -> Result<u64> {
+    let (ok, version): (i64, u64) = redis::from_redis_value(v)?;
+    if ok == 1 {
+        Ok(version)
+    } else {
+        Err(Error::Conflict {
+            name: name.to_string(),
+            expected,
+            current: version,
+        })
+    }
+}
+
+/// take.lua: taken (1) or not, and what is left.
+fn take_reply(v: Value) -> Result<Take> {
+    let (ok, left): (i64, i64) = redis::from_redis_value(v)?;
+    let left = u64::try_from(left).unwrap_or(0);
+    Ok(if ok == 1 {
+        Take::Taken { left }
+    } else {
+        Take::Insufficient { left }
+    })
+}
+
+/// GET or INCRBY of a stock: its level (never set or negative: 0).
+fn level_reply(v: Value) -> Result<u64> {
+    let n: Option<i64> = redis::from_redis_value(v)?;
+    Ok(n.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::services::props::{Decoder, decoder_tests};
+
+    /// Every reply decoder of the versioned record and the stock.
+    const DECODERS: &[Decoder] = &[
+        ("versioned read", |v| read_reply(v).is_ok()),
+        ("cas", |v| cas_reply(v, "r", 1).is_ok()),
+        ("take", |v| take_reply(v).is_ok()),
+        ("stock get/add", |v| level_reply(v).is_ok()),
+    ];
+
+    decoder_tests!(fuzz_consistency_replies, DECODERS);
 }

@@ -13,7 +13,7 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::{Script, Value};
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -55,9 +55,15 @@ pub(crate) async fn write(
             "must be between 1 and 2^53 (tokens handed out by dlm are)",
         ));
     }
-    let (stored, highest): (i64, u64) = single(backend)?
+    let reply = single(backend)?
         .eval(FENCED_SET.key(&key).arg(fence.get()).arg(value))
         .await?;
+    write_reply(reply, resource, fence)
+}
+
+/// fenced_set.lua: stored (1), else the highest token that wrote before.
+fn write_reply(v: Value, resource: &str, fence: Fence) -> Result<()> {
+    let (stored, highest): (i64, u64) = redis::from_redis_value(v)?;
     if stored == 1 {
         Ok(())
     } else {
@@ -75,11 +81,32 @@ pub(crate) async fn read(
     resource: &str,
 ) -> Result<Option<(Fence, Vec<u8>)>> {
     let key = fenced_key(resource)?;
-    let (fence, value): (Option<u64>, Option<Vec<u8>>) = single(backend)?
-        .query(redis::cmd("HMGET").arg(&key).arg("fence").arg("value"))
-        .await?;
+    read_reply(
+        single(backend)?
+            .query(redis::cmd("HMGET").arg(&key).arg("fence").arg("value"))
+            .await?,
+    )
+}
+
+/// HMGET fence value: the stored value and the token that wrote it.
+fn read_reply(v: Value) -> Result<Option<(Fence, Vec<u8>)>> {
+    let (fence, value): (Option<u64>, Option<Vec<u8>>) = redis::from_redis_value(v)?;
     Ok(match (fence, value) {
         (Some(f), Some(v)) => Some((Fence::new(f), v)),
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::services::props::{Decoder, decoder_tests};
+
+    /// Both reply decoders of fenced writes.
+    const DECODERS: &[Decoder] = &[
+        ("fenced_set", |v| write_reply(v, "r", Fence::new(1)).is_ok()),
+        ("fenced read", |v| read_reply(v).is_ok()),
+    ];
+
+    decoder_tests!(fuzz_fenced_replies, DECODERS);
 }

@@ -3,7 +3,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::Script;
+use redis::{Script, Value};
 
 use crate::backend::{Backend, millis};
 use crate::error::{Error, Result};
@@ -91,16 +91,23 @@ pub(crate) async fn release_to(
     successor: &Token,
     ttl: Duration,
 ) -> Result<Option<Fence>> {
-    let (ok, n): (i64, i64) = backend
-        .eval(
-            RELEASE_TO
-                .key(&keys.lock)
-                .key(&keys.fence)
-                .arg(token.as_str())
-                .arg(successor.as_str())
-                .arg(millis(ttl)),
-        )
-        .await?;
+    release_to_reply(
+        backend
+            .eval(
+                RELEASE_TO
+                    .key(&keys.lock)
+                    .key(&keys.fence)
+                    .arg(token.as_str())
+                    .arg(successor.as_str())
+                    .arg(millis(ttl)),
+            )
+            .await?,
+    )
+}
+
+/// release_to.lua: the successor's fence, or `None` when nothing was handed over.
+fn release_to_reply(v: Value) -> Result<Option<Fence>> {
+    let (ok, n): (i64, i64) = redis::from_redis_value(v)?;
     match acquire_reply(ok, n)? {
         Attempt::Acquired(fence) => Ok(Some(fence)),
         Attempt::Busy(_) => Ok(None),
@@ -114,13 +121,13 @@ pub(crate) async fn extend(
     ttl: Duration,
     timeout: Duration,
 ) -> Result<Outcome> {
-    let code: i64 = backend
+    let reply = backend
         .eval_within(
             timeout,
             EXTEND.key(&keys.lock).arg(token.as_str()).arg(millis(ttl)),
         )
         .await?;
-    release_reply(code)
+    release_reply(redis::from_redis_value(reply)?)
 }
 
 /// Redlock's per-node extend: `Done` when extended or re-taken, `NotHeld` when another owns it.
@@ -131,7 +138,7 @@ pub(crate) async fn extend_or_acquire(
     ttl: Duration,
     timeout: Duration,
 ) -> Result<Outcome> {
-    let code: i64 = backend
+    let reply = backend
         .eval_within(
             timeout,
             EXTEND_OR_ACQUIRE
@@ -140,7 +147,12 @@ pub(crate) async fn extend_or_acquire(
                 .arg(millis(ttl)),
         )
         .await?;
-    match code {
+    extend_or_acquire_reply(reply)
+}
+
+/// extend_or_acquire.lua: 1 extended, 2 taken again, -1 held by another.
+fn extend_or_acquire_reply(v: Value) -> Result<Outcome> {
+    match redis::from_redis_value(v)? {
         1 | 2 => Ok(Outcome::Done),
         -1 => Ok(Outcome::NotHeld),
         other => Err(Error::protocol(format!("unexpected script reply {other}"))),
@@ -153,9 +165,16 @@ pub(crate) async fn status(
     keys: &LockKeys,
     timeout: Duration,
 ) -> Result<(bool, Option<Duration>, u64)> {
-    let (held, ms, fence): (i64, i64, i64) = backend
-        .eval_within(timeout, STATUS.key(&keys.lock).key(&keys.fence))
-        .await?;
+    status_reply(
+        backend
+            .eval_within(timeout, STATUS.key(&keys.lock).key(&keys.fence))
+            .await?,
+    )
+}
+
+/// status.lua: held, PTTL, fence.
+fn status_reply(v: Value) -> Result<(bool, Option<Duration>, u64)> {
+    let (held, ms, fence): (i64, i64, i64) = redis::from_redis_value(v)?;
     Ok((held == 1, pttl(ms), u64::try_from(fence).unwrap_or(0)))
 }
 
@@ -166,8 +185,80 @@ pub(crate) async fn holds(
     token: &Token,
     timeout: Duration,
 ) -> Result<bool> {
-    let value: Option<String> = backend
+    let value = backend
         .query_within(timeout, redis::cmd("GET").arg(&keys.lock))
         .await?;
-    Ok(value.as_deref() == Some(token.as_str()))
+    holds_reply(value, token)
+}
+
+/// GET of the lock key: is its value `token`? Any bytes may be there (a raw
+/// key shared with other clients), so they are compared as bytes.
+fn holds_reply(v: Value, token: &Token) -> Result<bool> {
+    let value: Option<Vec<u8>> = redis::from_redis_value(v)?;
+    Ok(value.as_deref() == Some(token.as_str().as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::services::batch::checked;
+    use crate::services::props::{Decoder, decoder_tests};
+
+    /// acquire_many.lua and release_many.lua, decoded as the batcher does
+    /// (lock::batch): codes of the expected count, then per lock.
+    fn many(v: Value, per_lock: usize, decode: fn(&[i64]) -> bool) -> bool {
+        let codes = redis::from_redis_value::<Vec<i64>>(v).map_err(Error::from);
+        let len = codes.as_ref().map_or(0, Vec::len);
+        checked(codes, len - len % per_lock).is_ok_and(|c| {
+            let c: Vec<i64> = c.collect();
+            c.chunks(per_lock).all(decode)
+        })
+    }
+
+    /// Every lock script's reply decoder.
+    const DECODERS: &[Decoder] = &[
+        ("acquire_many", |v| {
+            many(
+                v,
+                2,
+                |c| matches!(c, [ok, n] if acquire_reply(*ok, *n).is_ok()),
+            )
+        }),
+        ("release_many", |v| {
+            many(
+                v,
+                1,
+                |c| matches!(c, [code] if release_reply(*code).is_ok()),
+            )
+        }),
+        ("extend_many", |v| many(v, 1, |_| true)),
+        ("release_to", |v| release_to_reply(v).is_ok()),
+        ("extend", |v| {
+            redis::from_redis_value(v)
+                .map_err(Error::from)
+                .and_then(release_reply)
+                .is_ok()
+        }),
+        ("extend_or_acquire", |v| extend_or_acquire_reply(v).is_ok()),
+        ("status", |v| status_reply(v).is_ok()),
+        ("holds (GET)", |v| {
+            Token::random().is_ok_and(|t| holds_reply(v, &t).is_ok())
+        }),
+    ];
+
+    decoder_tests!(fuzz_lock_replies, DECODERS);
+
+    #[test]
+    fn a_binary_value_on_the_lock_key_is_not_ours() -> Result<()> {
+        let token = Token::random()?;
+        assert!(!holds_reply(
+            Value::BulkString(vec![0xff, 0, 0xfe]),
+            &token
+        )?);
+        assert!(!holds_reply(Value::Nil, &token)?);
+        let ours = Value::BulkString(token.as_str().as_bytes().to_vec());
+        assert!(holds_reply(ours, &token)?);
+        assert!(acquire_reply(1, -1).is_err());
+        Ok(())
+    }
 }

@@ -201,3 +201,54 @@ pub struct LockStatus {
     /// hands out none). See [`crate::keys`].
     pub fence: Option<Fence>,
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_duration() -> impl Strategy<Value = Duration> {
+        crate::services::props::arb_duration(8 * 24 * 3600 * 1000)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Any options, extreme ones included, validate to `Ok` or to a typed
+        /// error, exactly as documented; none panics.
+        #[test]
+        fn lock_options_validate_to_ok_or_a_typed_error(
+            ttl in arb_duration(),
+            wait in arb_duration(),
+            retry in arb_duration(),
+            node in proptest::option::of(arb_duration()),
+            replicas in proptest::option::of((any::<u64>(), arb_duration())),
+        ) {
+            let mut opts = LockOptions::new(ttl).wait(wait).retry_interval(retry);
+            if let Some(t) = node {
+                opts = opts.node_timeout(t);
+            }
+            if let Some((n, t)) = replicas {
+                opts = opts.replicas(n, t);
+            }
+            let ms = Duration::from_millis;
+            let ok = (MIN_TTL..=MAX_TTL).contains(&ttl)
+                && wait <= MAX_WAIT
+                && (ms(1)..=Duration::from_secs(60)).contains(&retry)
+                && node.is_none_or(|t| (ms(1)..=Duration::from_secs(3600)).contains(&t))
+                && replicas.is_none_or(|(n, t)| (1..=100).contains(&n) && !t.is_zero() && t <= Duration::from_secs(60));
+            match opts.validate() {
+                Ok(()) => prop_assert!(ok),
+                Err(e) => prop_assert!(!ok && matches!(e, Error::InvalidArgument { .. }), "{e}"),
+            }
+        }
+
+        /// The retry pause stays within half to one and a half of any interval.
+        #[test]
+        fn jitter_never_overflows(d in arb_duration()) {
+            let j = crate::services::jittered(d);
+            prop_assert!(j >= d / 2);
+            prop_assert!(j <= d.saturating_add(d / 2));
+        }
+    }
+}

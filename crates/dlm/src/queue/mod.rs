@@ -70,6 +70,12 @@ pub struct Queue {
 /// The longest lease accepted (7 days).
 const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// Scores are doubles in Redis (and numbers in Lua): integers up to 2^53
+/// are exact, larger ones are rounded, so a due time above it could match
+/// another one. Every due time and lease deadline dlm writes is far below
+/// (now + at most 365 days, in ms); a larger score passed in is refused.
+const MAX_EXACT_SCORE: u64 = 1 << 53;
+
 fn check_count(count: usize) -> Result<()> {
     if count == 0 || count > MAX_BATCH {
         return Err(Error::invalid(
@@ -241,6 +247,12 @@ impl Queue {
     /// time still equals `score` (it was not re-enqueued since it was read).
     pub async fn remove_if_score(&self, id: &str, score: u64) -> Result<Removed> {
         check_id(id)?;
+        if score > MAX_EXACT_SCORE {
+            return Err(Error::invalid(
+                "score",
+                format!("{score} is above 2^53, so it is no due time dlm wrote"),
+            ));
+        }
         let (backend, keys) = self.ready()?;
         ops::remove_if_score(backend, &keys, id, score).await
     }
@@ -376,4 +388,93 @@ fn check_lease(lease: Duration) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use crate::backend::millis;
+    use proptest::prelude::*;
+
+    /// The last millisecond of the year 9999, a bound for the Redis clock.
+    const LATEST_NOW_MS: u64 = 253_402_300_799_999;
+
+    fn arb_duration() -> impl Strategy<Value = Duration> {
+        crate::services::props::arb_duration(MAX_DELAY.as_millis() as u64 + 10)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// What enqueue, nack and claim add to the server's clock: accepted
+        /// delays and leases keep every score an exact double (below 2^53),
+        /// and a longer one is a typed error before anything is sent.
+        #[test]
+        fn due_times_and_deadlines_stay_exact_doubles(d in arb_duration(), now in 0..=LATEST_NOW_MS) {
+            for accepted in [check_delay("delay", d).is_ok(), check_lease(d).is_ok()] {
+                if accepted {
+                    let score = now + millis(d);
+                    prop_assert!(score <= MAX_EXACT_SCORE);
+                    prop_assert_eq!(score as f64 as u64, score);
+                }
+            }
+            prop_assert_eq!(check_delay("delay", d).is_ok(), d <= MAX_DELAY);
+        }
+
+        /// Converting a duration to the scripts' milliseconds saturates and keeps order.
+        #[test]
+        fn millis_saturate_and_keep_order(a in arb_duration(), b in arb_duration()) {
+            prop_assert_eq!(u128::from(millis(a)), a.as_millis().min(u128::from(u64::MAX)));
+            if a <= b {
+                prop_assert!(millis(a) <= millis(b));
+            }
+        }
+
+        #[test]
+        fn counts_and_ids_are_checked(count in any::<usize>(), id in ".{0,8}|.{1020,1030}") {
+            prop_assert_eq!(check_count(count).is_ok(), (1..=MAX_BATCH).contains(&count));
+            prop_assert_eq!(check_id(&id).is_ok(), !id.is_empty() && id.len() <= MAX_NAME_LEN);
+        }
+
+        /// Error texts are cut at a character boundary, never mid-character.
+        #[test]
+        fn error_texts_are_capped_on_a_char_boundary(text in ".{0,1100}|[\\x00-\\x{10FFFF}]{4090,4100}") {
+            let capped = cap_error(&text);
+            prop_assert!(capped.len() <= MAX_ERROR_LEN + '…'.len_utf8());
+            let kept = capped.strip_suffix('…').unwrap_or(&capped);
+            prop_assert!(text.starts_with(kept));
+        }
+
+        /// Any backoff gives a pause a nack accepts: within half the raw
+        /// pause and the cap, for every attempt, however large the settings.
+        #[test]
+        fn backoff_pauses_are_bounded(base in arb_duration(), max in arb_duration(), attempt in any::<u32>()) {
+            let b = Backoff::new(base, max);
+            let pause = b.delay(attempt);
+            prop_assert!(pause <= MAX_DELAY);
+            prop_assert!(check_delay("retry after", pause).is_ok());
+            prop_assert!(pause >= base.min(max.max(base)).min(MAX_DELAY) / 2);
+            prop_assert!(b.delay(attempt.saturating_add(1)) <= MAX_DELAY);
+        }
+    }
+
+    #[test]
+    fn remove_if_score_refuses_inexact_scores() {
+        let queue = Queue::new(None, None, "q".into());
+        let run = |score| {
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .map_err(|e| Error::protocol(e.to_string()))
+                .and_then(|rt| rt.block_on(queue.remove_if_score("t", score)))
+        };
+        assert!(matches!(
+            run(u64::MAX),
+            Err(Error::InvalidArgument { arg: "score", .. })
+        ));
+        // 2^53 itself passes the check (and fails only for want of a Redis here).
+        assert!(matches!(
+            run(MAX_EXACT_SCORE),
+            Err(Error::InvalidArgument { arg: "client", .. })
+        ));
+    }
 }

@@ -82,6 +82,22 @@ fn unsigned(i: i64) -> u64 {
     u64::try_from(i).unwrap_or(0)
 }
 
+/// A count a script returned (negative: none).
+fn count_reply(v: Value) -> Result<usize> {
+    let n: i64 = redis::from_redis_value(v)?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// Per-lease codes of ack.lua and extend.lua.
+fn codes_reply(v: Value) -> Result<Vec<i64>> {
+    Ok(redis::from_redis_value(v)?)
+}
+
+/// nack.lua's code.
+fn code_reply(v: Value) -> Result<i64> {
+    Ok(redis::from_redis_value(v)?)
+}
+
 pub(crate) async fn enqueue(
     backend: &Backend,
     keys: &[String],
@@ -101,8 +117,12 @@ pub(crate) async fn enqueue(
             None => inv.arg("0").arg(""),
         };
     }
-    let reply = array(backend.eval(&inv).await?)?;
-    reply
+    enqueue_reply(backend.eval(&inv).await?)
+}
+
+/// enqueue.lua: per task a status and a due time.
+fn enqueue_reply(v: Value) -> Result<Vec<Enqueued>> {
+    array(v)?
         .chunks(2)
         .map(|c| match c {
             [status, score] => {
@@ -137,8 +157,12 @@ pub(crate) async fn entries(
     };
     let mut inv = invocation(script, keys);
     inv.arg(count);
-    let reply = array(backend.eval(&inv).await?)?;
-    reply
+    entries_reply(backend.eval(&inv).await?)
+}
+
+/// top.lua and pop.lua: per task an id, a due time and a payload.
+fn entries_reply(v: Value) -> Result<Vec<Entry>> {
+    array(v)?
         .chunks(3)
         .map(|c| match c {
             [id, score, payload] => Ok(Entry {
@@ -159,7 +183,12 @@ pub(crate) async fn remove_if_score(
 ) -> Result<Removed> {
     let mut inv = invocation(&REMOVE_IF_SCORE, keys);
     inv.arg(id).arg(score);
-    let (code, current): (i64, i64) = backend.eval(&inv).await?;
+    removed_reply(backend.eval(&inv).await?)
+}
+
+/// remove_if_score.lua: a code and the current due time.
+fn removed_reply(v: Value) -> Result<Removed> {
+    let (code, current): (i64, i64) = redis::from_redis_value(v)?;
     Ok(match code {
         1 => Removed::Removed,
         -1 => Removed::ScoreChanged(unsigned(current)),
@@ -188,7 +217,12 @@ pub(crate) async fn claim(
         .arg(millis(lease))
         .arg(max_attempts)
         .arg(REAP_PER_CLAIM);
-    let reply = array(backend.eval(&inv).await?)?;
+    claim_reply(backend.eval(&inv).await?)
+}
+
+/// claim.lua: expired leases returned, time to the next due task, then per task five values.
+fn claim_reply(v: Value) -> Result<Claimed> {
+    let reply = array(v)?;
     let (head, rest) = reply.split_at(reply.len().min(2));
     let [expired, next_due] = head else {
         return Err(Error::protocol("short claim reply"));
@@ -229,7 +263,7 @@ pub(crate) async fn ack(
 ) -> Result<Vec<i64>> {
     let mut inv = invocation(&ACK, keys);
     with_leases(&mut inv, leases);
-    backend.eval(&inv).await
+    codes_reply(backend.eval(&inv).await?)
 }
 
 pub(crate) async fn extend(
@@ -241,7 +275,7 @@ pub(crate) async fn extend(
     let mut inv = invocation(&EXTEND, keys);
     inv.arg(millis(lease));
     with_leases(&mut inv, leases);
-    backend.eval(&inv).await
+    codes_reply(backend.eval(&inv).await?)
 }
 
 pub(crate) async fn abandon(
@@ -251,8 +285,7 @@ pub(crate) async fn abandon(
 ) -> Result<usize> {
     let mut inv = invocation(&ABANDON, keys);
     with_leases(&mut inv, leases);
-    let n: i64 = backend.eval(&inv).await?;
-    Ok(usize::try_from(n).unwrap_or(0))
+    count_reply(backend.eval(&inv).await?)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -271,11 +304,16 @@ pub(crate) async fn nack(
         .arg(millis(retry_after))
         .arg(max_attempts)
         .arg(error);
-    backend.eval(&inv).await
+    code_reply(backend.eval(&inv).await?)
 }
 
 pub(crate) async fn stats(backend: &Backend, keys: &[String]) -> Result<QueueStats> {
-    let v: Vec<i64> = backend.eval(&invocation(&STATS, keys)).await?;
+    stats_reply(backend.eval(&invocation(&STATS, keys)).await?)
+}
+
+/// stats.lua: the six counts.
+fn stats_reply(v: Value) -> Result<QueueStats> {
+    let v: Vec<i64> = redis::from_redis_value(v)?;
     let get = |i: usize| v.get(i).copied().map_or(0, unsigned);
     Ok(QueueStats {
         waiting: get(0),
@@ -294,8 +332,12 @@ pub(crate) async fn dead(
 ) -> Result<Vec<DeadTask>> {
     let mut inv = invocation(&DEAD, keys);
     inv.arg(count);
-    let reply = array(backend.eval(&inv).await?)?;
-    reply
+    dead_reply(backend.eval(&inv).await?)
+}
+
+/// dead.lua: per task an id, when it died, its error and its payload.
+fn dead_reply(v: Value) -> Result<Vec<DeadTask>> {
+    array(v)?
         .chunks(4)
         .map(|c| match c {
             [id, died, error, payload] => Ok(DeadTask {
@@ -328,8 +370,7 @@ pub(crate) async fn retry_dead(
                 inv.arg("all").arg(1000);
             }
         }
-        let n: i64 = backend.eval(&inv).await?;
-        let n = usize::try_from(n).unwrap_or(0);
+        let n = count_reply(backend.eval(&inv).await?)?;
         total += n;
         if ids.is_some() || n == 0 {
             return Ok(total);
@@ -342,11 +383,51 @@ pub(crate) async fn purge_dead(backend: &Backend, keys: &[String]) -> Result<usi
     loop {
         let mut inv = invocation(&PURGE_DEAD, keys);
         inv.arg(1000);
-        let n: i64 = backend.eval(&inv).await?;
-        let n = usize::try_from(n).unwrap_or(0);
+        let n = count_reply(backend.eval(&inv).await?)?;
         total += n;
         if n == 0 {
             return Ok(total);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::services::props::{Decoder, decoder_tests};
+
+    /// Every queue script's reply decoder.
+    const DECODERS: &[Decoder] = &[
+        ("enqueue", |v| enqueue_reply(v).is_ok()),
+        ("top/pop", |v| entries_reply(v).is_ok()),
+        ("remove_if_score", |v| removed_reply(v).is_ok()),
+        ("claim", |v| claim_reply(v).is_ok()),
+        ("ack/extend", |v| codes_reply(v).is_ok()),
+        ("nack", |v| code_reply(v).is_ok()),
+        ("abandon/retry_dead/purge_dead", |v| count_reply(v).is_ok()),
+        ("stats", |v| stats_reply(v).is_ok()),
+        ("dead", |v| dead_reply(v).is_ok()),
+    ];
+
+    decoder_tests!(fuzz_queue_replies, DECODERS);
+
+    #[test]
+    fn well_formed_replies_decode() -> Result<()> {
+        let claimed = claim_reply(Value::Array(vec![
+            Value::Int(1),
+            Value::Int(-1),
+            Value::BulkString(b"t1".to_vec()),
+            Value::Int(1_700_000_000_000),
+            Value::Nil,
+            Value::Int(7),
+            Value::Int(2),
+        ]))?;
+        assert_eq!((claimed.expired, claimed.next_due), (1, None));
+        assert_eq!(claimed.tasks[0].fence, Fence::new(7));
+        assert!(claim_reply(Value::Array(vec![Value::Int(1)])).is_err());
+        let e = enqueue_reply(Value::Array(vec![Value::Int(0), Value::Int(-1)]))?;
+        assert_eq!(e, vec![Enqueued::Kept(None)]);
+        assert!(entries_reply(Value::Array(vec![Value::BulkString(vec![0xff])])).is_err());
+        Ok(())
     }
 }

@@ -137,10 +137,13 @@ impl Default for Backoff {
 
 impl Backoff {
     /// `base * 2^(attempt-1)`, capped at `max`, then jittered by ±50%.
+    /// Both are capped at [`MAX_DELAY`], the longest retry pause a nack
+    /// accepts, so a backoff never makes a nack fail.
     pub fn new(base: Duration, max: Duration) -> Self {
+        let base = base.min(MAX_DELAY);
         Backoff {
             base,
-            max: max.max(base),
+            max: max.max(base).min(MAX_DELAY),
         }
     }
 

@@ -88,6 +88,16 @@ impl WorkerOptions {
         if self.concurrency == 0 || self.concurrency > 10_000 {
             return Err(Error::invalid("concurrency", "must be 1 ..= 10000"));
         }
+        // Checked here, before the worker starts its heartbeat and acker, not
+        // at its first claim (and a grace past an `Instant`'s range would
+        // panic at shutdown).
+        super::check_lease(self.lease)?;
+        if self.grace > super::MAX_LEASE {
+            return Err(Error::invalid(
+                "grace",
+                format!("{:?} is longer than 7 days", self.grace),
+            ));
+        }
         let heartbeat = self.heartbeat_every();
         if heartbeat.is_zero() || heartbeat >= self.lease {
             return Err(Error::invalid(
@@ -120,4 +130,29 @@ pub struct WorkerReport {
     pub lost: u64,
     /// Tasks given back to the queue at shutdown.
     pub returned: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extreme_leases_and_graces_are_typed_errors() {
+        let huge = WorkerOptions::default().lease(Duration::MAX);
+        assert!(matches!(
+            huge.validate(),
+            Err(Error::InvalidArgument { arg: "lease", .. })
+        ));
+        let forever = WorkerOptions::default().grace(Duration::MAX);
+        assert!(matches!(
+            forever.validate(),
+            Err(Error::InvalidArgument { arg: "grace", .. })
+        ));
+        assert!(
+            WorkerOptions::default()
+                .grace(Duration::ZERO)
+                .validate()
+                .is_ok()
+        );
+    }
 }

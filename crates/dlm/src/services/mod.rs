@@ -14,6 +14,8 @@
 
 pub(crate) mod batch;
 pub(crate) mod lease;
+#[cfg(test)]
+pub(crate) mod props;
 pub(crate) mod registry;
 pub(crate) mod renew;
 pub(crate) mod wakeups;
@@ -22,9 +24,12 @@ use std::time::Duration;
 
 /// A pause around `interval`, drawn uniformly from [interval/2, 3*interval/2),
 /// so that callers that failed together do not retry together.
+/// Saturates at `Duration::MAX` instead of panicking on huge intervals.
 pub(crate) fn jittered(interval: Duration) -> Duration {
     let half = interval / 2;
-    half + interval.mul_f64(fastrand::f64())
+    let spread =
+        Duration::try_from_secs_f64(interval.as_secs_f64() * fastrand::f64()).unwrap_or(interval);
+    half.saturating_add(spread)
 }
 
 #[cfg(test)]
