@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what dlm's demo and tests need on Debian/Ubuntu when it is missing:
 # redis-server (tests start their own throwaway servers on free ports; nothing
-# is started here) and python3 with venv (the redis-py interop test).
+# is started here), python3 with venv (the redis-py interop test), and
+# Chromium with chromedriver (the `dlm serve` browser test).
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -10,6 +11,8 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if [ "${1:-}" = "--tests" ]; then
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
   python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+  [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 

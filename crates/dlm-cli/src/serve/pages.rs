@@ -334,7 +334,7 @@ pub fn queue(
     };
     let _ = write!(
         out,
-        "<table class=\"grid tasks\"><thead><tr><th>ID</th><th class=\"num\">Attempt</th><th>{when}</th>\
+        "<table class=\"grid tasks\"><thead><tr><th>ID</th><th class=\"num\">Attempts</th><th>{when}</th>\
 <th>Lease holder (fence)</th><th>Payload</th><th>Last error</th></tr></thead><tbody>"
     );
     if list.tasks.is_empty() {
