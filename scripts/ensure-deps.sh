@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what dlm's demo and tests need on Debian/Ubuntu when it is missing:
 # redis-server (tests start their own throwaway servers on free ports; nothing
-# is started here), python3 with venv (the redis-py interop test) and faketime
-# (the clock-jump row of the fault matrix).
+# is started here), python3 with venv (the redis-py interop test), faketime
+# (the clock-jump row of the fault matrix) and Chromium with chromedriver (the
+# `dlm serve` browser test).
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -13,6 +14,8 @@ if [ "${1:-}" = "--tests" ]; then
   python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
   # libfaketime: the clock-jump row of the fault matrix.
   command -v faketime >/dev/null 2>&1 || missing+=(faketime)
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+  [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 

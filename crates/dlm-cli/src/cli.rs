@@ -18,6 +18,7 @@ use crate::lock_cmd::{AcquireArgs, ExtendArgs, ReleaseArgs, StatusArgs};
 use crate::queue_cmd::{DeadArgs, ListArgs, PurgeArgs, PushArgs, RemoveArgs, RetryArgs};
 use crate::run_cmd::RunArgs;
 use crate::seckill::SeckillArgs;
+use crate::serve::ServeArgs;
 use crate::work_cmd::WorkArgs;
 
 const EXIT_CODES: &str = "\
@@ -212,6 +213,13 @@ pub enum Command {
     /// with its evidence; 3 when Redis cannot be reached).
     #[command(subcommand)]
     Check(CheckCommand),
+    /// Serve a web dashboard, a JSON API (/api/queues, /api/queues/NAME,
+    /// /api/locks), Prometheus metrics (/metrics) and /healthz for the
+    /// queues and locks of one Redis, until SIGINT/SIGTERM (exit 0; 3 when
+    /// Redis is unreachable at start). Mutating actions are POSTs with a
+    /// CSRF token, each confirmed first; beyond loopback they need
+    /// --admin-token, without which the dashboard is read-only.
+    Serve(ServeArgs),
 }
 
 /// `dlm lock ...`

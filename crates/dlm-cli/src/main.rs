@@ -17,6 +17,7 @@ mod queue_cmd;
 mod rng;
 mod run_cmd;
 mod seckill;
+mod serve;
 mod signals;
 mod stats;
 mod work_cmd;
@@ -97,6 +98,7 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Demo(DemoCommand::Seckill(args)) => seckill::run(global, &args).await,
         Command::Check(CheckCommand::Lock(a)) => check::check_lock(global, &a).await,
         Command::Check(CheckCommand::Queue(a)) => check::check_queue(global, &a).await,
+        Command::Serve(a) => serve::serve(global, &a).await,
         Command::Demo(DemoCommand::Lock) => demo::demo_lock(global).await,
         Command::Demo(DemoCommand::IncrementKey { key }) => demo::increment_key(global, &key).await,
     }

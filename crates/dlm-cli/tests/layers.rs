@@ -34,6 +34,7 @@ const LAYERS: &[Layer<'static>] = &[
             "demo",
             "seckill",
             "check",
+            "serve",
         ],
         lateral: false,
     },

@@ -13,7 +13,7 @@ use crate::backend::{Backend, Deployment, TlsConfig, Topology};
 use crate::consistency::{Stock, Versioned};
 use crate::error::{Error, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, validate_prefix};
-use crate::lock::{Lock, Locks, Node, Nodes, Quorum, ReleaseAll};
+use crate::lock::{HeldLock, Lock, Locks, Node, Nodes, Quorum, ReleaseAll};
 use crate::queue::Queue;
 use crate::services::wakeups::Wakeups;
 use crate::token::Fence;
@@ -521,6 +521,40 @@ impl Client {
             self.inner.deployment.clone(),
             name.into(),
         )
+    }
+
+    /// The names of up to `limit` queues on this Redis (those with at least
+    /// one task or a count), found with `SCAN` over `dlm:queue:*`, sorted.
+    /// On a Redis Cluster only one node is scanned: name the queues instead.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// for name in client.queue_names(100).await? {
+    ///     println!("{name}: {:?}", client.queue(name.as_str()).stats().await?);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn queue_names(&self, limit: usize) -> Result<Vec<String>> {
+        let backend = self.single_backend().ok_or_else(|| {
+            Error::invalid("client", "queues need a single-Redis client, not Redlock")
+        })?;
+        crate::queue::queue_names(&backend, limit).await
+    }
+
+    /// Up to `limit` (at most [`crate::MAX_HELD_LOCKS`]) held locks
+    /// whose names match the glob `pattern` (`*` for all), with their
+    /// remaining TTL and fence, found with `SCAN`, sorted by name. Locks
+    /// under raw keys are not found.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// for held in client.held_locks("orders:*", 100).await? {
+    ///     println!("{} expires in {:?}", held.name, held.ttl);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn held_locks(&self, pattern: &str, limit: usize) -> Result<Vec<HeldLock>> {
+        self.inner.locks.held_matching(pattern, limit).await
     }
 
     /// A versioned record `dlm:versioned:{name}` (see [`Versioned`]).

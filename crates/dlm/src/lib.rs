@@ -155,8 +155,8 @@ pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT};
 pub use error::{BackendError, Error, Result};
 pub use fenced::MAX_FENCED_VALUE;
 pub use lock::{
-    Lock, LockContext, LockGuard, LockOptions, LockStatus, LostSignal, MAX_TTL, MAX_WAIT, MIN_TTL,
-    ReleaseAll, Released,
+    HeldLock, Lock, LockContext, LockGuard, LockOptions, LockStatus, LostSignal, MAX_HELD_LOCKS,
+    MAX_TTL, MAX_WAIT, MIN_TTL, ReleaseAll, Released,
 };
 pub use token::{Fence, Token};
 pub use tokio_util::sync::CancellationToken;

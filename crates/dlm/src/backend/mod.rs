@@ -296,6 +296,55 @@ impl Backend {
     }
 }
 
+/// How many keys one `SCAN` call asks Redis to look at.
+const SCAN_COUNT: usize = 1000;
+/// The most `SCAN` calls one [`Backend::scan`] makes (bounds its cost on a
+/// large keyspace: at most about a million keys looked at).
+const SCAN_CALLS: usize = 1000;
+
+impl Backend {
+    /// Up to `limit` keys matching the glob `pattern`, found with `SCAN`
+    /// (never `KEYS`, which blocks the server), in no particular order. On a
+    /// Redis Cluster only the node the connection picks is scanned.
+    pub(crate) async fn scan(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
+        let mut found = Vec::new();
+        let mut cursor: u64 = 0;
+        for _ in 0..SCAN_CALLS {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT);
+            let (next, keys): (u64, Vec<String>) = self.query(&cmd).await?;
+            for key in keys {
+                if found.len() == limit {
+                    return Ok(found);
+                }
+                found.push(key);
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// `text` with the glob characters of `SCAN MATCH` (`*?[]\`) escaped, so
+/// that it matches only itself.
+pub(crate) fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A duration as whole milliseconds, the unit scripts take (saturating).
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

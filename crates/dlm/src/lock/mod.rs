@@ -5,6 +5,7 @@
 
 mod batch;
 mod guard;
+mod inspect;
 mod locks;
 mod nodes;
 mod ops;
@@ -21,6 +22,7 @@ use tracing::Instrument;
 
 pub(crate) use batch::Node;
 pub use guard::{LockContext, LockGuard, LostSignal, Released};
+pub use inspect::{HeldLock, MAX_HELD_LOCKS};
 pub(crate) use locks::Locks;
 pub use locks::ReleaseAll;
 pub(crate) use nodes::{Nodes, Quorum};

@@ -32,6 +32,7 @@
 //! ```
 
 mod idle;
+mod inspect;
 mod lease;
 mod ops;
 mod types;
@@ -40,6 +41,8 @@ mod worker_options;
 
 use std::time::Duration;
 
+pub(crate) use inspect::queue_names;
+pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskInfo, TaskPage, TaskState};
 pub use lease::Lease;
 pub use types::{
     Backoff, DEFAULT_MAX_PAYLOAD, DeadTask, Enqueued, Entry, MAX_BATCH, MAX_DELAY, MAX_ERROR_LEN,

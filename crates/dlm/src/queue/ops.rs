@@ -35,7 +35,7 @@ script!(PURGE_DEAD, "purge_dead.lua");
 /// How many expired leases one claim returns to the queue at most.
 const REAP_PER_CLAIM: usize = 1000;
 
-fn invocation<'a>(script: &'a Script, keys: &[String]) -> redis::ScriptInvocation<'a> {
+pub(crate) fn invocation<'a>(script: &'a Script, keys: &[String]) -> redis::ScriptInvocation<'a> {
     let mut inv = script.prepare_invoke();
     for k in keys {
         inv.key(k);
@@ -43,7 +43,7 @@ fn invocation<'a>(script: &'a Script, keys: &[String]) -> redis::ScriptInvocatio
     inv
 }
 
-fn int(v: &Value) -> Result<i64> {
+pub(crate) fn int(v: &Value) -> Result<i64> {
     match v {
         Value::Int(i) => Ok(*i),
         other => Err(Error::protocol(format!(
@@ -52,7 +52,7 @@ fn int(v: &Value) -> Result<i64> {
     }
 }
 
-fn text(v: &Value) -> Result<String> {
+pub(crate) fn text(v: &Value) -> Result<String> {
     match v {
         Value::BulkString(b) => {
             String::from_utf8(b.clone()).map_err(|_| Error::protocol("a task id is not UTF-8"))
@@ -62,7 +62,7 @@ fn text(v: &Value) -> Result<String> {
     }
 }
 
-fn bytes(v: &Value) -> Option<Vec<u8>> {
+pub(crate) fn bytes(v: &Value) -> Option<Vec<u8>> {
     match v {
         Value::BulkString(b) => Some(b.clone()),
         Value::SimpleString(s) => Some(s.clone().into_bytes()),
@@ -70,7 +70,7 @@ fn bytes(v: &Value) -> Option<Vec<u8>> {
     }
 }
 
-fn array(v: Value) -> Result<Vec<Value>> {
+pub(crate) fn array(v: Value) -> Result<Vec<Value>> {
     match v {
         Value::Array(a) => Ok(a),
         Value::Nil => Ok(Vec::new()),
@@ -78,7 +78,7 @@ fn array(v: Value) -> Result<Vec<Value>> {
     }
 }
 
-fn unsigned(i: i64) -> u64 {
+pub(crate) fn unsigned(i: i64) -> u64 {
     u64::try_from(i).unwrap_or(0)
 }
 

@@ -1,0 +1,606 @@
+//! The dashboard's HTML, rendered on the server. Every value that comes
+//! from Redis (queue names, task ids, payloads, errors, lock names) goes
+//! through [`esc`] or [`seg`]: they are attacker-controlled.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use dlm::HeldLock;
+use dlm::queue::{QueueStats, TaskPage, TaskState};
+
+use super::state::{Access, QueueRow};
+
+/// How many payload characters a table cell shows.
+const PREVIEW_CHARS: usize = 120;
+
+/// `text` safe inside HTML text and quoted attributes.
+pub fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `text` percent-encoded for a URL path segment or query value.
+pub fn seg(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// A short human duration: `350ms`, `12s`, `3m 5s`, `2h 4m`, `3d 1h`.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => format!("{}ms", d.as_millis()),
+        1..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// `score` (ms since the epoch) relative to `now`: `in 5s` or `5s ago`.
+fn relative(score: u64, now: u64) -> String {
+    if score >= now {
+        format!("in {}", human(Duration::from_millis(score - now)))
+    } else {
+        format!("{} ago", human(Duration::from_millis(now - score)))
+    }
+}
+
+/// Which page the navigation marks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nav {
+    /// The overview.
+    Overview,
+    /// A queue or its dead letters.
+    Queue,
+    /// The locks.
+    Locks,
+}
+
+/// What every page's frame shows.
+pub struct Frame<'a> {
+    /// The page title.
+    pub title: &'a str,
+    /// The marked navigation entry.
+    pub nav: Nav,
+    /// Whether the last reading of Redis worked.
+    pub redis_up: bool,
+    /// Who may act.
+    pub access: &'a Access,
+    /// The time between refreshes of the live part (`None`: no refresh).
+    pub refresh: Option<Duration>,
+}
+
+/// A full page: the frame around `body` (the part that refreshes live).
+pub fn page(frame: &Frame<'_>, body: &str) -> String {
+    let link = |nav: Nav, href: &str, label: &str| {
+        let class = if nav == frame.nav {
+            " class=\"active\""
+        } else {
+            ""
+        };
+        format!("<a href=\"{href}\"{class}>{label}</a>")
+    };
+    let redis = if frame.redis_up {
+        "<span class=\"pill ok\">Redis up</span>"
+    } else {
+        "<span class=\"pill bad\">Redis unreachable</span>"
+    };
+    let mode = match frame.access {
+        Access::ReadOnly => "<span class=\"pill warn\">read-only</span>",
+        Access::Admin(_) => "<span class=\"pill\">admin token required</span>",
+        Access::Local => "<span class=\"pill\">local admin</span>",
+    };
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+<title>{title} · dlm</title><link rel=\"stylesheet\" href=\"/assets/style.css\">\
+<link rel=\"icon\" href=\"data:,\"></head>\
+<body><header class=\"top\"><a class=\"brand\" href=\"/\"><span class=\"logo\">◆</span> dlm</a>\
+<nav>{overview}{locks}</nav><div class=\"status\">{redis}{mode}<span class=\"clock\" id=\"updated\"></span></div></header>\
+<main id=\"live\" data-refresh=\"{refresh}\">{body}</main>\
+<footer>dlm serve · <a href=\"/api/queues\">/api/queues</a> · <a href=\"/api/locks\">/api/locks</a> · \
+<a href=\"/metrics\">/metrics</a> · <a href=\"/healthz\">/healthz</a></footer>\
+<script src=\"/assets/app.js\"></script></body></html>\n",
+        title = esc(frame.title),
+        overview = link(Nav::Overview, "/", "Overview"),
+        locks = link(Nav::Locks, "/locks", "Locks"),
+        refresh = frame.refresh.map_or(0, |r| r.as_millis()),
+    )
+}
+
+/// The error shown when Redis could not be read.
+pub fn error_box(what: &str, error: &str) -> String {
+    format!(
+        "<div class=\"flash bad\"><strong>{}</strong> {}</div>",
+        esc(what),
+        esc(error)
+    )
+}
+
+fn flash(msg: Option<&str>) -> String {
+    msg.map_or_else(String::new, |m| {
+        format!("<div class=\"flash ok\" id=\"flash\">{}</div>", esc(m))
+    })
+}
+
+/// An inline SVG sparkline of `values` (oldest first).
+pub fn sparkline(values: &[u64]) -> String {
+    const W: f64 = 160.0;
+    const H: f64 = 32.0;
+    if values.len() < 2 {
+        return "<span class=\"muted\">collecting…</span>".into();
+    }
+    let max = values.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let step = W / (values.len() - 1) as f64;
+    let mut points = String::new();
+    for (i, v) in values.iter().enumerate() {
+        let x = i as f64 * step;
+        let y = H - 2.0 - (*v as f64 / max) * (H - 4.0);
+        let _ = write!(points, "{x:.1},{y:.1} ");
+    }
+    let last = values.last().copied().unwrap_or(0);
+    format!(
+        "<svg class=\"spark\" viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\" \
+aria-label=\"backlog, last {n} samples, now {last}\"><polygon class=\"area\" points=\"0,{H} {points}{W},{H}\"/>\
+<polyline class=\"line\" points=\"{points}\"/></svg>",
+        n = values.len(),
+    )
+}
+
+fn count_cell(queue: &str, state: &str, n: u64) -> String {
+    let class = if n == 0 { "num zero" } else { "num" };
+    format!(
+        "<td class=\"{class}\" data-queue=\"{}\" data-state=\"{state}\">{n}</td>",
+        esc(queue)
+    )
+}
+
+/// The overview: a card per total and a row per queue.
+pub fn overview(rows: &[QueueRow], locks: Option<usize>, error: Option<&str>) -> String {
+    let mut total = QueueStats::default();
+    for s in rows.iter().filter_map(|r| r.stats) {
+        total.waiting += s.waiting;
+        total.delayed += s.delayed;
+        total.inflight += s.inflight;
+        total.dead += s.dead;
+    }
+    let mut out = String::from("<h1>Overview</h1>");
+    if let Some(e) = error {
+        out.push_str(&error_box("Redis:", e));
+    }
+    let locks = locks.map_or_else(|| "–".to_string(), |n| n.to_string());
+    let _ = write!(
+        out,
+        "<section class=\"cards\">\
+<div class=\"card\"><span class=\"label\">Queues</span><span class=\"value\">{}</span></div>\
+<div class=\"card waiting\"><span class=\"label\">Waiting</span><span class=\"value\" id=\"total-waiting\">{}</span></div>\
+<div class=\"card delayed\"><span class=\"label\">Delayed</span><span class=\"value\" id=\"total-delayed\">{}</span></div>\
+<div class=\"card in_flight\"><span class=\"label\">In flight</span><span class=\"value\" id=\"total-in_flight\">{}</span></div>\
+<div class=\"card dead\"><span class=\"label\">Dead</span><span class=\"value\" id=\"total-dead\">{}</span></div>\
+<div class=\"card locks\"><span class=\"label\">Held locks</span><span class=\"value\" id=\"total-locks\">{locks}</span></div>\
+</section>",
+        rows.len(),
+        total.waiting,
+        total.delayed,
+        total.inflight,
+        total.dead
+    );
+    if rows.is_empty() {
+        out.push_str("<p class=\"empty\">No queue found (none named with --queue, none under dlm:queue:*).</p>");
+        return out;
+    }
+    out.push_str(
+        "<table class=\"grid\"><thead><tr><th>Queue</th><th class=\"num\"><span class=\"badge waiting\">waiting</span></th>\
+<th class=\"num\"><span class=\"badge delayed\">delayed</span></th><th class=\"num\"><span class=\"badge in_flight\">in flight</span></th>\
+<th class=\"num\"><span class=\"badge dead\">dead</span></th><th class=\"num\">Processed</th><th class=\"num\">Failed</th>\
+<th class=\"num\">Throughput</th><th class=\"num\">Oldest due</th><th>Backlog, last 10 min</th></tr></thead><tbody>",
+    );
+    for row in rows {
+        let name = esc(&row.name);
+        let href = format!("/queues/{}", seg(&row.name));
+        let _ = write!(
+            out,
+            "<tr class=\"queue-row\" data-queue=\"{name}\"><td><a href=\"{href}\">{name}</a>"
+        );
+        let Some(s) = row.stats else {
+            let _ = write!(
+                out,
+                "</td><td colspan=\"9\" class=\"bad\">unreadable</td></tr>"
+            );
+            continue;
+        };
+        if s.dead > 0 {
+            let _ = write!(
+                out,
+                " <a class=\"chip dead\" href=\"{href}/dead\">dead letters</a>"
+            );
+        }
+        out.push_str("</td>");
+        out.push_str(&count_cell(&row.name, "waiting", s.waiting));
+        out.push_str(&count_cell(&row.name, "delayed", s.delayed));
+        out.push_str(&count_cell(&row.name, "in_flight", s.inflight));
+        out.push_str(&count_cell(&row.name, "dead", s.dead));
+        let throughput = row
+            .throughput
+            .map_or_else(|| "–".to_string(), |t| format!("{t:.1}/s"));
+        let oldest = row.oldest_age.map_or_else(|| "–".to_string(), human);
+        let _ = write!(
+            out,
+            "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{throughput}</td>\
+<td class=\"num\">{oldest}</td><td>{}</td></tr>",
+            s.processed,
+            s.failed,
+            sparkline(&row.history)
+        );
+    }
+    out.push_str("</tbody></table>");
+    out
+}
+
+/// Links to the previous and next page of a listing.
+fn pager(base: &str, page: usize, size: usize, total: u64) -> String {
+    let pages = usize::try_from(total)
+        .unwrap_or(usize::MAX)
+        .div_ceil(size)
+        .max(1);
+    let mut out = format!(
+        "<nav class=\"pager\"><span>page {} of {pages}</span>",
+        page + 1
+    );
+    if page > 0 {
+        let _ = write!(
+            out,
+            "<a class=\"btn\" href=\"{base}page={}&amp;size={size}\">← previous</a>",
+            page - 1
+        );
+    }
+    if page + 1 < pages {
+        let _ = write!(
+            out,
+            "<a class=\"btn\" href=\"{base}page={}&amp;size={size}\">next →</a>",
+            page + 1
+        );
+    }
+    out.push_str("</nav>");
+    out
+}
+
+fn payload_cell(len: Option<usize>, preview: Option<&[u8]>) -> String {
+    let (Some(len), Some(bytes)) = (len, preview) else {
+        return "<td class=\"muted\">none</td>".into();
+    };
+    let text = String::from_utf8_lossy(bytes);
+    let shown: String = text.chars().take(PREVIEW_CHARS).collect();
+    let more = if shown.len() < len { "…" } else { "" };
+    format!(
+        "<td class=\"payload\"><code>{}{more}</code> <span class=\"muted\">{len} B</span></td>",
+        esc(&shown)
+    )
+}
+
+/// A queue's tasks in one state, one page.
+pub fn queue(
+    name: &str,
+    stats: &QueueStats,
+    state: TaskState,
+    list: &TaskPage,
+    page: usize,
+    size: usize,
+) -> String {
+    let qname = esc(name);
+    let base = format!("/queues/{}", seg(name));
+    let mut out =
+        format!("<h1><span class=\"muted\">queue</span> {qname}</h1><nav class=\"tabs\">");
+    for (s, n) in [
+        (TaskState::Waiting, stats.waiting),
+        (TaskState::Delayed, stats.delayed),
+        (TaskState::InFlight, stats.inflight),
+        (TaskState::Dead, stats.dead),
+    ] {
+        let active = if s == state { " active" } else { "" };
+        let _ = write!(
+            out,
+            "<a class=\"tab{active}\" href=\"{base}?state={st}\"><span class=\"badge {st}\">{label}</span> <b>{n}</b></a>",
+            st = s.as_str(),
+            label = s.as_str().replace('_', " "),
+        );
+    }
+    let _ = write!(
+        out,
+        "<a class=\"tab\" href=\"{base}/dead\">dead letters ›</a></nav>"
+    );
+    let when = match state {
+        TaskState::Waiting | TaskState::Delayed => "Due",
+        TaskState::InFlight => "Lease",
+        TaskState::Dead => "Died",
+    };
+    let _ = write!(
+        out,
+        "<table class=\"grid tasks\"><thead><tr><th>ID</th><th class=\"num\">Attempts</th><th>{when}</th>\
+<th>Lease holder (fence)</th><th>Payload</th><th>Last error</th></tr></thead><tbody>"
+    );
+    if list.tasks.is_empty() {
+        out.push_str("<tr><td colspan=\"6\" class=\"empty\">no task in this state</td></tr>");
+    }
+    for t in &list.tasks {
+        let lease = match (state, t.fence) {
+            (TaskState::InFlight, Some(f)) => format!(
+                "<span class=\"mono\">#{}</span> <span class=\"muted\">{} left</span>",
+                f.get(),
+                human(Duration::from_millis(t.score.saturating_sub(list.now)))
+            ),
+            _ => "<span class=\"muted\">–</span>".into(),
+        };
+        let _ = write!(
+            out,
+            "<tr data-task=\"{id}\"><td class=\"mono\">{id}</td><td class=\"num\">{}</td><td title=\"{}\">{}</td><td>{lease}</td>{}<td class=\"error\">{}</td></tr>",
+            t.attempts,
+            t.score,
+            relative(t.score, list.now),
+            payload_cell(t.payload_len, t.payload_preview.as_deref()),
+            esc(t.error.as_deref().unwrap_or("")),
+            id = esc(&t.id),
+        );
+    }
+    out.push_str("</tbody></table>");
+    out.push_str(&pager(
+        &format!("{base}?state={}&amp;", state.as_str()),
+        page,
+        size,
+        list.total,
+    ));
+    out
+}
+
+/// A hidden form that posts one action (the confirmation page asks first).
+fn action(url: &str, csrf: &str, fields: &[(&str, &str)], label: &str, class: &str) -> String {
+    let mut out = format!(
+        "<form method=\"post\" action=\"{url}\" class=\"inline\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">",
+        esc(csrf)
+    );
+    for (k, v) in fields {
+        let _ = write!(
+            out,
+            "<input type=\"hidden\" name=\"{k}\" value=\"{}\">",
+            esc(v)
+        );
+    }
+    let _ = write!(
+        out,
+        "<button type=\"submit\" class=\"btn {class}\">{label}</button></form>"
+    );
+    out
+}
+
+const READ_ONLY_NOTE: &str = "<p class=\"note\">Read-only: this server listens beyond loopback without \
+<code>--admin-token</code>, so it takes no action.</p>";
+
+/// A queue's dead letters with retry and purge actions.
+pub fn dead(
+    name: &str,
+    list: &TaskPage,
+    page: usize,
+    size: usize,
+    access: &Access,
+    csrf: &str,
+    msg: Option<&str>,
+) -> String {
+    let qname = esc(name);
+    let base = format!("/queues/{}", seg(name));
+    let mut out = format!(
+        "<h1><span class=\"muted\">dead letters of</span> <a href=\"{base}\">{qname}</a> <span class=\"badge dead\" id=\"dead-count\">{}</span></h1>",
+        list.total
+    );
+    out.push_str(&flash(msg));
+    if access.can_act() {
+        if list.total > 0 {
+            out.push_str("<div class=\"actions\">");
+            out.push_str(&action(
+                &format!("{base}/dead/retry"),
+                csrf,
+                &[("all", "1")],
+                "Retry all",
+                "primary",
+            ));
+            out.push_str(&action(
+                &format!("{base}/dead/purge"),
+                csrf,
+                &[],
+                "Purge all",
+                "danger",
+            ));
+            out.push_str("</div>");
+        }
+    } else {
+        out.push_str(READ_ONLY_NOTE);
+    }
+    out.push_str(
+        "<table class=\"grid tasks\"><thead><tr><th>ID</th><th class=\"num\">Attempts</th><th>Died</th><th>Last error</th>\
+<th>Payload</th><th></th></tr></thead><tbody>",
+    );
+    if list.tasks.is_empty() {
+        out.push_str("<tr><td colspan=\"6\" class=\"empty\">no dead letters</td></tr>");
+    }
+    for t in &list.tasks {
+        let retry = if access.can_act() {
+            action(
+                &format!("{base}/dead/retry"),
+                csrf,
+                &[("id", &t.id)],
+                "Retry",
+                "small",
+            )
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            out,
+            "<tr data-task=\"{id}\"><td class=\"mono\">{id}</td><td class=\"num\">{}</td><td title=\"{}\">{}</td><td class=\"error\">{}</td>{}<td>{retry}</td></tr>",
+            t.attempts,
+            t.score,
+            relative(t.score, list.now),
+            esc(t.error.as_deref().unwrap_or("")),
+            payload_cell(t.payload_len, t.payload_preview.as_deref()),
+            id = esc(&t.id),
+        );
+    }
+    out.push_str("</tbody></table>");
+    out.push_str(&pager(&format!("{base}/dead?"), page, size, list.total));
+    out
+}
+
+/// The held locks matching the pattern, with the unsafe release by force.
+pub fn locks(
+    pattern: &str,
+    locks: &[HeldLock],
+    cap: usize,
+    access: &Access,
+    csrf: &str,
+    msg: Option<&str>,
+) -> String {
+    let mut out = format!(
+        "<h1>Locks <span class=\"muted\">matching</span> <code>{}</code> <span class=\"badge locks\" id=\"lock-count\">{}</span></h1>",
+        esc(pattern),
+        locks.len()
+    );
+    out.push_str(&flash(msg));
+    if !access.can_act() {
+        out.push_str(READ_ONLY_NOTE);
+    }
+    if locks.len() >= cap {
+        let _ = write!(
+            out,
+            "<p class=\"note\">Showing the first {cap} locks only.</p>"
+        );
+    }
+    out.push_str(
+        "<table class=\"grid\"><thead><tr><th>Name</th><th>Key</th><th class=\"num\">TTL left</th><th class=\"num\">Fence</th>\
+<th></th></tr></thead><tbody>",
+    );
+    if locks.is_empty() {
+        out.push_str("<tr><td colspan=\"5\" class=\"empty\">no lock held</td></tr>");
+    }
+    for l in locks {
+        let ttl = l.ttl.map_or_else(
+            || "<td class=\"num\">no expiry</td>".to_string(),
+            |t| {
+                format!(
+                    "<td class=\"num ttl\" data-ttl-ms=\"{}\">{}</td>",
+                    t.as_millis(),
+                    human(t)
+                )
+            },
+        );
+        let fence = l
+            .fence
+            .map_or_else(|| "–".to_string(), |f| f.get().to_string());
+        let release = if access.can_act() {
+            action(
+                "/locks/release",
+                csrf,
+                &[("name", &l.name)],
+                "⚠ Force release (unsafe)",
+                "danger small",
+            )
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            out,
+            "<tr data-lock=\"{name}\"><td class=\"mono\">{name}</td><td class=\"mono muted\">{}</td>{ttl}<td class=\"num mono\">{fence}</td><td>{release}</td></tr>",
+            esc(&l.key),
+            name = esc(&l.name),
+        );
+    }
+    out.push_str("</tbody></table>");
+    out
+}
+
+/// What a confirmation page asks and where it posts.
+pub struct Confirm<'a> {
+    /// The question, as plain text.
+    pub question: String,
+    /// What happens, as plain text.
+    pub detail: &'a str,
+    /// Where the form posts.
+    pub url: String,
+    /// The form's fields besides the tokens.
+    pub fields: Vec<(&'static str, String)>,
+    /// Where "cancel" goes.
+    pub back: String,
+    /// Whether the action is unsafe (shown in red).
+    pub unsafe_action: bool,
+}
+
+/// The confirmation step of an action: the same form again, with
+/// `confirm=yes` (and the admin token field when one is required).
+pub fn confirm(c: &Confirm<'_>, access: &Access, csrf: &str) -> String {
+    let class = if c.unsafe_action {
+        "confirm unsafe"
+    } else {
+        "confirm"
+    };
+    let mut out = format!(
+        "<section class=\"{class}\"><h1>{}</h1><p>{}</p><form method=\"post\" action=\"{}\">\
+<input type=\"hidden\" name=\"csrf\" value=\"{}\"><input type=\"hidden\" name=\"confirm\" value=\"yes\">",
+        esc(&c.question),
+        esc(c.detail),
+        esc(&c.url),
+        esc(csrf)
+    );
+    for (k, v) in &c.fields {
+        let _ = write!(
+            out,
+            "<input type=\"hidden\" name=\"{k}\" value=\"{}\">",
+            esc(v)
+        );
+    }
+    if matches!(access, Access::Admin(_)) {
+        out.push_str(
+            "<label>Admin token <input type=\"password\" name=\"admin_token\" autocomplete=\"off\" required></label>",
+        );
+    }
+    let button = if c.unsafe_action { "danger" } else { "primary" };
+    let _ = write!(
+        out,
+        "<div class=\"actions\"><button type=\"submit\" id=\"confirm\" class=\"btn {button}\">Confirm</button>\
+<a class=\"btn\" href=\"{}\">Cancel</a></div></form></section>",
+        esc(&c.back)
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_covers_markup_and_attributes() {
+        assert_eq!(
+            esc("<script>alert(1)</script>\"'&"),
+            "&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#39;&amp;"
+        );
+        assert_eq!(seg("a b/c{d}"), "a%20b%2Fc%7Bd%7D");
+        assert_eq!(human(Duration::from_millis(65_000)), "1m 5s");
+        assert_eq!(relative(1000, 4000), "3s ago");
+        assert!(sparkline(&[1, 2, 3]).starts_with("<svg"));
+    }
+}

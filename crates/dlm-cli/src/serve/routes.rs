@@ -1,0 +1,612 @@
+//! The HTTP routes: the pages, their form actions, the JSON API,
+//! `/metrics`, `/healthz` and the embedded assets.
+//!
+//! Every mutating action is a POST that must carry the per-process CSRF
+//! token (form field `csrf` or header `X-CSRF-Token`) and, when the server
+//! has an admin token, that token (form field `admin_token` or header
+//! `X-Admin-Token`); a read-only server refuses them all (403). An action
+//! without `confirm=yes` answers with its confirmation page.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Form, Path, Query, State as Shared};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use dlm::queue::{MAX_PAGE, TaskState};
+use serde::{Deserialize, Serialize};
+
+use super::pages::{self, Confirm, Frame, Nav, seg};
+use super::state::{Access, MAX_LOCKS, QueueRow, State};
+use crate::global::parse::{parse_name, parse_queue_name, parse_task_id};
+
+type App = Shared<Arc<State>>;
+
+/// The default page size of the task listings.
+const DEFAULT_PAGE: usize = 50;
+/// The payload bytes the pages and the API show per task.
+const PREVIEW_BYTES: usize = 256;
+
+const STYLE: &str = include_str!("assets/style.css");
+const SCRIPT: &str = include_str!("assets/app.js");
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The router of `dlm serve`.
+pub fn router(state: Arc<State>) -> Router {
+    Router::new()
+        .route("/", get(overview))
+        .route("/queues/{name}", get(queue_page))
+        .route("/queues/{name}/dead", get(dead_page))
+        .route("/queues/{name}/dead/retry", post(retry))
+        .route("/queues/{name}/dead/purge", post(purge))
+        .route("/locks", get(locks_page))
+        .route("/locks/release", post(release))
+        .route("/api/queues", get(api_queues))
+        .route("/api/queues/{name}", get(api_queue))
+        .route("/api/locks", get(api_locks))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route(
+            "/assets/style.css",
+            get(|| asset(STYLE, "text/css; charset=utf-8")),
+        )
+        .route(
+            "/assets/app.js",
+            get(|| asset(SCRIPT, "text/javascript; charset=utf-8")),
+        )
+        .layer(axum::middleware::map_response(secure_headers))
+        .with_state(state)
+}
+
+async fn secure_headers(mut response: Response) -> Response {
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+async fn asset(body: &'static str, kind: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, kind)], body).into_response()
+}
+
+/// A full page, or only its live part when the page's script asks (`X-Partial`).
+fn render(
+    state: &State,
+    headers: &HeaderMap,
+    title: &str,
+    nav: Nav,
+    live: bool,
+    body: String,
+) -> Response {
+    if headers.contains_key("x-partial") {
+        return Html(body).into_response();
+    }
+    let frame = Frame {
+        title,
+        nav,
+        redis_up: state.redis_up(),
+        access: state.access(),
+        refresh: live.then(|| state.refresh()),
+    };
+    Html(pages::page(&frame, &body)).into_response()
+}
+
+/// A request refused: its status and why.
+#[derive(Debug)]
+struct Refused(StatusCode, &'static str);
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        (self.0, self.1).into_response()
+    }
+}
+
+fn plain(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, message.into()).into_response()
+}
+
+fn unavailable(e: &dlm::Error) -> Response {
+    plain(StatusCode::SERVICE_UNAVAILABLE, format!("Redis: {e}"))
+}
+
+fn bad_name(e: String) -> Response {
+    plain(StatusCode::BAD_REQUEST, e)
+}
+
+async fn overview(Shared(state): App, headers: HeaderMap) -> Response {
+    let rows = state.queue_rows().await;
+    let locks = state.locks().await;
+    let error = rows
+        .iter()
+        .find(|r| r.stats.is_none())
+        .map(|r| format!("cannot read queue {}", r.name));
+    let body = pages::overview(&rows, locks.as_ref().ok().map(Vec::len), error.as_deref());
+    render(&state, &headers, "Overview", Nav::Overview, true, body)
+}
+
+/// `?state=&page=&size=&msg=` of the listings.
+#[derive(Debug, Deserialize)]
+struct Listing {
+    state: Option<String>,
+    page: Option<usize>,
+    size: Option<usize>,
+    msg: Option<String>,
+}
+
+impl Listing {
+    fn size(&self) -> usize {
+        self.size.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE)
+    }
+
+    fn page(&self) -> usize {
+        self.page.unwrap_or(0).min(1_000_000)
+    }
+
+    fn task_state(&self, default: TaskState) -> Result<TaskState, Refused> {
+        match &self.state {
+            None => Ok(default),
+            Some(s) => TaskState::parse(s).ok_or(Refused(
+                StatusCode::BAD_REQUEST,
+                "state must be waiting, delayed, in_flight or dead",
+            )),
+        }
+    }
+}
+
+async fn queue_page(
+    Shared(state): App,
+    Path(name): Path<String>,
+    Query(q): Query<Listing>,
+    headers: HeaderMap,
+) -> Response {
+    let name = match parse_queue_name(&name) {
+        Ok(n) => n,
+        Err(e) => return bad_name(e),
+    };
+    let task_state = match q.task_state(TaskState::Waiting) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    let queue = state.client().queue(name.as_str());
+    let (size, page) = (q.size(), q.page());
+    let read = async {
+        let stats = queue.stats().await?;
+        let list = queue
+            .tasks(task_state, page * size, size, PREVIEW_BYTES)
+            .await?;
+        Ok::<_, dlm::Error>((stats, list))
+    };
+    match read.await {
+        Ok((stats, list)) => {
+            let body = pages::queue(&name, &stats, task_state, &list, page, size);
+            render(&state, &headers, &name, Nav::Queue, true, body)
+        }
+        Err(e) => unavailable(&e),
+    }
+}
+
+async fn dead_page(
+    Shared(state): App,
+    Path(name): Path<String>,
+    Query(q): Query<Listing>,
+    headers: HeaderMap,
+) -> Response {
+    let name = match parse_queue_name(&name) {
+        Ok(n) => n,
+        Err(e) => return bad_name(e),
+    };
+    let (size, page) = (q.size(), q.page());
+    let queue = state.client().queue(name.as_str());
+    match queue
+        .tasks(TaskState::Dead, page * size, size, PREVIEW_BYTES)
+        .await
+    {
+        Ok(list) => {
+            let body = pages::dead(
+                &name,
+                &list,
+                page,
+                size,
+                state.access(),
+                state.csrf(),
+                q.msg.as_deref(),
+            );
+            render(
+                &state,
+                &headers,
+                &format!("{name}: dead letters"),
+                Nav::Queue,
+                true,
+                body,
+            )
+        }
+        Err(e) => unavailable(&e),
+    }
+}
+
+async fn locks_page(Shared(state): App, Query(q): Query<Listing>, headers: HeaderMap) -> Response {
+    match state.locks().await {
+        Ok(locks) => {
+            let body = pages::locks(
+                state.lock_pattern(),
+                &locks,
+                MAX_LOCKS,
+                state.access(),
+                state.csrf(),
+                q.msg.as_deref(),
+            );
+            render(&state, &headers, "Locks", Nav::Locks, true, body)
+        }
+        Err(e) => unavailable(&e),
+    }
+}
+
+/// The fields an action's form may carry.
+#[derive(Debug, Default, Deserialize)]
+struct ActionForm {
+    csrf: Option<String>,
+    admin_token: Option<String>,
+    confirm: Option<String>,
+    id: Option<String>,
+    all: Option<String>,
+    name: Option<String>,
+}
+
+impl ActionForm {
+    fn confirmed(&self) -> bool {
+        self.confirm.as_deref() == Some("yes")
+    }
+}
+
+/// Equal, in a time that does not depend on where they differ.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// May this request act? A read-only server: never. Otherwise it needs the
+/// CSRF token and, once confirmed, the admin token when there is one (a
+/// request that carries the admin token in a header cannot come from a
+/// cross-site form, so that header stands in for the CSRF token).
+fn authorize(state: &State, headers: &HeaderMap, form: &ActionForm) -> Result<(), Refused> {
+    let forbidden = |why: &'static str| Refused(StatusCode::FORBIDDEN, why);
+    let admin_header = header_text(headers, "x-admin-token");
+    let csrf = form
+        .csrf
+        .as_deref()
+        .or_else(|| header_text(headers, "x-csrf-token"));
+    match state.access() {
+        Access::ReadOnly => Err(forbidden(
+            "read-only: this server listens beyond loopback without --admin-token",
+        )),
+        Access::Local => match csrf {
+            Some(c) if same(c, state.csrf()) => Ok(()),
+            _ => Err(forbidden("missing or wrong CSRF token")),
+        },
+        Access::Admin(token) => {
+            let header_ok = admin_header.is_some_and(|t| same(t, token));
+            if !header_ok && !csrf.is_some_and(|c| same(c, state.csrf())) {
+                return Err(forbidden("missing or wrong CSRF token"));
+            }
+            let given = form.admin_token.as_deref().or(admin_header);
+            if form.confirmed() && !given.is_some_and(|t| same(t, token)) {
+                return Err(forbidden("missing or wrong admin token"));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn ask(state: &State, headers: &HeaderMap, c: &Confirm<'_>) -> Response {
+    let body = pages::confirm(c, state.access(), state.csrf());
+    render(state, headers, "Confirm", Nav::Queue, false, body)
+}
+
+fn done(back: &str, msg: &str) -> Response {
+    Redirect::to(&format!("{back}?msg={}", seg(msg))).into_response()
+}
+
+async fn retry(
+    Shared(state): App,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    if let Err(r) = authorize(&state, &headers, &form) {
+        return r.into_response();
+    }
+    let name = match parse_queue_name(&name) {
+        Ok(n) => n,
+        Err(e) => return bad_name(e),
+    };
+    let id = match form.id.as_deref().map(parse_task_id).transpose() {
+        Ok(id) => id,
+        Err(e) => return bad_name(e),
+    };
+    if id.is_none() && form.all.as_deref() != Some("1") {
+        return plain(StatusCode::BAD_REQUEST, "give id=ID or all=1");
+    }
+    let back = format!("/queues/{}/dead", seg(&name));
+    if !form.confirmed() {
+        let (question, fields) = match &id {
+            Some(id) => (
+                format!("Retry dead task {id} of queue {name}?"),
+                vec![("id", id.clone())],
+            ),
+            None => (
+                format!("Retry every dead task of queue {name}?"),
+                vec![("all", "1".to_string())],
+            ),
+        };
+        let c = Confirm {
+            question,
+            detail: "The tasks go back to the queue, due now, with their attempts reset.",
+            url: format!("{back}/retry"),
+            fields,
+            back,
+            unsafe_action: false,
+        };
+        return ask(&state, &headers, &c);
+    }
+    let queue = state.client().queue(name.as_str());
+    let moved = match &id {
+        Some(id) => queue.retry_dead(Some(&[id.as_str()])).await,
+        None => queue.retry_dead(None).await,
+    };
+    match moved {
+        Ok(n) => done(&back, &format!("{n} task(s) moved back to the queue")),
+        Err(e) => unavailable(&e),
+    }
+}
+
+async fn purge(
+    Shared(state): App,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    if let Err(r) = authorize(&state, &headers, &form) {
+        return r.into_response();
+    }
+    let name = match parse_queue_name(&name) {
+        Ok(n) => n,
+        Err(e) => return bad_name(e),
+    };
+    let back = format!("/queues/{}/dead", seg(&name));
+    if !form.confirmed() {
+        let c = Confirm {
+            question: format!("Purge every dead task of queue {name}?"),
+            detail: "They are deleted for good, with their payloads and errors.",
+            url: format!("{back}/purge"),
+            fields: Vec::new(),
+            back,
+            unsafe_action: true,
+        };
+        return ask(&state, &headers, &c);
+    }
+    match state.client().queue(name.as_str()).purge_dead().await {
+        Ok(n) => done(&back, &format!("{n} dead task(s) purged")),
+        Err(e) => unavailable(&e),
+    }
+}
+
+async fn release(Shared(state): App, headers: HeaderMap, Form(form): Form<ActionForm>) -> Response {
+    if let Err(r) = authorize(&state, &headers, &form) {
+        return r.into_response();
+    }
+    let name = match form.name.as_deref().map(parse_name) {
+        Some(Ok(n)) => n,
+        Some(Err(e)) => return bad_name(e),
+        None => return plain(StatusCode::BAD_REQUEST, "give name=NAME"),
+    };
+    if !form.confirmed() {
+        let c = Confirm {
+            question: format!("Release lock {name} by force?"),
+            detail: "UNSAFE: its holder is not told and goes on as if it held the lock, so two \
+processes may then work under it at once. Only storage that checks fencing tokens stays safe. \
+Do this only when the holder is known to be dead.",
+            url: "/locks/release".into(),
+            fields: vec![("name", name.clone())],
+            back: "/locks".into(),
+            unsafe_action: true,
+        };
+        return ask(&state, &headers, &c);
+    }
+    match state.client().lock(name.as_str()).force_release().await {
+        Ok(true) => done("/locks", &format!("lock {name} released by force")),
+        Ok(false) => done("/locks", &format!("lock {name} was not held any more")),
+        Err(e) => unavailable(&e),
+    }
+}
+
+/// One queue in `/api/queues`.
+#[derive(Debug, Serialize)]
+struct ApiQueue {
+    name: String,
+    waiting: u64,
+    delayed: u64,
+    in_flight: u64,
+    dead: u64,
+    processed: u64,
+    failed: u64,
+    oldest_age_ms: Option<u64>,
+    throughput_per_s: Option<f64>,
+    backlog_history: Vec<u64>,
+}
+
+fn api_row(row: QueueRow) -> Option<ApiQueue> {
+    let s = row.stats?;
+    Some(ApiQueue {
+        name: row.name,
+        waiting: s.waiting,
+        delayed: s.delayed,
+        in_flight: s.inflight,
+        dead: s.dead,
+        processed: s.processed,
+        failed: s.failed,
+        oldest_age_ms: row.oldest_age.map(crate::output::ms),
+        throughput_per_s: row.throughput,
+        backlog_history: row.history,
+    })
+}
+
+async fn api_queues(Shared(state): App) -> Response {
+    let rows = state.queue_rows().await;
+    let queues: Vec<ApiQueue> = rows.into_iter().filter_map(api_row).collect();
+    axum::Json(serde_json::json!({ "redis_up": state.redis_up(), "queues": queues }))
+        .into_response()
+}
+
+/// `?state=&offset=&limit=` of `/api/queues/NAME`.
+#[derive(Debug, Deserialize)]
+struct ApiListing {
+    state: Option<String>,
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
+/// One task in `/api/queues/NAME`.
+#[derive(Debug, Serialize)]
+struct ApiTask {
+    id: String,
+    score_ms: u64,
+    attempts: u32,
+    fence: Option<u64>,
+    lease_remaining_ms: Option<u64>,
+    payload_bytes: Option<usize>,
+    payload_preview: Option<String>,
+    error: Option<String>,
+}
+
+async fn api_queue(
+    Shared(state): App,
+    Path(name): Path<String>,
+    Query(q): Query<ApiListing>,
+) -> Response {
+    let name = match parse_queue_name(&name) {
+        Ok(n) => n,
+        Err(e) => return bad_name(e),
+    };
+    let listing = Listing {
+        state: q.state,
+        page: None,
+        size: None,
+        msg: None,
+    };
+    let task_state = match listing.task_state(TaskState::Waiting) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
+    let offset = q.offset.unwrap_or(0);
+    let queue = state.client().queue(name.as_str());
+    let read = async {
+        let stats = queue.stats().await?;
+        let list = queue
+            .tasks(task_state, offset, limit, PREVIEW_BYTES)
+            .await?;
+        Ok::<_, dlm::Error>((stats, list))
+    };
+    let (stats, list) = match read.await {
+        Ok(r) => r,
+        Err(e) => return unavailable(&e),
+    };
+    let tasks: Vec<ApiTask> = list
+        .tasks
+        .into_iter()
+        .map(|t| ApiTask {
+            lease_remaining_ms: (task_state == TaskState::InFlight)
+                .then(|| t.score.saturating_sub(list.now)),
+            fence: t.fence.map(|f| f.get()),
+            payload_preview: t
+                .payload_preview
+                .map(|p| String::from_utf8_lossy(&p).into_owned()),
+            id: t.id,
+            score_ms: t.score,
+            attempts: t.attempts,
+            payload_bytes: t.payload_len,
+            error: t.error,
+        })
+        .collect();
+    axum::Json(serde_json::json!({
+        "name": name,
+        "waiting": stats.waiting,
+        "delayed": stats.delayed,
+        "in_flight": stats.inflight,
+        "dead": stats.dead,
+        "processed": stats.processed,
+        "failed": stats.failed,
+        "state": task_state.as_str(),
+        "total": list.total,
+        "offset": offset,
+        "limit": limit,
+        "now_ms": list.now,
+        "tasks": tasks,
+    }))
+    .into_response()
+}
+
+/// One lock in `/api/locks`.
+#[derive(Debug, Serialize)]
+struct ApiLock {
+    name: String,
+    key: String,
+    ttl_ms: Option<u64>,
+    fence: Option<u64>,
+}
+
+async fn api_locks(Shared(state): App) -> Response {
+    match state.locks().await {
+        Ok(locks) => {
+            let locks: Vec<ApiLock> = locks
+                .into_iter()
+                .map(|l| ApiLock {
+                    ttl_ms: l.ttl.map(crate::output::ms),
+                    fence: l.fence.map(|f| f.get()),
+                    name: l.name,
+                    key: l.key,
+                })
+                .collect();
+            axum::Json(serde_json::json!({ "pattern": state.lock_pattern(), "locks": locks }))
+                .into_response()
+        }
+        Err(e) => unavailable(&e),
+    }
+}
+
+async fn metrics(Shared(state): App) -> Response {
+    let text = state.scrape().await;
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn healthz(Shared(state): App) -> Response {
+    axum::Json(serde_json::json!({ "status": "ok", "redis_up": state.redis_up() })).into_response()
+}

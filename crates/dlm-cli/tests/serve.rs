@@ -1,0 +1,430 @@
+//! `dlm serve` against a real redis-server: `/healthz`, the JSON API and
+//! `/metrics` with exact values after a known fill, HTML escaping, the
+//! CSRF and admin-token rules, read-only mode, exit codes; then the pages in
+//! headless Chromium (through chromedriver): the overview's counts, a dead
+//! task retried with real clicks, an HTML payload shown escaped, a POST
+//! without the token refused. The browser test skips, saying so, only when
+//! Chromium is not installed (`scripts/ensure-deps.sh --tests` installs it).
+//! `DLM_SCREENSHOTS=1` also saves the pages' screenshots under `docs/`.
+
+mod common;
+mod serve_support;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serve_support::*;
+
+fn filled() -> Result<RedisServer, Error> {
+    let s = server();
+    fill(&s)?;
+    Ok(s)
+}
+
+fn queue<'a>(api: &'a serde_json::Value, name: &str) -> Result<&'a serde_json::Value, Error> {
+    api["queues"]
+        .as_array()
+        .and_then(|qs| qs.iter().find(|q| q["name"] == name))
+        .ok_or_else(|| format!("queue {name} not in {api}").into())
+}
+
+#[test]
+fn api_metrics_and_healthz_show_exact_values() -> Result<(), Error> {
+    let s = filled()?;
+    let serve = Serve::start(&s, "127.0.0.1", &[])?;
+    assert!(
+        serve
+            .stdout()
+            .contains(&format!("http://127.0.0.1:{}/", serve.port))
+    );
+
+    let h = serve.get_json("/healthz")?;
+    assert_eq!(h["status"], "ok");
+    assert_eq!(h["redis_up"], true);
+
+    let api = serve.get_json("/api/queues")?;
+    let jobs = queue(&api, "jobs")?;
+    assert_eq!(
+        (
+            &jobs["waiting"],
+            &jobs["delayed"],
+            &jobs["in_flight"],
+            &jobs["dead"],
+            &jobs["failed"]
+        ),
+        (&3.into(), &1.into(), &1.into(), &2.into(), &2.into()),
+        "{jobs}"
+    );
+    assert!(jobs["oldest_age_ms"].as_u64().is_some(), "{jobs}");
+    assert_eq!(queue(&api, "mail")?["waiting"], 1);
+
+    let dead = serve.get_json("/api/queues/jobs?state=dead")?;
+    assert_eq!(dead["total"], 2);
+    assert_eq!(dead["tasks"][0]["id"], "d1");
+    assert_eq!(dead["tasks"][0]["attempts"], 1);
+    assert_eq!(dead["tasks"][0]["error"], "boom: <b>bad</b> input");
+    let flying = serve.get_json("/api/queues/jobs?state=in_flight")?;
+    assert_eq!(flying["tasks"][0]["id"], "flying");
+    assert!(flying["tasks"][0]["fence"].as_u64().is_some());
+    assert!(
+        flying["tasks"][0]["lease_remaining_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms > 500_000)
+    );
+    let waiting = serve.get_json("/api/queues/jobs?limit=2")?;
+    assert_eq!(
+        (&waiting["total"], waiting["tasks"].as_array().map(Vec::len)),
+        (&3.into(), Some(2))
+    );
+    let capped = serve.get_json("/api/queues/jobs?limit=100000")?;
+    assert_eq!(capped["limit"], 200, "page sizes are bounded");
+    assert_eq!(serve.get("/api/queues/jobs?state=nope")?.status, 400);
+
+    let locks = serve.get_json("/api/locks")?;
+    let names: Vec<&str> = locks["locks"]
+        .as_array()
+        .ok_or("locks")?
+        .iter()
+        .filter_map(|l| l["name"].as_str())
+        .collect();
+    assert_eq!(names, ["orders:1", "orders:2"]);
+    assert!(
+        locks["locks"][0]["ttl_ms"]
+            .as_u64()
+            .is_some_and(|t| t > 200_000 && t <= 300_000)
+    );
+
+    let m = serve.get("/metrics")?;
+    assert_eq!(m.status, 200);
+    for line in [
+        "dlm_queue_depth{queue=\"jobs\",state=\"waiting\"} 3",
+        "dlm_queue_depth{queue=\"jobs\",state=\"delayed\"} 1",
+        "dlm_queue_depth{queue=\"jobs\",state=\"in_flight\"} 1",
+        "dlm_queue_depth{queue=\"jobs\",state=\"dead\"} 2",
+        "dlm_queue_dead_tasks{queue=\"jobs\"} 2",
+        "dlm_queue_failed_total{queue=\"jobs\"} 2",
+        "dlm_queue_processed_total{queue=\"jobs\"} 0",
+        "dlm_queue_depth{queue=\"mail\",state=\"waiting\"} 1",
+        "dlm_lock_held{name=\"orders:1\"} 1",
+        "dlm_locks_held 2",
+        "dlm_redis_up 1",
+    ] {
+        assert!(
+            m.body.lines().any(|l| l == line),
+            "no {line:?} in:\n{}",
+            m.body
+        );
+    }
+    assert!(
+        m.body
+            .contains("dlm_queue_oldest_task_age_seconds{queue=\"jobs\"}")
+    );
+    assert!(
+        m.body
+            .contains("dlm_lock_ttl_seconds{name=\"orders:2\"} 29"),
+        "{}",
+        m.body
+    );
+    assert!(m.body.contains("# TYPE dlm_queue_depth gauge"));
+    Ok(())
+}
+
+#[test]
+fn pages_escape_redis_data_and_actions_need_the_tokens() -> Result<(), Error> {
+    let s = filled()?;
+    let serve = Serve::start(&s, "127.0.0.1", &[])?;
+
+    let page = serve.get("/queues/jobs")?;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains(XSS));
+    assert!(
+        page.header("content-security-policy")
+            .is_some_and(|c| c.contains("script-src 'self'"))
+    );
+    let dead = serve.get("/queues/jobs/dead")?;
+    assert!(dead.body.contains("boom: &lt;b&gt;bad&lt;/b&gt; input"));
+    assert!(serve.get("/")?.body.contains("data-state=\"dead\">2<"));
+    assert!(serve.get("/locks")?.body.contains("Force release (unsafe)"));
+
+    // No CSRF token, a wrong one: refused, nothing moved.
+    assert_eq!(
+        serve
+            .post("/queues/jobs/dead/retry", "all=1&confirm=yes", &[])?
+            .status,
+        403
+    );
+    assert_eq!(
+        serve
+            .post("/queues/jobs/dead/purge", "csrf=forged&confirm=yes", &[])?
+            .status,
+        403
+    );
+    assert_eq!(
+        serve
+            .post("/locks/release", "name=orders%3A1&confirm=yes", &[])?
+            .status,
+        403
+    );
+    assert_eq!(serve.dead_total("jobs")?, 2);
+
+    // With the token: first the confirmation page, then the action.
+    let csrf = serve.csrf()?;
+    let ask = serve.post(
+        "/queues/jobs/dead/retry",
+        &format!("csrf={csrf}&id=d1"),
+        &[],
+    )?;
+    assert_eq!(ask.status, 200);
+    assert!(
+        ask.body.contains("Retry dead task d1 of queue jobs?"),
+        "{}",
+        ask.body
+    );
+    assert_eq!(serve.dead_total("jobs")?, 2);
+    let done = serve.post(
+        "/queues/jobs/dead/retry",
+        &format!("csrf={csrf}&id=d1&confirm=yes"),
+        &[],
+    )?;
+    assert_eq!(done.status, 303, "{}", done.body);
+    assert!(
+        done.header("location")
+            .is_some_and(|l| l.starts_with("/queues/jobs/dead?msg="))
+    );
+    assert_eq!(serve.dead_total("jobs")?, 1);
+    let ask = serve.post(
+        "/locks/release",
+        &format!("csrf={csrf}&name=orders%3A1"),
+        &[],
+    )?;
+    assert!(ask.body.contains("UNSAFE"), "{}", ask.body);
+    let done = serve.post(
+        "/locks/release",
+        &format!("csrf={csrf}&name=orders%3A1&confirm=yes"),
+        &[],
+    )?;
+    assert_eq!(done.status, 303);
+    assert_eq!(
+        serve.get_json("/api/locks")?["locks"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    let done = serve.post(
+        "/queues/jobs/dead/purge",
+        &format!("csrf={csrf}&confirm=yes"),
+        &[],
+    )?;
+    assert_eq!(done.status, 303);
+    assert_eq!(serve.dead_total("jobs")?, 0);
+    Ok(())
+}
+
+#[test]
+fn beyond_loopback_actions_need_the_admin_token_else_read_only() -> Result<(), Error> {
+    let s = filled()?;
+    // 0.0.0.0 is not loopback: without a token, read-only, and a warning.
+    let ro = Serve::start(&s, "0.0.0.0", &[])?;
+    assert!(ro.stderr().contains("read-only"), "{}", ro.stderr());
+    let dead = ro.get("/queues/jobs/dead")?.body;
+    assert!(!dead.contains("<form"), "read-only pages offer no action");
+    assert!(dead.contains("Read-only"));
+    assert_eq!(
+        ro.post("/queues/jobs/dead/retry", "all=1&confirm=yes", &[])?
+            .status,
+        403
+    );
+    drop(ro);
+
+    let admin = Serve::start(&s, "0.0.0.0", &["--admin-token", "s3cret"])?;
+    let csrf = admin.csrf()?;
+    let ask = admin.post(
+        "/queues/jobs/dead/retry",
+        &format!("csrf={csrf}&all=1"),
+        &[],
+    )?;
+    assert!(ask.body.contains("name=\"admin_token\""), "{}", ask.body);
+    let no_token = format!("csrf={csrf}&all=1&confirm=yes");
+    assert_eq!(
+        admin
+            .post("/queues/jobs/dead/retry", &no_token, &[])?
+            .status,
+        403
+    );
+    assert_eq!(
+        admin
+            .post(
+                "/queues/jobs/dead/retry",
+                &format!("{no_token}&admin_token=wrong"),
+                &[]
+            )?
+            .status,
+        403
+    );
+    assert_eq!(admin.dead_total("jobs")?, 2);
+    let ok = admin.post(
+        "/queues/jobs/dead/retry",
+        &format!("{no_token}&admin_token=s3cret"),
+        &[],
+    )?;
+    assert_eq!(ok.status, 303);
+    assert_eq!(admin.dead_total("jobs")?, 0);
+    // A script: the admin token in a header stands in for the CSRF token.
+    let ok = admin.post(
+        "/locks/release",
+        "name=orders%3A2&confirm=yes",
+        &[("x-admin-token", "s3cret")],
+    )?;
+    assert_eq!(ok.status, 303);
+    Ok(())
+}
+
+#[test]
+fn exit_codes_bad_flags_unreachable_redis_and_sigterm() -> Result<(), Error> {
+    let r = run(&["serve", "--listen", "not-an-address"]);
+    assert_eq!(r.code(), 2, "{}", r.stderr);
+    let r = run(&["serve", "--interval", "10ms"]);
+    assert_eq!(r.code(), 2, "{}", r.stderr);
+    let port = free_port()?;
+    let r = run(&[
+        "--redis",
+        &format!("redis://127.0.0.1:{port}"),
+        "--timeout",
+        "300ms",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(r.code(), 3, "{}", r.stderr);
+
+    let s = server();
+    let serve = Serve::start(&s, "127.0.0.1", &["--queue", "only"])?;
+    assert_eq!(serve.get_json("/api/queues")?["queues"][0]["name"], "only");
+    let pid = serve.child.id().to_string();
+    signal(&pid, "TERM");
+    let mut serve = serve;
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = serve.child.try_wait()? {
+            break st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "dlm serve did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    Ok(())
+}
+
+#[test]
+fn browser_shows_counts_retries_from_the_page_and_escapes_payloads() -> Result<(), Error> {
+    let Some((chromium, driver)) = browser() else {
+        eprintln!(
+            "SKIPPED: chromium and chromedriver are not installed (scripts/ensure-deps.sh --tests installs them)"
+        );
+        return Ok(());
+    };
+    let started = Instant::now();
+    let s = filled()?;
+    let serve = Serve::start(&s, "127.0.0.1", &[])?;
+    let b = Browser::start(&chromium, &driver)?;
+
+    // The overview shows the right counts, and they refresh live.
+    b.goto(&serve.url("/"))?;
+    let count = |state: &str| -> Result<String, Error> {
+        let v = b.eval(&format!(
+            "var c = document.querySelector('td[data-queue=\"jobs\"][data-state=\"{state}\"]'); return c ? c.textContent : null;"
+        ))?;
+        Ok(v.as_str().unwrap_or_default().to_string())
+    };
+    assert_eq!(
+        [
+            count("waiting")?,
+            count("delayed")?,
+            count("in_flight")?,
+            count("dead")?
+        ],
+        ["3", "1", "1", "2"]
+    );
+    assert_eq!(
+        b.eval("return document.getElementById('total-locks').textContent")?,
+        "2"
+    );
+    shot(&b, "dashboard-overview.png")?;
+
+    // The HTML payload is text, not markup: no alert, one script (ours).
+    b.goto(&serve.url("/queues/jobs"))?;
+    let shown =
+        b.eval("return document.querySelector('tr[data-task=\"xss\"] code').textContent")?;
+    assert_eq!(shown, XSS);
+    assert_eq!(b.eval("return document.scripts.length")?, 1);
+    assert!(!b.alert_open());
+    shot(&b, "dashboard-queue.png")?;
+
+    // A dead task retried with clicks: Retry, then Confirm.
+    b.goto(&serve.url("/queues/jobs/dead"))?;
+    shot(&b, "dashboard-dead.png")?;
+    b.click("tr[data-task=\"d1\"] button")?;
+    assert!(
+        b.eval("return document.body.textContent")?
+            .as_str()
+            .is_some_and(|t| t.contains("Retry dead task d1"))
+    );
+    b.click("#confirm")?;
+    let flash =
+        b.eval("var f = document.getElementById('flash'); return f ? f.textContent : null")?;
+    assert_eq!(flash, "1 task(s) moved back to the queue");
+    assert_eq!(
+        b.eval("return document.getElementById('dead-count').textContent")?,
+        "1"
+    );
+    assert_eq!(
+        b.eval("return document.querySelectorAll('tr[data-task=\"d1\"]').length")?,
+        0
+    );
+    let waiting = serve.get_json("/api/queues/jobs")?;
+    assert!(
+        waiting["tasks"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["id"] == "d1")),
+        "{waiting}"
+    );
+
+    // A POST from the page without the CSRF token is refused.
+    let status = b.eval(
+        "var x = new XMLHttpRequest(); x.open('POST', '/queues/jobs/dead/retry', false);\
+         x.setRequestHeader('Content-Type', 'application/x-www-form-urlencoded');\
+         x.send('all=1&confirm=yes'); return x.status;",
+    )?;
+    assert_eq!(status, 403);
+    assert_eq!(serve.dead_total("jobs")?, 1);
+
+    b.goto(&serve.url("/locks"))?;
+    assert!(
+        b.eval("return document.body.textContent")?
+            .as_str()
+            .is_some_and(|t| t.contains("Force release (unsafe)"))
+    );
+    shot(&b, "dashboard-locks.png")?;
+    eprintln!("browser test took {:?}", started.elapsed());
+    Ok(())
+}
+
+/// With `DLM_SCREENSHOTS=1`, save a screenshot of the current page as `docs/NAME`.
+fn shot(b: &Browser, name: &str) -> Result<(), Error> {
+    if std::env::var_os("DLM_SCREENSHOTS").is_none() {
+        return Ok(());
+    }
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    std::fs::create_dir_all(&docs)?;
+    // Let the page settle (sparklines need two samples, the clock a refresh).
+    std::thread::sleep(Duration::from_millis(1500));
+    b.screenshot(&docs.join(name))
+}

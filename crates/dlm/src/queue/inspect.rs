@@ -1,0 +1,207 @@
+//! Looking into a queue without changing it: its tasks by state, one bounded
+//! page at a time ([`Queue::tasks`]), the age of its oldest due task, and
+//! the queues that exist ([`queue_names`], used by
+//! [`crate::Client::queue_names`]). Made for dashboards and scripts.
+
+use std::collections::BTreeSet;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{Script, Value};
+
+use crate::backend::{Backend, glob_escape};
+use crate::error::{Error, Result};
+use crate::keys::DEFAULT_QUEUE_PREFIX;
+use crate::queue::Queue;
+use crate::queue::ops::{array, bytes, int, invocation, text, unsigned};
+use crate::token::Fence;
+
+static TASKS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/tasks.lua")));
+
+/// The most tasks one [`Queue::tasks`] call returns.
+pub const MAX_PAGE: usize = 200;
+/// The most payload bytes a [`TaskInfo`] carries.
+pub const MAX_PREVIEW: usize = 4096;
+
+/// The state of a task, as [`Queue::tasks`] lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TaskState {
+    /// Due now, waiting for a worker.
+    Waiting,
+    /// Due later (delayed or backing off after a failure).
+    Delayed,
+    /// Leased to a worker.
+    InFlight,
+    /// In the dead-letter set.
+    Dead,
+}
+
+impl TaskState {
+    /// Every state, in the order a task goes through them.
+    pub const ALL: [TaskState; 4] = [
+        TaskState::Waiting,
+        TaskState::Delayed,
+        TaskState::InFlight,
+        TaskState::Dead,
+    ];
+
+    /// Its name: `waiting`, `delayed`, `in_flight` or `dead`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Waiting => "waiting",
+            TaskState::Delayed => "delayed",
+            TaskState::InFlight => "in_flight",
+            TaskState::Dead => "dead",
+        }
+    }
+
+    /// The state named `name` (as [`TaskState::as_str`] spells it).
+    pub fn parse(name: &str) -> Option<TaskState> {
+        TaskState::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    fn script_arg(self) -> &'static str {
+        match self {
+            TaskState::InFlight => "inflight",
+            other => other.as_str(),
+        }
+    }
+}
+
+/// One task as [`Queue::tasks`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskInfo {
+    /// The task's id.
+    pub id: String,
+    /// Waiting or delayed: its due time; in flight: its lease deadline;
+    /// dead: when it died (ms since the epoch, Redis clock).
+    pub score: u64,
+    /// How many times it was claimed.
+    pub attempts: u32,
+    /// In flight: the fencing token of its lease, which names the lease's
+    /// holder (the worker that claimed it with this token).
+    pub fence: Option<Fence>,
+    /// Its payload's length in bytes (`None`: no payload).
+    pub payload_len: Option<usize>,
+    /// Its payload's first bytes (at most the preview length asked for).
+    pub payload_preview: Option<Vec<u8>>,
+    /// Its last error text (a failed attempt, or why it died).
+    pub error: Option<String>,
+}
+
+/// One page of [`Queue::tasks`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskPage {
+    /// The Redis server's clock when the page was read (ms since the epoch).
+    pub now: u64,
+    /// How many tasks are in that state in all.
+    pub total: u64,
+    /// The page, in order: earliest due, earliest lease deadline or oldest death first.
+    pub tasks: Vec<TaskInfo>,
+}
+
+impl Queue {
+    /// The tasks in `state`, skipping `offset` of them, at most `limit`
+    /// (1 ..= [`MAX_PAGE`]), each with its first `preview` payload bytes
+    /// (at most [`MAX_PREVIEW`]). Read in one script; nothing moves.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// use dlm::queue::TaskState;
+    /// let page = client.queue("emails").tasks(TaskState::Dead, 0, 50, 100).await?;
+    /// for t in &page.tasks {
+    ///     println!("{} after {} attempts: {:?}", t.id, t.attempts, t.error);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn tasks(
+        &self,
+        state: TaskState,
+        offset: usize,
+        limit: usize,
+        preview: usize,
+    ) -> Result<TaskPage> {
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(Error::invalid(
+                "limit",
+                format!("{limit} is outside 1 ..= {MAX_PAGE}"),
+            ));
+        }
+        let (backend, keys) = self.ready()?;
+        let mut inv = invocation(&TASKS, &keys);
+        inv.arg(state.script_arg())
+            .arg(offset)
+            .arg(limit)
+            .arg(preview.min(MAX_PREVIEW));
+        let reply = array(backend.eval(&inv).await?)?;
+        let (head, rest) = reply.split_at(reply.len().min(2));
+        let [now, total] = head else {
+            return Err(Error::protocol("short tasks reply"));
+        };
+        let tasks = rest
+            .chunks(7)
+            .map(|c| match c {
+                [id, score, attempts, fence, len, preview, error] => Ok(TaskInfo {
+                    id: text(id)?,
+                    score: unsigned(int(score)?),
+                    attempts: u32::try_from(int(attempts)?).unwrap_or(u32::MAX),
+                    fence: match fence {
+                        Value::Int(f) => Some(Fence::new(unsigned(*f))),
+                        _ => None,
+                    },
+                    payload_len: usize::try_from(int(len)?).ok(),
+                    payload_preview: bytes(preview),
+                    error: bytes(error).map(|b| String::from_utf8_lossy(&b).into_owned()),
+                }),
+                _ => Err(Error::protocol("short task in tasks reply")),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(TaskPage {
+            now: unsigned(int(now)?),
+            total: unsigned(int(total)?),
+            tasks,
+        })
+    }
+
+    /// How long the earliest due task has been waiting past its due time
+    /// (`None`: nothing is due).
+    pub async fn oldest_due_age(&self) -> Result<Option<Duration>> {
+        let page = self.tasks(TaskState::Waiting, 0, 1, 0).await?;
+        Ok(page
+            .tasks
+            .first()
+            .map(|t| Duration::from_millis(page.now.saturating_sub(t.score))))
+    }
+}
+
+/// The keys every queue that holds or held a task has at least one of.
+const QUEUE_KEY_SUFFIXES: [&str; 4] = ["}:waiting", "}:inflight", "}:dead", "}:stats"];
+
+/// The names of up to `limit` queues found on `backend` by scanning
+/// `dlm:queue:*` (with `SCAN`), sorted.
+pub(crate) async fn queue_names(backend: &Backend, limit: usize) -> Result<Vec<String>> {
+    let pattern = format!("{}{{*", glob_escape(DEFAULT_QUEUE_PREFIX));
+    // Each queue has several keys: scan for more keys than names wanted.
+    let keys = backend
+        .scan(&pattern, limit.saturating_mul(QUEUE_KEY_SUFFIXES.len()))
+        .await?;
+    let mut names = BTreeSet::new();
+    for key in &keys {
+        let Some(rest) = key
+            .strip_prefix(DEFAULT_QUEUE_PREFIX)
+            .and_then(|k| k.strip_prefix('{'))
+        else {
+            continue;
+        };
+        if let Some(name) = QUEUE_KEY_SUFFIXES
+            .iter()
+            .find_map(|suffix| rest.strip_suffix(suffix))
+            .filter(|name| !name.is_empty())
+        {
+            names.insert(name.to_string());
+        }
+    }
+    Ok(names.into_iter().take(limit).collect())
+}

@@ -1,0 +1,58 @@
+-- tasks: one page of the tasks in one state, for inspection (nothing moves).
+-- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
+--   1 waiting   ZSET  id -> due time (ms, server clock)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
+--   3 inflight  ZSET  id -> lease deadline (ms, server clock)
+--   4 lease     HASH  id -> fencing token of the current lease
+--   5 attempts  HASH  id -> times claimed
+--   6 dead      ZSET  id -> time it died (ms)
+--   7 errors    HASH  id -> last error text
+--   8 fence     STRING  lease fencing counter (INCR)
+--   9 stats     HASH  processed, failed
+--  10 signal    LIST  wake-up markers for idle workers (at most 64)
+-- ARGV[1]  the state: 'waiting' (due now), 'delayed' (due later), 'inflight' or 'dead'
+-- ARGV[2]  offset: how many tasks of that state to skip, in order
+-- ARGV[3]  how many at most (the caller caps it)
+-- ARGV[4]  how many payload bytes to return at most per task
+-- Returns  {now (ms), how many tasks are in that state,
+--           then per task seven values: id, score (due time, lease deadline or time it
+--           died), attempts (times claimed), lease fencing token (nil: none),
+--           payload length (-1: no payload), payload preview (nil: none),
+--           last error (nil: none)}
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local state, offset, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local preview = tonumber(ARGV[4])
+local total, page
+if state == 'waiting' then
+  total = redis.call('ZCOUNT', KEYS[1], '-inf', now)
+  page = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', offset, limit)
+elseif state == 'delayed' then
+  total = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+  page = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', offset, limit)
+else
+  local key = KEYS[3]
+  if state == 'dead' then key = KEYS[6] end
+  total = redis.call('ZCARD', key)
+  page = redis.call('ZRANGE', key, offset, offset + limit - 1, 'WITHSCORES')
+end
+local out = {now, total}
+for i = 1, #page, 2 do
+  local id = page[i]
+  local payload = redis.call('HGET', KEYS[2], id)
+  local length, head = -1, false
+  if payload then
+    length = #payload
+    head = string.sub(payload, 1, preview)
+  end
+  local fence = false
+  if state == 'inflight' then fence = tonumber(redis.call('HGET', KEYS[4], id) or '0') end
+  out[#out + 1] = id
+  out[#out + 1] = tonumber(page[i + 1])
+  out[#out + 1] = tonumber(redis.call('HGET', KEYS[5], id) or '0')
+  out[#out + 1] = fence
+  out[#out + 1] = length
+  out[#out + 1] = head
+  out[#out + 1] = redis.call('HGET', KEYS[7], id)
+end
+return out
