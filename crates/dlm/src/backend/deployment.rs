@@ -359,7 +359,7 @@ impl Deployment {
         match self {
             Deployment::Standalone(client) => {
                 let config = manager_config(connect_timeout, 2);
-                let manager = within(
+                let manager = super::deadline(
                     bound,
                     ConnectionManager::new_with_config(client.clone(), config),
                 )
@@ -367,7 +367,7 @@ impl Deployment {
                 Ok(Backend::new(manager, timeout).standalone())
             }
             Deployment::Cluster { client, .. } => {
-                let conn = within(bound, client.get_async_connection()).await?;
+                let conn = super::deadline(bound, client.get_async_connection()).await?;
                 Ok(Backend::new(conn, timeout))
             }
             Deployment::Sentinel(_) => {
@@ -429,15 +429,5 @@ impl Deployment {
             }
             Deployment::Sentinel(master) => master.master().await?.get_async_pubsub().await,
         }
-    }
-}
-
-async fn within<T>(
-    bound: Duration,
-    fut: impl std::future::Future<Output = RedisResult<T>>,
-) -> Result<T> {
-    match tokio::time::timeout(bound, fut).await {
-        Ok(r) => r.map_err(Error::from),
-        Err(_) => Err(Error::Timeout(bound)),
     }
 }

@@ -171,6 +171,8 @@ pub(crate) async fn remove_if_score(
 #[derive(Debug)]
 pub(crate) struct Claimed {
     pub expired: usize,
+    /// The Redis server's clock at the claim (ms since the epoch).
+    pub now: u64,
     /// Time until the earliest waiting task is due (`None`: nothing waiting).
     pub next_due: Option<Duration>,
     pub tasks: Vec<Task>,
@@ -189,8 +191,8 @@ pub(crate) async fn claim(
         .arg(max_attempts)
         .arg(REAP_PER_CLAIM);
     let reply = array(backend.eval(&inv).await?)?;
-    let (head, rest) = reply.split_at(reply.len().min(2));
-    let [expired, next_due] = head else {
+    let (head, rest) = reply.split_at(reply.len().min(3));
+    let [expired, next_due, now] = head else {
         return Err(Error::protocol("short claim reply"));
     };
     let tasks = rest
@@ -211,6 +213,7 @@ pub(crate) async fn claim(
         .map(Duration::from_millis);
     Ok(Claimed {
         expired: usize::try_from(int(expired)?).unwrap_or(0),
+        now: unsigned(int(now)?),
         next_due,
         tasks,
     })
@@ -284,6 +287,7 @@ pub(crate) async fn stats(backend: &Backend, keys: &[String]) -> Result<QueueSta
         dead: get(3),
         processed: get(4),
         failed: get(5),
+        oldest_due: Duration::from_millis(get(6)),
     })
 }
 
