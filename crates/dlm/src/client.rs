@@ -14,6 +14,7 @@ use crate::consistency::{Stock, Versioned};
 use crate::error::{Error, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, validate_prefix};
 use crate::lock::{HeldLock, Lock, Locks, Node, Nodes, Quorum, ReleaseAll};
+use crate::metrics::LockNames;
 use crate::queue::Queue;
 use crate::services::wakeups::Wakeups;
 use crate::token::Fence;
@@ -50,6 +51,7 @@ pub struct ClientBuilder {
     quorum_wait: Option<Duration>,
     wakeup_url: Option<String>,
     tls: Option<TlsConfig>,
+    metrics_lock_names: usize,
 }
 
 impl Default for ClientBuilder {
@@ -62,6 +64,7 @@ impl Default for ClientBuilder {
             quorum_wait: None,
             wakeup_url: None,
             tls: None,
+            metrics_lock_names: 0,
         }
     }
 }
@@ -181,6 +184,25 @@ impl ClientBuilder {
     /// polling (at the retry interval, or a worker's idle wait).
     pub fn wakeup_url(mut self, url: impl Into<String>) -> Self {
         self.wakeup_url = Some(url.into());
+        self
+    }
+
+    /// Label this client's lock metrics (see [`crate::metrics`]) with the
+    /// lock's name (`lock="NAME"`), for the first `n` distinct names it locks;
+    /// every later name is labelled `lock="other"`. Default 0: no `lock`
+    /// label, as every distinct name would be a time series of its own.
+    /// Costs a small allocation per lock metric recorded when `n > 0`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dlm::Result<()> {
+    /// let client = dlm::Client::builder()
+    ///     .metrics_lock_names(20)            // a handful of well-known locks
+    ///     .connect("redis://127.0.0.1:6379")
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn metrics_lock_names(mut self, n: usize) -> Self {
+        self.metrics_lock_names = n;
         self
     }
 
@@ -404,7 +426,12 @@ impl ClientBuilder {
     ) -> Client {
         Client {
             inner: Arc::new(ClientInner {
-                locks: Locks::new(nodes, self.prefix, wakeups),
+                locks: Locks::new(
+                    nodes,
+                    self.prefix,
+                    wakeups,
+                    (self.metrics_lock_names > 0).then(|| LockNames::new(self.metrics_lock_names)),
+                ),
                 deployment,
             }),
         }

@@ -141,6 +141,7 @@
 pub mod consistency;
 pub mod error;
 pub mod keys;
+pub mod metrics;
 pub mod queue;
 
 mod backend;

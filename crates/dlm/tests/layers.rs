@@ -15,7 +15,7 @@ const LAYERS: &[Layer<'static>] = &[
     },
     Layer {
         name: "foundation",
-        modules: &["token", "keys"],
+        modules: &["token", "keys", "metrics"],
         lateral: false,
     },
     Layer {

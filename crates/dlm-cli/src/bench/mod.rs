@@ -93,6 +93,11 @@ pub struct BenchLockArgs {
     #[arg(long, value_name = "N", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=100))]
     pub replicas: u64,
+    /// Install a metrics recorder (Prometheus, without HTTP listener) for the
+    /// run, as an application that exports dlm's metrics would: what the
+    /// library's metrics cost. The report says how many series it recorded.
+    #[arg(long)]
+    pub metrics: bool,
 }
 
 /// The JSON line of one run.
@@ -131,6 +136,9 @@ pub struct BenchReport {
     topology: &'static str,
     /// Replicas each grant waited for (`--replicas`).
     replicas: u64,
+    /// `--metrics`: the dlm series the recorder held at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metrics_series: Option<usize>,
 }
 
 /// What all workers share.
@@ -245,6 +253,11 @@ pub async fn bench_lock(
     default_nodes: u32,
 ) -> Result<u8, CliError> {
     let nodes = args.nodes.unwrap_or(default_nodes) as usize;
+    let prometheus = if args.metrics {
+        Some(install_prometheus()?)
+    } else {
+        None
+    };
     let target = Target::given_or_private_many(global, nodes).await?;
     let version = redis_version(&target.url, global.timeout).await;
     let frozen = args.frozen as usize;
@@ -320,6 +333,8 @@ pub async fn bench_lock(
     report.nodes = target.urls.len();
     report.frozen = frozen;
     report.replicas = args.replicas;
+    report.metrics_series =
+        prometheus.map(|p| p.render().lines().filter(|l| l.starts_with("dlm_")).count());
     report.topology = match &global.topology {
         Topology::Cluster => "cluster",
         Topology::Sentinel(_) => "sentinel",
@@ -338,6 +353,23 @@ pub async fn bench_lock(
     }
     drop(target);
     Ok(EXIT_OK)
+}
+
+/// `--metrics`: install the Prometheus recorder globally (no HTTP listener),
+/// describe dlm's metrics, and run its upkeep every 5 s as a server would.
+fn install_prometheus() -> Result<metrics_exporter_prometheus::PrometheusHandle, CliError> {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| CliError::Usage(format!("cannot install the metrics recorder: {e}")))?;
+    dlm::metrics::describe();
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            upkeep.run_upkeep();
+        }
+    });
+    Ok(handle)
 }
 
 /// The raw baseline: the same distinct-key work with plain commands through

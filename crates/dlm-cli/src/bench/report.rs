@@ -67,6 +67,7 @@ pub(super) fn summarize(
         frozen: 0,
         topology: "standalone",
         replicas: 0,
+        metrics_series: None,
     }
 }
 

@@ -313,14 +313,9 @@ fn throughput(samples: &VecDeque<Sample>) -> Option<f64> {
 
 fn describe_metrics() {
     use metrics::{describe_counter, describe_gauge};
-    describe_gauge!(
-        "dlm_queue_depth",
-        "Tasks in a queue by state (waiting, delayed, in_flight, dead)."
-    );
-    describe_gauge!(
-        "dlm_queue_oldest_task_age_seconds",
-        "How long the earliest due task has waited past its due time."
-    );
+    // dlm_queue_depth and dlm_queue_oldest_task_age_seconds come from the
+    // library: Queue::stats() sets them (dlm::metrics::describe() says what they are).
+    dlm::metrics::describe();
     describe_gauge!(
         "dlm_queue_dead_tasks",
         "Tasks in a queue's dead-letter set."
@@ -355,18 +350,9 @@ fn describe_metrics() {
 fn publish_queues(rows: &[QueueRow]) {
     for row in rows {
         let Some(s) = row.stats else { continue };
+        // (dlm_queue_depth and dlm_queue_oldest_task_age_seconds were set by
+        // the Queue::stats() call that read these counts.)
         let q = row.name.clone();
-        for (state, n) in [
-            ("waiting", s.waiting),
-            ("delayed", s.delayed),
-            ("in_flight", s.inflight),
-            ("dead", s.dead),
-        ] {
-            metrics::gauge!("dlm_queue_depth", "queue" => q.clone(), "state" => state)
-                .set(n as f64);
-        }
-        metrics::gauge!("dlm_queue_oldest_task_age_seconds", "queue" => q.clone())
-            .set(row.oldest_age.map_or(0.0, |a| a.as_secs_f64()));
         metrics::gauge!("dlm_queue_dead_tasks", "queue" => q.clone()).set(s.dead as f64);
         metrics::counter!("dlm_queue_processed_total", "queue" => q.clone()).absolute(s.processed);
         metrics::counter!("dlm_queue_failed_total", "queue" => q).absolute(s.failed);

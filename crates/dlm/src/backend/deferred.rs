@@ -254,6 +254,9 @@ where
             else {
                 return;
             };
+            if ever_up {
+                tracing::info!(server = %addr, "reconnected");
+            }
             ever_up = true;
             tx.send_replace(State::Up(conn));
             let Some((recheck, every)) = &recheck else {
@@ -263,7 +266,10 @@ where
             loop {
                 tokio::select! {
                     _ = tx.closed() => return,
-                    _ = broken.notified() => break,
+                    _ = broken.notified() => {
+                        tracing::info!(server = %addr, "the connection broke; reconnecting");
+                        break;
+                    }
                     _ = tokio::time::sleep(*every) => {
                         if !recheck(addr.clone()).await {
                             tracing::info!(server = %addr, "another server is to be used now; reconnecting");

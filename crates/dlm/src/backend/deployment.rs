@@ -361,7 +361,7 @@ impl Deployment {
         match self {
             Deployment::Standalone(client) => {
                 let config = manager_config(connect_timeout, 2);
-                let manager = within(
+                let manager = super::deadline(
                     bound,
                     ConnectionManager::new_with_config(client.clone(), config),
                 )
@@ -371,7 +371,7 @@ impl Deployment {
                 Ok(backend)
             }
             Deployment::Cluster { client, .. } => {
-                let conn = within(bound, client.get_async_connection()).await?;
+                let conn = super::deadline(bound, client.get_async_connection()).await?;
                 let backend = Backend::new(conn, timeout);
                 backend.preload(&preload).await;
                 Ok(backend)
@@ -435,15 +435,5 @@ impl Deployment {
             }
             Deployment::Sentinel(master) => master.master().await?.get_async_pubsub().await,
         }
-    }
-}
-
-async fn within<T>(
-    bound: Duration,
-    fut: impl std::future::Future<Output = RedisResult<T>>,
-) -> Result<T> {
-    match tokio::time::timeout(bound, fut).await {
-        Ok(r) => r.map_err(Error::from),
-        Err(_) => Err(Error::Timeout(bound)),
     }
 }

@@ -13,6 +13,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, RedisFuture, ScriptInvocation, Value};
 
 use crate::error::{Error, Result};
+use crate::metrics::{self, RedisErrorKind};
 
 mod deferred;
 mod deployment;
@@ -350,12 +351,46 @@ pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Run a call to Redis within `timeout`; a failure is counted in
+/// `dlm_redis_errors_total{kind}`.
 async fn deadline<T>(
     timeout: Duration,
     fut: impl std::future::Future<Output = redis::RedisResult<T>>,
 ) -> Result<T> {
     match tokio::time::timeout(timeout, fut).await {
-        Ok(r) => r.map_err(Error::from),
-        Err(_) => Err(Error::Timeout(timeout)),
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            metrics::redis_error(error_kind(&e));
+            Err(Error::from(e))
+        }
+        Err(_) => {
+            metrics::redis_error(RedisErrorKind::Timeout);
+            Err(Error::Timeout(timeout))
+        }
+    }
+}
+
+/// The bounded kind of a failed call, for `dlm_redis_errors_total{kind}`.
+fn error_kind(e: &redis::RedisError) -> RedisErrorKind {
+    use redis::{ErrorKind as K, ServerErrorKind as S};
+    if e.is_timeout() {
+        return RedisErrorKind::Timeout;
+    }
+    if e.is_connection_refusal() {
+        return RedisErrorKind::Refused;
+    }
+    if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+        return RedisErrorKind::Connection;
+    }
+    match e.kind() {
+        K::Server(S::Moved | S::Ask) => RedisErrorKind::ClusterMoved,
+        K::Server(S::ClusterDown | S::TryAgain | S::CrossSlot | S::MasterDown)
+        | K::ClusterConnectionNotFound => RedisErrorKind::Cluster,
+        K::Server(S::ReadOnly) => RedisErrorKind::ReadOnly,
+        K::Server(S::BusyLoading) => RedisErrorKind::Loading,
+        K::AuthenticationFailed | K::Server(S::NoPerm) => RedisErrorKind::Auth,
+        K::Server(_) | K::Extension => RedisErrorKind::Server,
+        K::Parse | K::UnexpectedReturnType => RedisErrorKind::Protocol,
+        _ => RedisErrorKind::Other,
     }
 }

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -13,6 +14,7 @@ use crate::keys::LockKeys;
 use crate::lock::Outcome;
 use crate::lock::locks::Locks;
 use crate::lock::nodes::ReleaseOutcome;
+use crate::metrics::{LockLabel, LostReason};
 use crate::services::lease::LeaseState;
 use crate::token::{Fence, Token};
 
@@ -78,6 +80,12 @@ pub(crate) struct Held {
     /// The client's lock state: nodes, registry, renewer, wake-ups.
     pub(crate) locks: Arc<Locks>,
     pub(crate) id: u64,
+    /// The `lock` label of its metrics.
+    pub(crate) label: LockLabel,
+    /// When it was granted (`dlm_lock_hold_seconds`).
+    pub(crate) granted: Instant,
+    /// Released or found lost: the hold was recorded.
+    pub(crate) ended: AtomicBool,
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) token: Token,
@@ -87,6 +95,36 @@ pub(crate) struct Held {
     pub(crate) node_timeout: Option<Duration>,
     pub(crate) lease: Arc<LeaseState>,
     pub(crate) stop: CancellationToken,
+}
+
+impl Held {
+    /// The hold is over (released, or given up): record how long it lasted, once.
+    pub(crate) fn ended(&self) -> bool {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.label.hold(self.granted.elapsed());
+        true
+    }
+
+    /// The lock was found lost while held: count it (once) and end the hold.
+    pub(crate) fn lost(&self, reason: LostReason) {
+        self.lease.mark_lost();
+        if self.ended() {
+            self.label.lost(reason);
+            tracing::warn!(name = %self.name, reason = reason.as_str(), "lock lost");
+        }
+    }
+}
+
+impl LostReason {
+    /// Why a renewal or extend that found the lock gone lost it.
+    pub(crate) fn of(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::NotHeld => LostReason::Taken,
+            Outcome::Expired | Outcome::Done => LostReason::Expired,
+        }
+    }
 }
 
 /// Proof of holding a lock, returned by [`crate::Lock::acquire`].
@@ -230,6 +268,7 @@ impl LockGuard {
         let held = self.held.clone();
         held.stop.cancel();
         held.lease.mark_lost();
+        held.ended();
         if !held.locks.registry.unregister(held.id) {
             // release_all() got there first.
             return Err(Error::Expired {
@@ -307,6 +346,7 @@ impl Drop for LockGuard {
         let held = self.held.clone();
         held.stop.cancel();
         held.lease.mark_lost();
+        held.ended();
         if !held.locks.registry.unregister(held.id) {
             return;
         }
@@ -356,9 +396,10 @@ async fn extend_held(held: &Held, ttl: Duration) -> Result<()> {
         .await?;
     if outcome == Outcome::Done {
         held.lease.renewed(valid_until);
+        tracing::debug!(name = %held.name, ?ttl, "extended");
         return Ok(());
     }
-    held.lease.mark_lost();
-    tracing::warn!(name = %held.name, ?outcome, "lock lost: extend found it gone");
+    tracing::debug!(name = %held.name, ?outcome, "extend found the lock gone");
+    held.lost(LostReason::of(outcome));
     outcome.into_result(&held.name)
 }

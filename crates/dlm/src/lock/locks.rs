@@ -11,6 +11,7 @@ use crate::backend::Backend;
 use crate::lock::Outcome;
 use crate::lock::guard::Held;
 use crate::lock::nodes::Nodes;
+use crate::metrics::LockNames;
 use crate::services::registry::Registry;
 use crate::services::renew::Renewer;
 use crate::services::wakeups::Wakeups;
@@ -39,6 +40,8 @@ pub(crate) struct Locks {
     /// Work left running in the background (releases of dropped guards,
     /// Redlock requests still on their way after an early decision).
     pub(crate) background: TaskTracker,
+    /// Lock names kept as the `lock` label of lock metrics (opt-in).
+    pub(crate) lock_names: Option<LockNames>,
 }
 
 impl std::fmt::Debug for Locks {
@@ -52,7 +55,12 @@ impl std::fmt::Debug for Locks {
 }
 
 impl Locks {
-    pub(crate) fn new(nodes: Nodes, prefix: String, wakeups: Option<Arc<Wakeups>>) -> Arc<Self> {
+    pub(crate) fn new(
+        nodes: Nodes,
+        prefix: String,
+        wakeups: Option<Arc<Wakeups>>,
+        lock_names: Option<LockNames>,
+    ) -> Arc<Self> {
         let background = match &nodes {
             Nodes::Quorum(q) => q.background.clone(),
             Nodes::Single(_) => TaskTracker::new(),
@@ -64,6 +72,7 @@ impl Locks {
             renewer: Renewer::new(),
             registry: Registry::default(),
             background,
+            lock_names,
         })
     }
 
@@ -79,6 +88,7 @@ impl Locks {
         let results = futures_util::future::join_all(entries.iter().map(|e| {
             e.stop.cancel();
             e.lease.mark_lost();
+            e.ended();
             nodes.release(&e.name, &e.keys, &e.token)
         }))
         .await;

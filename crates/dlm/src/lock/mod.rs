@@ -14,6 +14,7 @@ mod renew;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -41,6 +42,7 @@ pub(crate) fn preloaded_scripts() -> Vec<&'static redis::Script> {
 
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, lock_keys};
+use crate::metrics::{AcquireOutcome, LockLabel};
 use crate::services::jittered;
 use crate::services::lease::{LeaseState, drift};
 use crate::services::wakeups as wait;
@@ -53,6 +55,18 @@ async fn handed(baton: Option<Arc<wait::Baton>>) {
     match baton {
         Some(b) => b.granted().await,
         None => std::future::pending().await,
+    }
+}
+
+/// How an acquire call ended, for its metric and span: `Busy` without a wait
+/// is `busy`, after a wait `timeout`.
+fn acquire_outcome(result: &Result<LockGuard>, opts: &LockOptions) -> AcquireOutcome {
+    match result {
+        Ok(_) => AcquireOutcome::Acquired,
+        Err(Error::Busy { .. }) if opts.wait.is_zero() => AcquireOutcome::Busy,
+        Err(Error::Busy { .. }) => AcquireOutcome::Timeout,
+        Err(Error::NoQuorum { .. }) => AcquireOutcome::NoQuorum,
+        Err(_) => AcquireOutcome::Error,
     }
 }
 
@@ -101,14 +115,22 @@ pub struct Lock {
     locks: Arc<Locks>,
     name: Arc<str>,
     raw: bool,
+    /// The `lock` label of its metrics (none unless the client opted in).
+    label: LockLabel,
 }
 
 impl Lock {
     pub(crate) fn new(locks: Arc<Locks>, name: String) -> Self {
+        let name: Arc<str> = name.into();
+        let label = match &locks.lock_names {
+            Some(names) => names.label(&name),
+            None => LockLabel::default(),
+        };
         Lock {
             locks,
-            name: name.into(),
+            name,
             raw: false,
+            label,
         }
     }
 
@@ -154,19 +176,45 @@ impl Lock {
     /// [`Error::Unavailable`] / [`Error::Timeout`] when Redis stayed unreachable
     /// until the deadline. Never waits longer than `wait` plus one call timeout.
     pub async fn acquire(&self, opts: &LockOptions) -> Result<LockGuard> {
-        opts.validate()?;
-        self.locks.nodes.check_ttl(opts.ttl, opts.node_timeout)?;
-        let keys = self.keys()?;
-        let span = tracing::debug_span!("dlm.acquire", name = %self.name, key = %keys.lock);
-        self.acquire_with(Arc::new(keys), opts)
-            .instrument(span)
-            .await
+        let started = Instant::now();
+        let result = match self.checked(opts) {
+            Ok(keys) => {
+                let span = tracing::debug_span!(
+                    "dlm.acquire",
+                    name = %self.name,
+                    key = %keys.lock,
+                    outcome = tracing::field::Empty
+                );
+                let result = self
+                    .acquire_with(Arc::new(keys), opts, started)
+                    .instrument(span.clone())
+                    .await;
+                span.record("outcome", acquire_outcome(&result, opts).as_str());
+                result
+            }
+            Err(e) => Err(e),
+        };
+        self.label
+            .acquire(acquire_outcome(&result, opts), started.elapsed());
+        result
     }
 
-    async fn acquire_with(&self, keys: Arc<LockKeys>, opts: &LockOptions) -> Result<LockGuard> {
+    /// The keys of an acquisition whose options are valid for these nodes.
+    fn checked(&self, opts: &LockOptions) -> Result<LockKeys> {
+        opts.validate()?;
+        self.locks.nodes.check_ttl(opts.ttl, opts.node_timeout)?;
+        self.keys()
+    }
+
+    async fn acquire_with(
+        &self,
+        keys: Arc<LockKeys>,
+        opts: &LockOptions,
+        started: Instant,
+    ) -> Result<LockGuard> {
         let inner = &self.locks;
         let mut token = Token::random()?;
-        let deadline = Instant::now() + opts.wait;
+        let deadline = started + opts.wait;
         let mut waiter = None;
         let mut baton = None;
         let mut attempts = 0u32;
@@ -183,25 +231,30 @@ impl Lock {
         // Fairness within this client: when other tasks of it already wait for
         // this lock, queue behind them (FIFO wake-ups) instead of cutting in.
         let mut queue_first = false;
+        // Whether this acquisition had to wait (`dlm_lock_wait_seconds`).
+        let mut waited = false;
         if !opts.wait.is_zero()
             && let Some(w) = &inner.wakeups
             && w.waiting(&keys.channel) > 0
         {
             let w = w.register(&keys.channel);
             queue_first = w.ensure_subscribed().await;
+            waited = queue_first;
             waiter = Some(w);
             baton = self.enlist(&keys, &token, opts.ttl, &mut pending);
         }
         loop {
             // A releasing task of this client handed the lock to us.
             if let Some((b, _)) = &baton
-                && let Some((fence, started)) = b.take_grant()
+                && let Some((fence, sent)) = b.take_grant()
             {
                 pending.armed = false;
                 let grant = nodes::Grant {
                     fence: Some(fence),
-                    valid_until: started + opts.ttl.saturating_sub(drift(opts.ttl)),
+                    valid_until: sent + opts.ttl.saturating_sub(drift(opts.ttl)),
                 };
+                self.label.handoff(sent.elapsed());
+                self.label.wait(started.elapsed());
                 tracing::debug!(fence = ?grant.fence, attempts, "handed over");
                 return Ok(self.guard(keys, token, grant, opts));
             }
@@ -225,6 +278,7 @@ impl Lock {
                 continue;
             }
             attempts += 1;
+            self.label.attempt();
             if attempts > 1 && inner.nodes.single().is_none() {
                 // Redlock: a failed attempt's releases may still be on their
                 // way to slow nodes; a fresh token keeps them off this one.
@@ -241,6 +295,9 @@ impl Lock {
                 Ok(Try::Acquired(grant)) => match self.replicated(&keys, &token, opts).await {
                     Ok(()) => {
                         pending.armed = false;
+                        if waited || attempts > 1 {
+                            self.label.wait(started.elapsed());
+                        }
                         tracing::debug!(fence = ?grant.fence, attempts, "acquired");
                         return Ok(self.guard(keys, token, grant, opts));
                     }
@@ -360,6 +417,9 @@ impl Lock {
         let held = Arc::new(Held {
             locks: inner.clone(),
             id: inner.registry.next_id(),
+            label: self.label.clone(),
+            granted: Instant::now(),
+            ended: AtomicBool::new(false),
             name: self.name.clone(),
             keys,
             token,

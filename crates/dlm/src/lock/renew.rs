@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::lock::Outcome;
 use crate::lock::guard::Held;
 use crate::lock::nodes::{Nodes, Quorum};
+use crate::metrics::{LostReason, RenewalOutcome};
 use crate::services::lease::drift;
 use crate::services::renew::{Due, Renewable, Renewal};
 
@@ -61,11 +62,26 @@ impl Renewable for Held {
 /// A lease whose renewal could not be decided: retried sooner, unless it ran out meanwhile.
 fn undecided(h: &Held) -> Renewal {
     if h.lease.is_lost() {
-        tracing::warn!(name = %h.name, "lock lost: lease ran out while renewals failed");
-        Renewal::Lost
+        tracing::debug!(name = %h.name, "the lease ran out while renewals failed");
+        lost(h, LostReason::RenewFailed)
     } else {
+        h.label.renewal(RenewalOutcome::Error);
         Renewal::Retry
     }
+}
+
+/// A renewal that found the lock lost.
+fn lost(h: &Held, reason: LostReason) -> Renewal {
+    h.label.renewal(RenewalOutcome::Lost);
+    h.lost(reason);
+    Renewal::Lost
+}
+
+/// A renewal that went through.
+fn renewed(h: &Held, valid_until: Instant, sent: Instant) -> Renewal {
+    h.lease.renewed(valid_until);
+    h.label.renewal(RenewalOutcome::Ok);
+    Renewal::Renewed { sent }
 }
 
 /// One batch on one Redis: one `extend_many.lua` call.
@@ -85,18 +101,16 @@ async fn renew_single(backend: &Backend, batch: &[Due<Held>]) -> Vec<Renewal> {
             .map(|(d, code)| {
                 let h = &d.item;
                 if code == 1 {
-                    h.lease.renewed(start + d.ttl.saturating_sub(drift(d.ttl)));
                     tracing::trace!(name = %h.name, "renewed");
-                    Renewal::Renewed { sent: start }
+                    renewed(h, start + d.ttl.saturating_sub(drift(d.ttl)), start)
                 } else {
                     let outcome = if code == 0 {
                         Outcome::Expired
                     } else {
                         Outcome::NotHeld
                     };
-                    tracing::warn!(name = %h.name, ?outcome, "lock lost: renewal found it gone");
-                    h.lease.mark_lost();
-                    Renewal::Lost
+                    tracing::debug!(name = %h.name, ?outcome, "renewal found the lock gone");
+                    lost(h, LostReason::of(outcome))
                 }
             })
             .collect(),
@@ -119,7 +133,8 @@ async fn renew_quorum(quorum: &Quorum, batch: &[Due<Held>]) -> Vec<Renewal> {
     let mut verdicts = vec![Renewal::Lost; batch.len()];
     for (i, d) in batch.iter().enumerate() {
         if !live.contains(&i) {
-            tracing::warn!(name = %d.item.name, "lock lost: its lease ran out before the renewal");
+            tracing::debug!(name = %d.item.name, "the lease ran out before the renewal");
+            lost(&d.item, LostReason::RenewFailed);
         }
     }
     if live.is_empty() {
@@ -162,14 +177,12 @@ async fn renew_quorum(quorum: &Quorum, batch: &[Due<Held>]) -> Vec<Renewal> {
         let valid_until = start + ttl.saturating_sub(drift(ttl));
         verdicts[i] = match quorum.verdict(&h.name, &per_node, now < valid_until) {
             Ok(Outcome::Done) => {
-                h.lease.renewed(valid_until);
                 tracing::trace!(name = %h.name, "renewed on a majority");
-                Renewal::Renewed { sent: start }
+                renewed(h, valid_until, start)
             }
             Ok(outcome) => {
-                tracing::warn!(name = %h.name, ?outcome, "lock lost: renewal found no majority for it");
-                h.lease.mark_lost();
-                Renewal::Lost
+                tracing::debug!(name = %h.name, ?outcome, "renewal found no majority for the lock");
+                lost(h, LostReason::of(outcome))
             }
             Err(e) => {
                 tracing::debug!(name = %h.name, error = %e, "renewal failed; retrying sooner");

@@ -55,6 +55,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, Deployment};
 use crate::error::{Error, Result};
 use crate::keys::{MAX_NAME_LEN, queue_keys};
+use crate::metrics::{QueueMetrics, TaskOutcome};
 use crate::token::Fence;
 
 /// A named queue; cheap to clone. Get one from [`crate::Client::queue`].
@@ -68,6 +69,8 @@ pub struct Queue {
     max_payload: usize,
     max_attempts: u32,
     backoff: Backoff,
+    /// The keys of its metrics, labelled with its name once.
+    metrics: Arc<QueueMetrics>,
 }
 
 /// The longest lease accepted (7 days).
@@ -131,6 +134,7 @@ impl Queue {
         Queue {
             backend,
             deployment,
+            metrics: Arc::new(QueueMetrics::new(&name)),
             name,
             max_payload: DEFAULT_MAX_PAYLOAD,
             max_attempts: 5,
@@ -281,7 +285,18 @@ impl Queue {
     pub(crate) async fn claim_raw(&self, count: usize, lease: Duration) -> Result<ops::Claimed> {
         let (backend, keys) = self.ready()?;
         check_lease(lease)?;
-        ops::claim(backend, &keys, count, lease, self.max_attempts).await
+        let claimed = ops::claim(backend, &keys, count, lease, self.max_attempts).await?;
+        if !claimed.tasks.is_empty() {
+            let now = claimed.now;
+            self.metrics.waited(
+                claimed
+                    .tasks
+                    .iter()
+                    .map(|t| Duration::from_millis(now.saturating_sub(t.score))),
+            );
+            tracing::debug!(queue = %self.name, claimed = claimed.tasks.len(), expired = claimed.expired, "claimed");
+        }
+        Ok(claimed)
     }
 
     /// Return expired leases to the queue now; how many were returned.
@@ -289,10 +304,18 @@ impl Queue {
         Ok(self.claim_raw(0, Duration::from_secs(1)).await?.expired)
     }
 
-    /// The queue's counts.
+    /// The queue's counts. Also sets the gauges `dlm_queue_depth{queue,state}`
+    /// and `dlm_queue_oldest_task_age_seconds{queue}` (see [`crate::metrics`]):
+    /// call it now and then to keep them current, as the library does not
+    /// poll by itself.
     pub async fn stats(&self) -> Result<QueueStats> {
         let (backend, keys) = self.ready()?;
-        ops::stats(backend, &keys).await
+        let stats = ops::stats(backend, &keys).await?;
+        self.metrics.sampled(
+            [stats.waiting, stats.delayed, stats.inflight, stats.dead],
+            stats.oldest_due,
+        );
+        Ok(stats)
     }
 
     /// Up to `count` dead tasks, oldest death first.
@@ -328,7 +351,13 @@ impl Queue {
 
     pub(crate) async fn ack_many(&self, leases: &[(&str, Fence)]) -> Result<Vec<i64>> {
         let (backend, keys) = self.ready()?;
-        ops::ack(backend, &keys, leases).await
+        let codes = ops::ack(backend, &keys, leases).await?;
+        let acked = codes.iter().filter(|c| **c == 1).count() as u64;
+        let lost = codes.len() as u64 - acked;
+        self.metrics.tasks(TaskOutcome::Acked, acked);
+        self.metrics.tasks(TaskOutcome::LeaseLost, lost);
+        tracing::debug!(queue = %self.name, acked, lost, "acked");
+        Ok(codes)
     }
 
     pub(crate) async fn extend_many(
@@ -363,11 +392,19 @@ impl Queue {
             &cap_error(error),
         )
         .await?;
-        match code {
-            1 => Ok(Nacked::Retrying),
-            2 => Ok(Nacked::Dead),
-            c => Err(self.lease_lost(&task.id, c)),
-        }
+        let (outcome, result) = match code {
+            1 => {
+                tracing::debug!(queue = %self.name, id = %task.id, attempt = task.attempt, ?retry_after, "nacked; retrying");
+                (TaskOutcome::Retried, Ok(Nacked::Retrying))
+            }
+            2 => {
+                tracing::info!(queue = %self.name, id = %task.id, attempt = task.attempt, "moved to the dead-letter set");
+                (TaskOutcome::Dead, Ok(Nacked::Dead))
+            }
+            c => (TaskOutcome::LeaseLost, Err(self.lease_lost(&task.id, c))),
+        };
+        self.metrics.tasks(outcome, 1);
+        result
     }
 
     pub(crate) fn lease_lost(&self, id: &str, code: i64) -> Error {

@@ -200,6 +200,8 @@ fn removed_reply(v: Value) -> Result<Removed> {
 #[derive(Debug)]
 pub(crate) struct Claimed {
     pub expired: usize,
+    /// The Redis server's clock at the claim (ms since the epoch).
+    pub now: u64,
     /// Time until the earliest waiting task is due (`None`: nothing waiting).
     pub next_due: Option<Duration>,
     pub tasks: Vec<Task>,
@@ -220,11 +222,12 @@ pub(crate) async fn claim(
     claim_reply(backend.eval(&inv).await?)
 }
 
-/// claim.lua: expired leases returned, time to the next due task, then per task five values.
+/// claim.lua: expired leases returned, time to the next due task, the
+/// server's clock, then per task five values.
 fn claim_reply(v: Value) -> Result<Claimed> {
     let reply = array(v)?;
-    let (head, rest) = reply.split_at(reply.len().min(2));
-    let [expired, next_due] = head else {
+    let (head, rest) = reply.split_at(reply.len().min(3));
+    let [expired, next_due, now] = head else {
         return Err(Error::protocol("short claim reply"));
     };
     let tasks = rest
@@ -245,6 +248,7 @@ fn claim_reply(v: Value) -> Result<Claimed> {
         .map(Duration::from_millis);
     Ok(Claimed {
         expired: usize::try_from(int(expired)?).unwrap_or(0),
+        now: unsigned(int(now)?),
         next_due,
         tasks,
     })
@@ -311,7 +315,7 @@ pub(crate) async fn stats(backend: &Backend, keys: &[String]) -> Result<QueueSta
     stats_reply(backend.eval(&invocation(&STATS, keys)).await?)
 }
 
-/// stats.lua: the six counts.
+/// stats.lua: the six counts and the oldest due task's age (ms).
 fn stats_reply(v: Value) -> Result<QueueStats> {
     let v: Vec<i64> = redis::from_redis_value(v)?;
     let get = |i: usize| v.get(i).copied().map_or(0, unsigned);
@@ -322,6 +326,7 @@ fn stats_reply(v: Value) -> Result<QueueStats> {
         dead: get(3),
         processed: get(4),
         failed: get(5),
+        oldest_due: Duration::from_millis(get(6)),
     })
 }
 
@@ -416,6 +421,7 @@ mod tests {
         let claimed = claim_reply(Value::Array(vec![
             Value::Int(1),
             Value::Int(-1),
+            Value::Int(1_700_000_000_500),
             Value::BulkString(b"t1".to_vec()),
             Value::Int(1_700_000_000_000),
             Value::Nil,
@@ -423,6 +429,7 @@ mod tests {
             Value::Int(2),
         ]))?;
         assert_eq!((claimed.expired, claimed.next_due), (1, None));
+        assert_eq!(claimed.now, 1_700_000_000_500);
         assert_eq!(claimed.tasks[0].fence, Fence::new(7));
         assert!(claim_reply(Value::Array(vec![Value::Int(1)])).is_err());
         let e = enqueue_reply(Value::Array(vec![Value::Int(0), Value::Int(-1)]))?;

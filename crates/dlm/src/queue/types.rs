@@ -171,6 +171,8 @@ pub struct QueueStats {
     pub processed: u64,
     /// Moved to the dead-letter set since the queue was created.
     pub failed: u64,
+    /// How long the oldest waiting task has been due (zero when none is due).
+    pub oldest_due: Duration,
 }
 
 impl QueueStats {

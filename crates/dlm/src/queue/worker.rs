@@ -122,6 +122,7 @@ impl Worker {
                 Err(e) => return Err(e),
             };
             let got = claimed.tasks.len();
+            let claimed_at = Instant::now();
             for task in claimed.tasks {
                 let Ok(permit) = permits.clone().try_acquire_owned() else {
                     break;
@@ -130,7 +131,11 @@ impl Worker {
                 let (queue, handler, running) =
                     (self.queue.clone(), handler.clone(), running.clone());
                 let acks = acks.clone();
-                tasks.spawn(process(queue, acks, handler, task, running, permit));
+                let claim = Claim {
+                    task,
+                    at: claimed_at,
+                };
+                tasks.spawn(process(queue, acks, handler, claim, running, permit));
             }
             if got < free {
                 if self.opts.exit_when_empty && tasks.is_empty() {
@@ -201,12 +206,18 @@ fn count(report: &mut WorkerReport, done: std::result::Result<Outcome, tokio::ta
     }
 }
 
+/// A claimed task and when the claim's reply came.
+struct Claim {
+    task: Task,
+    at: Instant,
+}
+
 /// Run the handler (isolated, so a panic is a failure, not a crash), then ack or nack.
 async fn process<F, Fut, E>(
     queue: Queue,
     acks: Acks,
     handler: Arc<F>,
-    task: Task,
+    Claim { task, at }: Claim,
     running: Running,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Outcome
@@ -224,6 +235,7 @@ where
         Ok(Err(e)) => Some(e.to_string()),
         Err(_) => Some("the handler panicked".to_string()),
     };
+    queue.metrics.ran(at.elapsed());
     // The handler is done: its slot can take the next task while the ack
     // is on its way (claims and acks overlap instead of taking turns).
     drop(permit);

@@ -15,7 +15,7 @@
 -- ARGV[2]  lease length in ms
 -- ARGV[3]  max attempts (a task whose lease expired on its last attempt dies)
 -- ARGV[4]  how many expired leases to return at most in this call
--- Returns  {expired_returned, ms_until_next_due (-1: nothing waiting),
+-- Returns  {expired_returned, ms_until_next_due (-1: nothing waiting), now (ms),
 --           then per claimed task five values: id, due time, payload (nil: none),
 --           lease fencing token, attempt number (1 = first)}
 local t = redis.call("TIME")
@@ -34,7 +34,7 @@ for _, id in ipairs(expired) do
     redis.call('ZADD', KEYS[1], 'NX', now, id)
   end
 end
-local out = {#expired, -1}
+local out = {#expired, -1, now}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
 local n = #due / 2
 if n > 0 then

@@ -11,9 +11,15 @@
 --   9 stats     HASH  processed, failed
 --  10 signal    LIST  wake-up markers for idle workers (at most 64)
 -- ARGV     none
--- Returns  {due now, delayed (due later), in flight, dead, processed total, failed total}
+-- Returns  {due now, delayed (due later), in flight, dead, processed total, failed total,
+--           ms the oldest due task has been due (0: none is due)}
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local oldest = 0
+if first[2] then
+  oldest = math.max(0, now - tonumber(first[2]))
+end
 return {
   redis.call('ZCOUNT', KEYS[1], '-inf', now),
   redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf'),
@@ -21,4 +27,5 @@ return {
   redis.call('ZCARD', KEYS[6]),
   tonumber(redis.call('HGET', KEYS[9], 'processed') or '0'),
   tonumber(redis.call('HGET', KEYS[9], 'failed') or '0'),
+  oldest,
 }

@@ -1,0 +1,429 @@
+//! Metrics through the [`metrics`](https://docs.rs/metrics) facade, and what
+//! each one means.
+//!
+//! dlm installs no exporter: it records through the facade, which costs next
+//! to nothing while no recorder is installed (every key of a lock cycle is a
+//! `static`, so nothing is allocated). An application installs the recorder
+//! it wants (Prometheus, StatsD, ...) once, and calls [`describe`] to attach
+//! the descriptions and units below to it.
+//!
+//! ```no_run
+//! # fn demo(recorder: impl metrics::Recorder + Sync + 'static) {
+//! // e.g. metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()
+//! metrics::set_global_recorder(recorder).expect("no recorder installed yet");
+//! dlm::metrics::describe();
+//! # }
+//! ```
+//!
+//! Labels stay bounded: outcomes, reasons, states and error kinds are fixed
+//! sets; `queue` is the queue's name (bounded by the queues an application
+//! has). The lock *name* is no label by default (every distinct name would
+//! be a time series); [`crate::ClientBuilder::metrics_lock_names`] adds a
+//! `lock` label to every lock metric of that client, with the first `n`
+//! distinct names it sees and `other` for the rest.
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `dlm_lock_acquire_seconds` | histogram | `outcome` | One [`crate::Lock::acquire`] call, waiting included. `acquired`; `busy`: held by another owner and no wait was asked for; `timeout`: still held by another owner when the wait ran out; `no_quorum`: Redlock found no majority; `error`: anything else (Redis unreachable or too slow, not replicated, invalid input). |
+//! | `dlm_lock_wait_seconds` | histogram | | Of an acquisition that got the lock after finding it busy: from the call to the grant. |
+//! | `dlm_lock_hold_seconds` | histogram | | From the grant to the release (by `release`, drop, `release_all`) or to the moment the lock was found lost. |
+//! | `dlm_lock_handoff_seconds` | histogram | | A hand-over between two tasks of one client: from the releasing task sending `release_to` to the waiting task holding the guard. |
+//! | `dlm_lock_attempts_total` | counter | | Attempts to take a lock in Redis (one per try; a Redlock try counts once for all its nodes). |
+//! | `dlm_lock_lost_total` | counter | `reason` | Held locks found lost. `expired`: a renewal or extend found the key gone; `taken`: another owner holds it; `renew_failed`: the lease ran out while renewals could not reach Redis. |
+//! | `dlm_lock_renewals_total` | counter | `outcome` | Watchdog renewals, per lock. `ok`; `lost`: the lock was gone; `error`: Redis did not answer (retried sooner). |
+//! | `dlm_queue_tasks_total` | counter | `queue`, `outcome` | Settled tasks ([`crate::queue::Lease`] and the [`crate::queue::Worker`]). `acked`; `retried`: nacked, back in the queue; `dead`: nacked on its last attempt, moved to the dead-letter set; `lease_lost`: the ack or nack found the lease expired or taken. |
+//! | `dlm_queue_task_wait_seconds` | histogram | `queue` | From the time a task was due (its enqueue time, or the end of its delay or backoff) to its claim, both on the Redis server's clock. |
+//! | `dlm_queue_task_run_seconds` | histogram | `queue` | In the worker runtime: from the claim to the handler's end (when its ack or nack is sent). |
+//! | `dlm_queue_depth` | gauge | `queue`, `state` | Tasks per `state`: `waiting` (due now), `delayed` (due later), `in_flight` (leased), `dead`. Set by [`crate::queue::Queue::stats`]. |
+//! | `dlm_queue_oldest_task_age_seconds` | gauge | `queue` | How long the oldest due waiting task has been due (0 when none is). Set by [`crate::queue::Queue::stats`]. |
+//! | `dlm_redis_errors_total` | counter | `kind` | Failed calls to Redis. `timeout` (no answer within the deadline), `connection` (dropped, I/O), `refused`, `cluster_moved` (MOVED/ASK), `cluster` (CLUSTERDOWN, TRYAGAIN, CROSSSLOT, MASTERDOWN), `readonly`, `loading`, `auth`, `server` (any other error reply, e.g. a script error), `protocol` (an unexpected reply), `other`. |
+//!
+//! The queue gauges are sampled, not kept up to date: the library does not
+//! poll by itself. Whatever wants them current (`dlm serve`, a worker's own
+//! timer) calls [`crate::queue::Queue::stats`] now and then: one script, one
+//! round trip.
+//!
+//! The same moments are [`tracing`](https://docs.rs/tracing) spans and
+//! events: the span `dlm.acquire` (with the lock's name and the `outcome`
+//! above) and the events `acquired`, `handed over`, `released`, `extended`
+//! (debug), `lock lost` (warn, with the `reason`), `claimed`, `acked`,
+//! `nacked` (debug), `moved to the dead-letter set` (info) and the
+//! reconnects of background connections (info).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ::metrics::{Key, KeyName, Label, Level, Metadata, Recorder, SharedString, with_recorder};
+
+/// Lock: one acquire call, waiting included.
+pub const LOCK_ACQUIRE_SECONDS: &str = "dlm_lock_acquire_seconds";
+/// Lock: waiting for a busy lock before getting it.
+pub const LOCK_WAIT_SECONDS: &str = "dlm_lock_wait_seconds";
+/// Lock: from grant to release or loss.
+pub const LOCK_HOLD_SECONDS: &str = "dlm_lock_hold_seconds";
+/// Lock: a local hand-over between two tasks of one client.
+pub const LOCK_HANDOFF_SECONDS: &str = "dlm_lock_handoff_seconds";
+/// Lock: attempts to take a lock in Redis.
+pub const LOCK_ATTEMPTS_TOTAL: &str = "dlm_lock_attempts_total";
+/// Lock: held locks found lost, by `reason`.
+pub const LOCK_LOST_TOTAL: &str = "dlm_lock_lost_total";
+/// Lock: watchdog renewals, by `outcome`.
+pub const LOCK_RENEWALS_TOTAL: &str = "dlm_lock_renewals_total";
+/// Queue: settled tasks, by `queue` and `outcome`.
+pub const QUEUE_TASKS_TOTAL: &str = "dlm_queue_tasks_total";
+/// Queue: from due to claimed.
+pub const QUEUE_TASK_WAIT_SECONDS: &str = "dlm_queue_task_wait_seconds";
+/// Queue: from claimed to the handler's end (worker runtime).
+pub const QUEUE_TASK_RUN_SECONDS: &str = "dlm_queue_task_run_seconds";
+/// Queue: tasks by `queue` and `state` (sampled by `Queue::stats`).
+pub const QUEUE_DEPTH: &str = "dlm_queue_depth";
+/// Queue: how long the oldest due task has waited (sampled by `Queue::stats`).
+pub const QUEUE_OLDEST_TASK_AGE_SECONDS: &str = "dlm_queue_oldest_task_age_seconds";
+/// Redis: failed calls, by `kind`.
+pub const REDIS_ERRORS_TOTAL: &str = "dlm_redis_errors_total";
+
+/// Attach the description and unit of every dlm metric to the installed
+/// recorder (see the table above). Call it once after installing one;
+/// calling it again is harmless.
+pub fn describe() {
+    use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_histogram!(
+        LOCK_ACQUIRE_SECONDS,
+        Unit::Seconds,
+        "One lock acquire call, waiting included, by outcome (acquired, busy, timeout, no_quorum, error)."
+    );
+    describe_histogram!(
+        LOCK_WAIT_SECONDS,
+        Unit::Seconds,
+        "Time spent waiting for a busy lock before getting it."
+    );
+    describe_histogram!(
+        LOCK_HOLD_SECONDS,
+        Unit::Seconds,
+        "Time a lock was held: from the grant to its release or loss."
+    );
+    describe_histogram!(
+        LOCK_HANDOFF_SECONDS,
+        Unit::Seconds,
+        "Latency of a hand-over between two tasks of one client."
+    );
+    describe_counter!(
+        LOCK_ATTEMPTS_TOTAL,
+        Unit::Count,
+        "Attempts to take a lock in Redis."
+    );
+    describe_counter!(
+        LOCK_LOST_TOTAL,
+        Unit::Count,
+        "Held locks found lost, by reason (expired, taken, renew_failed)."
+    );
+    describe_counter!(
+        LOCK_RENEWALS_TOTAL,
+        Unit::Count,
+        "Watchdog renewals of held locks, by outcome (ok, lost, error)."
+    );
+    describe_counter!(
+        QUEUE_TASKS_TOTAL,
+        Unit::Count,
+        "Settled tasks, by queue and outcome (acked, retried, dead, lease_lost)."
+    );
+    describe_histogram!(
+        QUEUE_TASK_WAIT_SECONDS,
+        Unit::Seconds,
+        "Time from a task being due to its claim (Redis server clock)."
+    );
+    describe_histogram!(
+        QUEUE_TASK_RUN_SECONDS,
+        Unit::Seconds,
+        "Time from a task's claim to the end of its handler (worker runtime)."
+    );
+    describe_gauge!(
+        QUEUE_DEPTH,
+        Unit::Count,
+        "Tasks of a queue by state (waiting, delayed, inflight, dead), as last sampled."
+    );
+    describe_gauge!(
+        QUEUE_OLDEST_TASK_AGE_SECONDS,
+        Unit::Seconds,
+        "How long the oldest due task of a queue has waited, as last sampled."
+    );
+    describe_counter!(
+        REDIS_ERRORS_TOTAL,
+        Unit::Count,
+        "Failed calls to Redis, by kind."
+    );
+}
+
+static METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, None);
+
+/// Keys with static labels, hashed at compile time.
+macro_rules! static_keys {
+    ($name:expr, $label:literal: $($value:literal),+) => {
+        [$({
+            static LABELS: [Label; 1] = [Label::from_static_parts($label, $value)];
+            Key::from_static_parts($name, &LABELS)
+        }),+]
+    };
+}
+
+static NO_LABELS: [Label; 0] = [];
+static WAIT: Key = Key::from_static_parts(LOCK_WAIT_SECONDS, &NO_LABELS);
+static HOLD: Key = Key::from_static_parts(LOCK_HOLD_SECONDS, &NO_LABELS);
+static HANDOFF: Key = Key::from_static_parts(LOCK_HANDOFF_SECONDS, &NO_LABELS);
+static ATTEMPTS: Key = Key::from_static_parts(LOCK_ATTEMPTS_TOTAL, &NO_LABELS);
+static ACQUIRE: [Key; 5] = static_keys!(LOCK_ACQUIRE_SECONDS, "outcome": "acquired", "busy", "timeout", "no_quorum", "error");
+static LOST: [Key; 3] = static_keys!(LOCK_LOST_TOTAL, "reason": "expired", "taken", "renew_failed");
+static RENEWALS: [Key; 3] = static_keys!(LOCK_RENEWALS_TOTAL, "outcome": "ok", "lost", "error");
+static REDIS_ERRORS: [Key; 11] = static_keys!(
+    REDIS_ERRORS_TOTAL, "kind": "timeout", "connection", "refused", "cluster_moved", "cluster",
+    "readonly", "loading", "auth", "server", "protocol", "other"
+);
+
+/// How an acquire call ended (`dlm_lock_acquire_seconds{outcome}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireOutcome {
+    Acquired = 0,
+    Busy,
+    Timeout,
+    NoQuorum,
+    Error,
+}
+
+impl AcquireOutcome {
+    /// The label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            AcquireOutcome::Acquired => "acquired",
+            AcquireOutcome::Busy => "busy",
+            AcquireOutcome::Timeout => "timeout",
+            AcquireOutcome::NoQuorum => "no_quorum",
+            AcquireOutcome::Error => "error",
+        }
+    }
+}
+
+/// Why a held lock was found lost (`dlm_lock_lost_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LostReason {
+    Expired = 0,
+    Taken,
+    RenewFailed,
+}
+
+impl LostReason {
+    /// The label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            LostReason::Expired => "expired",
+            LostReason::Taken => "taken",
+            LostReason::RenewFailed => "renew_failed",
+        }
+    }
+}
+
+/// How one watchdog renewal of one lock went (`dlm_lock_renewals_total{outcome}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RenewalOutcome {
+    Ok = 0,
+    Lost,
+    Error,
+}
+
+/// What kind of failure a call to Redis had (`dlm_redis_errors_total{kind}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RedisErrorKind {
+    Timeout = 0,
+    Connection,
+    Refused,
+    ClusterMoved,
+    Cluster,
+    ReadOnly,
+    Loading,
+    Auth,
+    Server,
+    Protocol,
+    Other,
+}
+
+/// The `lock` label of one lock's metrics: `None` unless the client opted in
+/// with `ClientBuilder::metrics_lock_names`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LockLabel(Option<SharedString>);
+
+/// The bounded set of lock names a client labels its lock metrics with.
+#[derive(Debug)]
+pub(crate) struct LockNames {
+    max: usize,
+    seen: Mutex<HashSet<Arc<str>>>,
+}
+
+impl LockNames {
+    pub(crate) fn new(max: usize) -> Self {
+        LockNames {
+            max,
+            seen: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The label of `name`: itself while fewer than `max` names were seen, else `other`.
+    pub(crate) fn label(&self, name: &Arc<str>) -> LockLabel {
+        let mut seen = match self.seen.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if seen.contains(name) || seen.len() < self.max {
+            seen.insert(name.clone());
+            return LockLabel(Some(SharedString::from_shared(name.clone())));
+        }
+        LockLabel(Some(SharedString::const_str("other")))
+    }
+}
+
+/// Run `f` with `key`, plus the `lock` label when there is one.
+fn with_lock<T>(key: &Key, lock: &LockLabel, f: impl FnOnce(&dyn Recorder, &Key) -> T) -> T {
+    match &lock.0 {
+        None => with_recorder(|r| f(r, key)),
+        Some(name) => {
+            let key = key.with_extra_labels(vec![Label::new("lock", name.clone())]);
+            with_recorder(|r| f(r, &key))
+        }
+    }
+}
+
+fn record(key: &Key, lock: &LockLabel, d: Duration) {
+    with_lock(key, lock, |r, k| {
+        r.register_histogram(k, &METADATA).record(d.as_secs_f64())
+    });
+}
+
+fn increment(key: &Key, lock: &LockLabel) {
+    with_lock(key, lock, |r, k| {
+        r.register_counter(k, &METADATA).increment(1)
+    });
+}
+
+impl LockLabel {
+    /// `dlm_lock_acquire_seconds{outcome}`.
+    pub(crate) fn acquire(&self, outcome: AcquireOutcome, d: Duration) {
+        record(&ACQUIRE[outcome as usize], self, d);
+    }
+
+    /// `dlm_lock_wait_seconds`.
+    pub(crate) fn wait(&self, d: Duration) {
+        record(&WAIT, self, d);
+    }
+
+    /// `dlm_lock_hold_seconds`.
+    pub(crate) fn hold(&self, d: Duration) {
+        record(&HOLD, self, d);
+    }
+
+    /// `dlm_lock_handoff_seconds`.
+    pub(crate) fn handoff(&self, d: Duration) {
+        record(&HANDOFF, self, d);
+    }
+
+    /// `dlm_lock_attempts_total`.
+    pub(crate) fn attempt(&self) {
+        increment(&ATTEMPTS, self);
+    }
+
+    /// `dlm_lock_lost_total{reason}`.
+    pub(crate) fn lost(&self, reason: LostReason) {
+        increment(&LOST[reason as usize], self);
+    }
+
+    /// `dlm_lock_renewals_total{outcome}`.
+    pub(crate) fn renewal(&self, outcome: RenewalOutcome) {
+        increment(&RENEWALS[outcome as usize], self);
+    }
+}
+
+/// `dlm_redis_errors_total{kind}`.
+pub(crate) fn redis_error(kind: RedisErrorKind) {
+    increment(&REDIS_ERRORS[kind as usize], &LockLabel::default());
+}
+
+/// How a task was settled (`dlm_queue_tasks_total{outcome}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TaskOutcome {
+    Acked = 0,
+    Retried,
+    Dead,
+    LeaseLost,
+}
+
+const TASK_OUTCOMES: [&str; 4] = ["acked", "retried", "dead", "lease_lost"];
+const STATES: [&str; 4] = ["waiting", "delayed", "in_flight", "dead"];
+
+/// The keys of one queue's metrics, built once per queue handle so that
+/// recording allocates nothing.
+#[derive(Debug)]
+pub(crate) struct QueueMetrics {
+    tasks: [Key; 4],
+    wait: Key,
+    run: Key,
+    depth: [Key; 4],
+    oldest: Key,
+}
+
+impl QueueMetrics {
+    pub(crate) fn new(queue: &str) -> Self {
+        let queue = Label::new("queue", SharedString::from_shared(Arc::<str>::from(queue)));
+        let key = |name: &'static str, extra: Option<(&'static str, &'static str)>| {
+            let mut labels = vec![queue.clone()];
+            if let Some((k, v)) = extra {
+                labels.push(Label::from_static_parts(k, v));
+            }
+            Key::from_parts(KeyName::from_const_str(name), labels)
+        };
+        QueueMetrics {
+            tasks: TASK_OUTCOMES.map(|o| key(QUEUE_TASKS_TOTAL, Some(("outcome", o)))),
+            wait: key(QUEUE_TASK_WAIT_SECONDS, None),
+            run: key(QUEUE_TASK_RUN_SECONDS, None),
+            depth: STATES.map(|s| key(QUEUE_DEPTH, Some(("state", s)))),
+            oldest: key(QUEUE_OLDEST_TASK_AGE_SECONDS, None),
+        }
+    }
+
+    /// `dlm_queue_tasks_total{queue,outcome}` += `n`.
+    pub(crate) fn tasks(&self, outcome: TaskOutcome, n: u64) {
+        if n > 0 {
+            with_recorder(|r| {
+                r.register_counter(&self.tasks[outcome as usize], &METADATA)
+                    .increment(n)
+            });
+        }
+    }
+
+    /// `dlm_queue_task_wait_seconds{queue}`, once per value.
+    pub(crate) fn waited(&self, waits: impl IntoIterator<Item = Duration>) {
+        with_recorder(|r| {
+            let h = r.register_histogram(&self.wait, &METADATA);
+            for d in waits {
+                h.record(d.as_secs_f64());
+            }
+        });
+    }
+
+    /// `dlm_queue_task_run_seconds{queue}`.
+    pub(crate) fn ran(&self, d: Duration) {
+        with_recorder(|r| {
+            r.register_histogram(&self.run, &METADATA)
+                .record(d.as_secs_f64())
+        });
+    }
+
+    /// `dlm_queue_depth{queue,state}` (waiting, delayed, in_flight, dead) and
+    /// `dlm_queue_oldest_task_age_seconds{queue}`.
+    pub(crate) fn sampled(&self, depth: [u64; 4], oldest: Duration) {
+        with_recorder(|r| {
+            for (key, n) in self.depth.iter().zip(depth) {
+                r.register_gauge(key, &METADATA).set(n as f64);
+            }
+            r.register_gauge(&self.oldest, &METADATA)
+                .set(oldest.as_secs_f64());
+        });
+    }
+}
