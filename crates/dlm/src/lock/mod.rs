@@ -218,6 +218,8 @@ impl Lock {
         let mut waiter = None;
         let mut baton = None;
         let mut attempts = 0u32;
+        // Redlock split votes in a row (see `split_backoff`).
+        let mut splits = 0u32;
         // Releases our token if this future is dropped mid-attempt or gives up
         // after an attempt whose reply was lost: the SET may have landed.
         let mut pending = PendingToken {
@@ -286,11 +288,13 @@ impl Lock {
                 pending.token = token.clone();
             }
             pending.armed = true;
+            let tried_at = Instant::now();
             let attempt = inner
                 .nodes
                 .acquire(&self.name, &keys, &token, opts.ttl, opts.node_timeout)
                 .await;
             pending.armed = pending.unsure;
+            let mut split = false;
             let (err, holder_ttl) = match attempt {
                 Ok(Try::Acquired(grant)) => match self.replicated(&keys, &token, opts).await {
                     Ok(()) => {
@@ -310,6 +314,16 @@ impl Lock {
                     },
                     ttl,
                 ),
+                Ok(Try::Split) => {
+                    split = true;
+                    (
+                        Error::Busy {
+                            name: self.name.to_string(),
+                            ttl: None,
+                        },
+                        None,
+                    )
+                }
                 // Redlock: the failed attempt released wherever it may have landed.
                 Err(e @ Error::NoQuorum { .. }) => (e, None),
                 Err(e) if e.is_retryable() => {
@@ -324,6 +338,17 @@ impl Lock {
             if now >= deadline || !(err.is_retryable() || matches!(err, Error::Busy { .. })) {
                 tracing::debug!(attempts, error = %err, "not acquired");
                 return Err(err);
+            }
+            splits = if split { splits.saturating_add(1) } else { 0 };
+            if split {
+                // A split vote: the contenders released their partial grants
+                // and, woken all at once, would split again. A random pause
+                // that grows with each split in a row lets one of them go
+                // first and take every node; wake-ups are not waited for.
+                let pause = split_backoff(splits, now - tried_at, opts.retry_interval);
+                tracing::trace!(?pause, splits, "split vote: backing off");
+                tokio::time::sleep_until((now + pause).min(deadline)).await;
+                continue;
             }
             if waiter.is_none()
                 && let Some(w) = &inner.wakeups
@@ -535,5 +560,44 @@ impl Lock {
                 Ok(out)
             }
         }
+    }
+}
+
+/// How long to back off after the `splits`-th Redlock split vote in a row,
+/// whose attempt took `took`: a random pause up to that long (at least 2 ms),
+/// doubled with each split in a row, at most the retry interval (or `took`
+/// when that is longer). Contenders that split pick different pauses; the
+/// first to retry finds every node free and takes a majority at once. (An
+/// attempt that waited for a silent node's timeout took that long: a
+/// pause of the same order costs little and spreads the retries well.)
+fn split_backoff(splits: u32, took: Duration, retry_interval: Duration) -> Duration {
+    let base = took.max(Duration::from_millis(2));
+    let cap = base
+        .saturating_mul(1 << splits.clamp(1, 10).saturating_sub(1))
+        .min(retry_interval.max(base));
+    cap.mul_f64(fastrand::f64())
+}
+
+#[cfg(test)]
+mod split_backoff_tests {
+    use super::*;
+
+    #[test]
+    fn split_backoff_doubles_from_the_attempts_length_up_to_the_retry_interval() {
+        let interval = Duration::from_millis(50);
+        let fast = Duration::from_micros(500);
+        for (splits, cap) in [(1, 2), (2, 4), (3, 8), (5, 32), (6, 50), (40, 50)] {
+            for _ in 0..200 {
+                let p = split_backoff(splits, fast, interval);
+                assert!(p <= Duration::from_millis(cap), "{splits}: {p:?}");
+            }
+        }
+        // An attempt that waited 60 ms for a silent node: pauses of that order.
+        let slow = Duration::from_millis(60);
+        for _ in 0..200 {
+            assert!(split_backoff(1, slow, interval) <= slow);
+            assert!(split_backoff(3, slow, interval) <= slow);
+        }
+        assert!(split_backoff(1, fast, Duration::ZERO) <= Duration::from_millis(2));
     }
 }

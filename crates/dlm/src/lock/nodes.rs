@@ -39,6 +39,10 @@ pub(crate) enum Try {
     Acquired(Grant),
     /// Held by another owner (`None`: without expiry, or unknown).
     Busy(Option<Duration>),
+    /// Redlock: a split vote. Nobody (as far as the nodes that answered
+    /// tell) holds a majority; contenders split the nodes between them, so
+    /// each must back off for a random while, not retry all at once.
+    Split,
 }
 
 /// What a release found, with how many nodes confirmed our token.
@@ -300,6 +304,15 @@ impl Nodes {
         }
         if answered < q.needed() {
             return Err(q.no_quorum(name, answered));
+        }
+        if holder_ttls.len() < q.needed() {
+            tracing::debug!(
+                granted,
+                busy = holder_ttls.len(),
+                nodes = n,
+                "redlock split vote"
+            );
+            return Ok(Try::Split);
         }
         // The majority's view: the holder's TTL as the median busy node reports it.
         holder_ttls.sort();
