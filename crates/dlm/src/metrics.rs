@@ -31,7 +31,7 @@
 //! | `dlm_lock_attempts_total` | counter | | Attempts to take a lock in Redis (one per try; a Redlock try counts once for all its nodes). |
 //! | `dlm_lock_lost_total` | counter | `reason` | Held locks found lost. `expired`: a renewal or extend found the key gone; `taken`: another owner holds it; `renew_failed`: the lease ran out while renewals could not reach Redis. |
 //! | `dlm_lock_renewals_total` | counter | `outcome` | Watchdog renewals, per lock. `ok`; `lost`: the lock was gone; `error`: Redis did not answer (retried sooner). |
-//! | `dlm_queue_tasks_total` | counter | `queue`, `outcome` | Settled tasks ([`crate::queue::Lease`] and the [`crate::queue::Worker`]). `acked`; `retried`: nacked, back in the queue; `dead`: nacked on its last attempt, moved to the dead-letter set; `lease_lost`: the ack or nack found the lease expired or taken. |
+//! | `dlm_queue_tasks_total` | counter | `queue`, `outcome` | Settled tasks ([`crate::queue::Lease`] and the [`crate::queue::Worker`]). `acked`; `retried`: nacked, back in the queue; `dead`: moved to the dead-letter set, nacked on its last attempt or found by a claim with its last lease run out; `lease_lost`: the ack or nack found the lease expired or taken. |
 //! | `dlm_queue_task_wait_seconds` | histogram | `queue` | From the time a task was due (its enqueue time, or the end of its delay or backoff) to its claim, both on the Redis server's clock. |
 //! | `dlm_queue_task_run_seconds` | histogram | `queue` | In the worker runtime: from the claim to the handler's end (when its ack or nack is sent). |
 //! | `dlm_queue_depth` | gauge | `queue`, `state` | Tasks per `state`: `waiting` (due now), `delayed` (due later), `in_flight` (leased), `dead`. Set by [`crate::queue::Queue::stats`]. |

@@ -286,6 +286,11 @@ impl Queue {
         let (backend, keys) = self.ready()?;
         check_lease(lease)?;
         let claimed = ops::claim(backend, &keys, count, lease, self.max_attempts).await?;
+        if claimed.died > 0 {
+            // Leases that ran out on their last attempt: dead without a nack.
+            self.metrics.tasks(TaskOutcome::Dead, claimed.died);
+            tracing::info!(queue = %self.name, tasks = claimed.died, "moved to the dead-letter set (lease expired on the last attempt)");
+        }
         if !claimed.tasks.is_empty() {
             let now = claimed.now;
             self.metrics.waited(

@@ -200,6 +200,8 @@ fn removed_reply(v: Value) -> Result<Removed> {
 #[derive(Debug)]
 pub(crate) struct Claimed {
     pub expired: usize,
+    /// How many of them had used their last attempt and went to the dead set.
+    pub died: u64,
     /// The Redis server's clock at the claim (ms since the epoch).
     pub now: u64,
     /// Time until the earliest waiting task is due (`None`: nothing waiting).
@@ -223,11 +225,11 @@ pub(crate) async fn claim(
 }
 
 /// claim.lua: expired leases returned, time to the next due task, the
-/// server's clock, then per task five values.
+/// server's clock, how many expired leases died, then per task five values.
 fn claim_reply(v: Value) -> Result<Claimed> {
     let reply = array(v)?;
-    let (head, rest) = reply.split_at(reply.len().min(3));
-    let [expired, next_due, now] = head else {
+    let (head, rest) = reply.split_at(reply.len().min(4));
+    let [expired, next_due, now, died] = head else {
         return Err(Error::protocol("short claim reply"));
     };
     let tasks = rest
@@ -248,6 +250,7 @@ fn claim_reply(v: Value) -> Result<Claimed> {
         .map(Duration::from_millis);
     Ok(Claimed {
         expired: usize::try_from(int(expired)?).unwrap_or(0),
+        died: unsigned(int(died)?),
         now: unsigned(int(now)?),
         next_due,
         tasks,
@@ -422,6 +425,7 @@ mod tests {
             Value::Int(1),
             Value::Int(-1),
             Value::Int(1_700_000_000_500),
+            Value::Int(0),
             Value::BulkString(b"t1".to_vec()),
             Value::Int(1_700_000_000_000),
             Value::Nil,

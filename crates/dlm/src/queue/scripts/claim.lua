@@ -16,12 +16,14 @@
 -- ARGV[3]  max attempts (a task whose lease expired on its last attempt dies)
 -- ARGV[4]  how many expired leases to return at most in this call
 -- Returns  {expired_returned, ms_until_next_due (-1: nothing waiting), now (ms),
+--           died (how many of the expired moved to the dead set),
 --           then per claimed task five values: id, due time, payload (nil: none),
 --           lease fencing token, attempt number (1 = first)}
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
+local died = 0
 for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
@@ -30,11 +32,12 @@ for _, id in ipairs(expired) do
     redis.call('ZADD', KEYS[6], now, id)
     redis.call('HSET', KEYS[7], id, 'lease expired on attempt ' .. attempts)
     redis.call('HINCRBY', KEYS[9], 'failed', 1)
+    died = died + 1
   else
     redis.call('ZADD', KEYS[1], 'NX', now, id)
   end
 end
-local out = {#expired, -1, now}
+local out = {#expired, -1, now, died}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
 local n = #due / 2
 if n > 0 then
