@@ -333,6 +333,8 @@ fn browser_shows_counts_retries_from_the_page_and_escapes_payloads() -> Result<(
     };
     let started = Instant::now();
     let s = filled()?;
+    // (For screenshots, some traffic to chart: samples come every second.)
+    let screenshots = std::env::var_os("DLM_SCREENSHOTS").is_some();
     let serve = Serve::start(&s, "127.0.0.1", &[])?;
     let b = Browser::start(&chromium, &driver)?;
 
@@ -357,6 +359,10 @@ fn browser_shows_counts_retries_from_the_page_and_escapes_payloads() -> Result<(
         b.eval("return document.getElementById('total-locks').textContent")?,
         "2"
     );
+    if screenshots {
+        traffic(&s, Duration::from_secs(15))?;
+        b.goto(&serve.url("/"))?;
+    }
     shot(&b, "dashboard-overview.png")?;
 
     // The HTML payload is text, not markup: no alert, one script (ours).
@@ -415,6 +421,33 @@ fn browser_shows_counts_retries_from_the_page_and_escapes_payloads() -> Result<(
     shot(&b, "dashboard-locks.png")?;
     eprintln!("browser test took {:?}", started.elapsed());
     Ok(())
+}
+
+/// Traffic on queue `mail` for `run` (screenshots only): every 200 ms a wave
+/// of 1-11 new tasks, and 3 tasks claimed and acked, so the overview's
+/// sparkline and throughput have something to show.
+fn traffic(server: &RedisServer, run: Duration) -> Result<(), Error> {
+    use dlm::queue::{NewTask, OnDuplicate};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let c = dlm::Client::connect(&server.url()).await?;
+        let q = c.queue("mail");
+        let start = Instant::now();
+        let mut round = 0u32;
+        while start.elapsed() < run {
+            let wave = (6.0 + 5.0 * (start.elapsed().as_secs_f64() * 0.8).sin()) as usize;
+            let ids = (0..wave).map(|k| NewTask::new(format!("m{round}-{k}")));
+            q.enqueue(ids, Duration::ZERO, OnDuplicate::Keep).await?;
+            for lease in q.claim(3, Duration::from_secs(30)).await? {
+                lease.ack().await?;
+            }
+            round += 1;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok::<_, Error>(())
+    })
 }
 
 /// With `DLM_SCREENSHOTS=1`, save a screenshot of the current page as `docs/NAME`.
