@@ -43,6 +43,8 @@ const MAX_HANDOFFS: u32 = 16;
 pub(crate) struct Baton {
     token: Token,
     ttl: Duration,
+    /// How much the acquisition wants: 1 for a lock, its permits for a semaphore.
+    units: u32,
     /// Set by the releaser: the fence and when the hand-over request started.
     granted: Mutex<Option<(Fence, Instant)>>,
     notify: Notify,
@@ -50,9 +52,15 @@ pub(crate) struct Baton {
 
 impl Baton {
     pub(crate) fn new(token: Token, ttl: Duration) -> Arc<Self> {
+        Self::for_units(token, ttl, 1)
+    }
+
+    /// A baton of an acquisition that wants `units` (a semaphore's permits).
+    pub(crate) fn for_units(token: Token, ttl: Duration, units: u32) -> Arc<Self> {
         Arc::new(Baton {
             token,
             ttl,
+            units,
             granted: Mutex::new(None),
             notify: Notify::new(),
         })
@@ -64,6 +72,10 @@ impl Baton {
 
     pub(crate) fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    pub(crate) fn units(&self) -> u32 {
+        self.units
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<(Fence, Instant)>> {
