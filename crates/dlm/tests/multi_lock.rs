@@ -13,7 +13,11 @@ use common::{Deployment, TestResult, ttl};
 use dlm::Error;
 use dlm_testkit::history::{Clock, Hold, overlapping_holds};
 
-async fn crossing_orders_never_deadlock_nor_overlap(d: &Deployment, a: &str, b: &str) -> TestResult {
+async fn crossing_orders_never_deadlock_nor_overlap(
+    d: &Deployment,
+    a: &str,
+    b: &str,
+) -> TestResult {
     let clients = [d.client().await, d.client().await];
     let clock = Clock::new();
     let holds = Arc::new(Mutex::new(Vec::new()));
@@ -71,7 +75,10 @@ async fn all_or_none(d: &Deployment, a: &str, b: &str) -> TestResult {
     let (c, other) = (d.client().await, d.client().await);
     let held_b = other.lock(b).acquire(&ttl(5000)).await?;
     let multi = c.multi_lock([a, b])?;
-    match multi.acquire(&ttl(5000).wait(Duration::from_millis(200))).await {
+    match multi
+        .acquire(&ttl(5000).wait(Duration::from_millis(200)))
+        .await
+    {
         Err(Error::Busy { name, .. }) => assert_eq!(name, b),
         other => panic!("expected Busy on {b}: {other:?}"),
     }
