@@ -67,6 +67,8 @@ pub(super) fn summarize(
         frozen: 0,
         topology: "standalone",
         replicas: 0,
+        primitive: "mutex",
+        permits: None,
     }
 }
 

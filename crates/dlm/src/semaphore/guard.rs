@@ -153,7 +153,7 @@ async fn release_held(held: &Held) -> Result<bool> {
         .state
         .wakeups
         .as_ref()
-        .and_then(|w| Some((w, w.next_baton(&held.keys.channel)?)));
+        .and_then(|w| Some((w, w.claim_baton(&held.keys.channel)?)));
     let Some((wakeups, next)) = next else {
         return ops::release(backend, &held.keys, &held.token, held.permits).await;
     };
@@ -163,7 +163,14 @@ async fn release_held(held: &Held) -> Result<bool> {
         permits: next.units(),
         ttl: next.ttl(),
     };
-    let done = ops::release_to(backend, &held.keys, &held.token, held.permits, successor).await?;
+    let done = ops::release_to(backend, &held.keys, &held.token, held.permits, successor).await;
+    let done = match done {
+        Ok(d) => d,
+        Err(e) => {
+            wakeups.unclaim(&held.keys.channel, next);
+            return Err(e);
+        }
+    };
     match done {
         HandOver::Handed(fence) => {
             wakeups.handed(&held.keys.channel, &next);
@@ -171,8 +178,14 @@ async fn release_held(held: &Held) -> Result<bool> {
             tracing::debug!(name = %held.name, "permits handed over to a waiting task");
             Ok(true)
         }
-        HandOver::Released => Ok(true),
-        HandOver::Expired => Ok(false),
+        HandOver::Released => {
+            wakeups.unclaim(&held.keys.channel, next);
+            Ok(true)
+        }
+        HandOver::Expired => {
+            wakeups.unclaim(&held.keys.channel, next);
+            Ok(false)
+        }
     }
 }
 

@@ -252,6 +252,30 @@ impl Wakeups {
         ch.batons.front().cloned()
     }
 
+    /// Like [`Wakeups::next_baton`], but take the baton out of the queue at
+    /// once, so that concurrent releasers (a semaphore's holders) never hand
+    /// to the same waiter twice; give it back with [`Wakeups::unclaim`] if
+    /// the hand-over did not happen, or count it with [`Wakeups::handed`].
+    pub(crate) fn claim_baton(&self, channel: &str) -> Option<Arc<Baton>> {
+        let mut channels = self.channels();
+        let ch = channels.get_mut(channel)?;
+        if ch.handoffs >= MAX_HANDOFFS {
+            ch.handoffs = 0;
+            return None;
+        }
+        ch.batons.pop_front()
+    }
+
+    /// A claimed baton whose hand-over did not happen: first in line again
+    /// (unless its acquisition gave up meanwhile).
+    pub(crate) fn unclaim(&self, channel: &str, baton: Arc<Baton>) {
+        if Arc::strong_count(&baton) > 1
+            && let Some(ch) = self.channels().get_mut(channel)
+        {
+            ch.batons.push_front(baton);
+        }
+    }
+
     /// `baton` got the lock: out of the queue, and count the hand-over.
     pub(crate) fn handed(&self, channel: &str, baton: &Arc<Baton>) {
         if let Some(ch) = self.channels().get_mut(channel) {
