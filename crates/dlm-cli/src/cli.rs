@@ -18,6 +18,7 @@ use crate::lock_cmd::{AcquireArgs, ExtendArgs, ReleaseArgs, StatusArgs};
 use crate::queue_cmd::{DeadArgs, ListArgs, PurgeArgs, PushArgs, RemoveArgs, RetryArgs};
 use crate::run_cmd::RunArgs;
 use crate::seckill::SeckillArgs;
+use crate::semaphore_cmd::SemaphoreCommand;
 use crate::serve::ServeArgs;
 use crate::work_cmd::WorkArgs;
 
@@ -28,7 +29,7 @@ Exit codes:
      a queue task not removed (its score changed or it is not waiting)
   2  usage error or invalid input
   3  Redis unavailable, backend or environment failure
-  4  the lock was lost while `lock run`'s command ran
+  4  the lock (permits) was lost while `lock run`'s (`semaphore run`'s) command ran
   `lock run` otherwise exits with the command's code (128+N if killed by signal N);
   `queue work` exits 127/126 when its command cannot be found / run";
 
@@ -199,6 +200,9 @@ pub enum Command {
     /// Acquire, release, extend and inspect locks; run a command under a lock.
     #[command(subcommand)]
     Lock(LockCommand),
+    /// A counting semaphore with leased permits: run a command holding some.
+    #[command(subcommand)]
+    Semaphore(SemaphoreCommand),
     /// A reliable task queue: push, inspect, and work off tasks with a command.
     #[command(subcommand)]
     Queue(QueueCommand),
@@ -243,6 +247,10 @@ pub enum LockCommand {
     /// (exit 0 either way).
     Status(StatusArgs),
     /// Run a command while holding a lock: a distributed flock(1).
+    ///
+    /// Several NAMEs are taken all or none (a multi-lock, in one global order
+    /// so that crossing orders never deadlock); CMD then gets DLM_FENCE (the
+    /// first name's token) and DLM_FENCES (every name's, comma-separated).
     ///
     /// The lock is renewed every TTL/3 while CMD runs and released when it
     /// exits; dlm exits with CMD's exit code (128+N if a signal N killed it).

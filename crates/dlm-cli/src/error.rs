@@ -30,6 +30,12 @@ pub enum CliError {
         /// The lock's name.
         name: String,
     },
+    /// The permits were lost while `semaphore run`'s command ran.
+    #[error("permits of semaphore {name} lost while the command ran")]
+    PermitsLost {
+        /// The semaphore's name.
+        name: String,
+    },
     /// `lock run` could not start its command.
     #[error("cannot run {program:?}: {source}")]
     Spawn {
@@ -73,7 +79,7 @@ impl CliError {
             CliError::Dlm(e) => dlm_exit_code(e),
             CliError::Usage(_) => EXIT_USAGE,
             CliError::No(_) => EXIT_NO,
-            CliError::Lost { .. } => EXIT_LOST,
+            CliError::Lost { .. } | CliError::PermitsLost { .. } => EXIT_LOST,
             // As shells do: 127 command not found, 126 not executable.
             CliError::Spawn { source, .. } => match source.kind() {
                 std::io::ErrorKind::NotFound => 127,
@@ -94,7 +100,8 @@ pub fn dlm_exit_code(e: &dlm::Error) -> u8 {
         | E::NotHeld { .. }
         | E::StaleFence { .. }
         | E::LeaseLost { .. }
-        | E::Conflict { .. } => EXIT_NO,
+        | E::Conflict { .. }
+        | E::NoPermits { .. } => EXIT_NO,
         E::InvalidArgument { .. } => EXIT_USAGE,
         E::Lost { .. } => EXIT_LOST,
         E::Unavailable { .. } | E::Timeout(_) | E::Backend { .. } | E::NoQuorum { .. } => {

@@ -17,9 +17,11 @@ mod queue_cmd;
 mod rng;
 mod run_cmd;
 mod seckill;
+mod semaphore_cmd;
 mod serve;
 mod signals;
 mod stats;
+mod supervise;
 mod work_cmd;
 
 use std::process::ExitCode;
@@ -29,6 +31,7 @@ use crate::check::CheckCommand;
 use crate::cli::{BenchCommand, Cli, Command, DemoCommand, LockCommand, QueueCommand};
 use crate::error::CliError;
 use crate::global::Global;
+use crate::semaphore_cmd::SemaphoreCommand;
 
 /// mimalloc instead of glibc's malloc: with several runtime threads, glibc
 /// serialises frees of memory allocated on another thread on its arena lock
@@ -83,6 +86,9 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Lock(LockCommand::Extend(a)) => lock_cmd::extend(global, &a).await,
         Command::Lock(LockCommand::Status(a)) => lock_cmd::status(global, &a).await,
         Command::Lock(LockCommand::Run(a)) => run_cmd::run(global, &a).await,
+        Command::Semaphore(SemaphoreCommand::Run(a)) => semaphore_cmd::run(global, &a).await,
+        Command::Semaphore(SemaphoreCommand::Status(a)) => semaphore_cmd::status(global, &a).await,
+        Command::Semaphore(SemaphoreCommand::Set(a)) => semaphore_cmd::set(global, &a).await,
         Command::Queue(QueueCommand::Push(a)) => queue_cmd::push(global, &a).await,
         Command::Queue(QueueCommand::Peek(a)) => queue_cmd::list(global, &a, false).await,
         Command::Queue(QueueCommand::Pop(a)) => queue_cmd::list(global, &a, true).await,

@@ -1,30 +1,34 @@
-//! `dlm lock run NAME --ttl D -- CMD...`: a distributed flock(1).
+//! `dlm lock run NAME... --ttl D -- CMD...`: a distributed flock(1).
 //!
-//! Acquire with a watchdog, run CMD with `DLM_FENCE` and `DLM_LOCK_KEY` in
-//! its environment, forward SIGINT/SIGTERM/SIGHUP to it, release when it
-//! exits and exit with its code. If the lock is lost meanwhile, CMD gets
-//! SIGTERM (SIGKILL after [`KILL_GRACE`]) and `dlm` exits 4.
+//! Acquire with a watchdog (several names: all or none, as one multi-lock),
+//! run CMD with `DLM_FENCE`, `DLM_FENCES`, `DLM_LOCK_NAME` and
+//! `DLM_LOCK_KEY` in its environment, forward SIGINT/SIGTERM/SIGHUP to it,
+//! release when it exits and exit with its code. If a lock is lost
+//! meanwhile, CMD gets SIGTERM (SIGKILL after
+//! [`crate::supervise::KILL_GRACE`]) and `dlm` exits 4.
 
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
 use std::time::Duration;
 
 use clap::Args;
-use tokio::process::Child;
-use tokio::time::Instant;
 
 use crate::error::CliError;
-use crate::global::parse::{parse_ttl, parse_wait};
+use crate::global::Global;
+use crate::global::parse::{parse_name, parse_ttl, parse_wait};
 use crate::global::target::{connect_nodes, settle_release};
-use crate::global::{Global, LockName};
 use crate::signals::Signals;
+use crate::supervise::run_child;
 
 /// `dlm lock run`
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    #[command(flatten)]
-    #[allow(missing_docs)]
-    pub target: LockName,
+    /// The lock's name (1 to 1024 bytes); its key is dlm:lock:{NAME}.
+    /// Several names: all of them are taken, or none (a multi-lock).
+    #[arg(value_name = "NAME", value_parser = parse_name, required = true, num_args = 1..)]
+    pub names: Vec<String>,
+    /// Use NAME itself as the Redis key (to share the lock with redis-py,
+    /// node-redlock or redsync on the same key); one NAME only.
+    #[arg(long)]
+    pub raw_key: bool,
     /// Lease length (10ms to 7d), renewed every TTL/3 while CMD runs; how
     /// long the lock outlives a crashed dlm.
     #[arg(long, value_name = "D", value_parser = parse_ttl, allow_hyphen_values = true)]
@@ -38,55 +42,100 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
-/// How long CMD gets to exit after SIGTERM (lock lost) before SIGKILL.
-pub const KILL_GRACE: Duration = Duration::from_secs(10);
+/// What `lock run` holds: one lock, or several taken together.
+enum Held {
+    One(dlm::LockGuard),
+    Many(dlm::MultiGuard),
+}
 
-/// Send `sig` to the child, if it has not been reaped yet.
-#[allow(unsafe_code)]
-fn send_signal(child: &Child, sig: libc::c_int) {
-    // `id()` is None once the child has been reaped; until then its pid
-    // cannot be reused, since only this task waits for it.
-    let Some(pid) = child.id() else { return };
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return;
-    };
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours; the
-    // pid is our own unreaped child (a zombie at worst), never another process.
-    let rc = unsafe { libc::kill(pid, sig) };
-    if rc != 0 {
-        tracing::debug!(pid, sig, error = %std::io::Error::last_os_error(), "kill failed");
+impl Held {
+    /// The command's environment: `DLM_FENCE` is the first name's fencing
+    /// token (a single integer, as scripts expect), `DLM_FENCES` every
+    /// name's in the order given, comma-separated; `DLM_LOCK_NAME` and
+    /// `DLM_LOCK_KEY` likewise (absent fences under Redlock).
+    fn env(&self) -> Vec<(&'static str, String)> {
+        let guards = match self {
+            Held::One(g) => std::slice::from_ref(g),
+            Held::Many(m) => m.guards(),
+        };
+        let join =
+            |f: fn(&dlm::LockGuard) -> String| guards.iter().map(f).collect::<Vec<_>>().join(",");
+        let mut env = vec![
+            ("DLM_LOCK_NAME", join(|g| g.name().to_string())),
+            ("DLM_LOCK_KEY", join(|g| g.key().to_string())),
+        ];
+        if let Some(fence) = guards.first().and_then(dlm::LockGuard::fence) {
+            env.push(("DLM_FENCE", fence.to_string()));
+            env.push((
+                "DLM_FENCES",
+                join(|g| g.fence().map(|f| f.to_string()).unwrap_or_default()),
+            ));
+        }
+        env
+    }
+
+    fn lost_signals(&self) -> Vec<dlm::LostSignal> {
+        match self {
+            Held::One(g) => vec![g.lost_signal()],
+            Held::Many(m) => m.lost_signals(),
+        }
+    }
+
+    async fn release(self) -> dlm::Result<()> {
+        match self {
+            Held::One(g) => g.release().await.map(|_| ()),
+            Held::Many(m) => m.release().await,
+        }
     }
 }
 
-/// The shell convention: the exit code, or 128+N when killed by signal N.
-pub fn exit_code(status: ExitStatus) -> u8 {
-    if let Some(code) = status.code() {
-        return u8::try_from(code).unwrap_or(1);
-    }
-    match status.signal() {
-        Some(sig) => u8::try_from(128 + sig).unwrap_or(255),
-        None => 1,
+/// What `lock run` asks for: one lock, or several all or none.
+enum Wanted {
+    One(dlm::Lock),
+    Many(dlm::MultiLock),
+}
+
+impl Wanted {
+    async fn acquire(&self, opts: &dlm::LockOptions) -> dlm::Result<Held> {
+        match self {
+            Wanted::One(lock) => lock.acquire(opts).await.map(Held::One),
+            Wanted::Many(multi) => multi.acquire(opts).await.map(Held::Many),
+        }
     }
 }
 
 /// `dlm lock run`.
 pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, CliError> {
-    let name = args.target.name.as_str();
-    let Some((program, cmd_args)) = args.command.split_first() else {
-        return Err(CliError::Usage("no command given after --".into()));
-    };
+    let name = args.names.join(",");
+    if args.raw_key && args.names.len() > 1 {
+        return Err(CliError::Usage(
+            "--raw-key takes one NAME (a multi-lock uses dlm's own keys)".into(),
+        ));
+    }
+    for n in &args.names {
+        dlm::keys::lock_key(dlm::keys::DEFAULT_LOCK_PREFIX, n, args.raw_key)?;
+    }
     // From here on SIGINT/SIGTERM/SIGHUP no longer kill dlm: they abort the
     // wait for the lock, or are forwarded to the command.
-    args.target.check()?;
     let mut signals = Signals::install()?;
     let client = connect_nodes(&global.urls(), global).await?;
-    let lock = args.target.lock(&client);
     let opts = dlm::LockOptions::new(args.ttl)
         .wait(args.wait)
         .watchdog(true);
-    let guard = tokio::select! {
-        r = lock.acquire(&opts) => match r {
-            Ok(guard) => guard,
+    let (target, lock) = match args.names.as_slice() {
+        [one] => {
+            let lock = client.lock(one.clone());
+            let lock = if args.raw_key { lock.raw_key() } else { lock };
+            (Wanted::One(lock.clone()), lock)
+        }
+        names => (
+            Wanted::Many(client.multi_lock(names.iter().cloned())?),
+            client.lock(names[0].clone()),
+        ),
+    };
+    let held = tokio::select! {
+        r = target.acquire(&opts) => match r {
+            Ok(held) => held,
             Err(e) => {
                 // A failed Redlock attempt's clean-up: at most one per-node timeout.
                 if let Some(t) = lock.node_timeout(&opts) {
@@ -101,98 +150,28 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, CliError> {
             return Ok(u8::try_from(128 + sig).unwrap_or(255));
         }
     };
-    tracing::debug!(name, fence = ?guard.fence(), "acquired; starting the command");
-
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(cmd_args)
-        .env("DLM_LOCK_KEY", guard.key())
-        .env("DLM_LOCK_NAME", name)
-        .kill_on_drop(true);
-    // A lock on one Redis always has a fencing token (Redlock would have none).
-    match guard.fence() {
-        Some(fence) => command.env("DLM_FENCE", fence.to_string()),
-        None => command.env_remove("DLM_FENCE"),
-    };
-    let spawned = command.spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(source) => {
-            let _ = guard.release().await;
-            return Err(CliError::Spawn {
-                program: program.clone(),
-                source,
-            });
-        }
-    };
-
-    let lost = guard.lost_signal();
-    let mut lost_seen = false;
-    let mut kill_at: Option<Instant> = None;
-    let waited = loop {
-        let kill_deadline = kill_at.unwrap_or_else(|| Instant::now() + KILL_GRACE);
-        tokio::select! {
-            // Lost first: when the lock went away as the command finished,
-            // report the loss (its work may have overlapped another holder).
-            biased;
-            _ = lost.lost(), if !lost_seen => {
-                lost_seen = true;
-                tracing::debug!(name, "lock lost while the command ran; sending it SIGTERM");
-                send_signal(&child, libc::SIGTERM);
-                kill_at = Some(Instant::now() + KILL_GRACE);
-            }
-            r = child.wait() => break r,
-            _ = tokio::time::sleep_until(kill_deadline), if kill_at.is_some() => {
-                tracing::warn!(name, "the command ignored SIGTERM for {KILL_GRACE:?}; sending SIGKILL");
-                if let Err(e) = child.start_kill() {
-                    tracing::debug!(error = %e, "SIGKILL failed");
-                }
-                kill_at = None;
-            }
-            sig = signals.recv() => {
-                tracing::debug!(sig, "forwarding signal to the command");
-                send_signal(&child, sig);
-            }
-        }
-    };
-
-    let status = match waited {
-        Ok(s) => s,
+    tracing::debug!(name, "acquired; starting the command");
+    let lost = dlm::any_lost(held.lost_signals());
+    let ended = match run_child(&args.command, &held.env(), lost, &mut signals, &name).await {
+        Ok(ended) => ended,
         Err(e) => {
-            // Should not happen; the child is killed when dropped (kill_on_drop).
-            let _ = guard.release().await;
-            return Err(CliError::Io {
-                what: "waiting for the command",
-                source: e,
-            });
+            let _ = held.release().await;
+            return Err(e);
         }
     };
-    let code = exit_code(status);
-    if lost_seen {
+    if ended.lost {
         // Token-checked: removes nothing that is not ours.
-        let _ = guard.release().await;
-        return Err(CliError::Lost { name: name.into() });
+        let _ = held.release().await;
+        return Err(CliError::Lost { name });
     }
-    let released = guard.release().await;
+    let released = held.release().await;
     settle_release(&client, global).await;
     match released {
-        Ok(_) => Ok(code),
-        Err(e) if e.is_lock_lost() => Err(CliError::Lost { name: name.into() }),
+        Ok(()) => Ok(ended.code),
+        Err(e) if e.is_lock_lost() => Err(CliError::Lost { name }),
         Err(e) => {
             tracing::warn!(name, error = %e, "release failed; the TTL will free the lock");
-            Ok(code)
+            Ok(ended.code)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exit_codes_follow_the_shell() {
-        assert_eq!(exit_code(ExitStatus::from_raw(7 << 8)), 7);
-        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGTERM)), 143);
-        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
     }
 }

@@ -19,7 +19,7 @@ const LAYERS: &[Layer<'static>] = &[
     },
     Layer {
         name: "global",
-        modules: &["global"],
+        modules: &["global", "supervise"],
         lateral: false,
     },
     Layer {
@@ -35,6 +35,7 @@ const LAYERS: &[Layer<'static>] = &[
             "seckill",
             "check",
             "serve",
+            "semaphore_cmd",
         ],
         lateral: false,
     },

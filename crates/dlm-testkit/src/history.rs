@@ -195,6 +195,53 @@ pub fn overlapping_holds(holds: &[Hold]) -> Vec<(Hold, Hold)> {
     found
 }
 
+/// A holder's permits of a semaphore over one interval of its history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitHold {
+    /// The holder (a process or task id).
+    pub holder: usize,
+    /// When the grant was in hand.
+    pub from: Duration,
+    /// When the holder stopped believing it held the permits.
+    pub until: Duration,
+    /// How many permits it held.
+    pub permits: u32,
+}
+
+/// The most permits held at one instant over a history of semaphore holds,
+/// and the first instant it was reached (each hold counts over
+/// `[from, until)`; one ending as another starts is not an overlap). A
+/// semaphore of capacity N is violated when this exceeds N.
+///
+/// ```
+/// use std::time::Duration;
+/// use dlm_testkit::history::{PermitHold, peak_permits};
+/// let ms = Duration::from_millis;
+/// let h = |holder, from, until, permits| PermitHold { holder, from: ms(from), until: ms(until), permits };
+/// assert_eq!(peak_permits(&[h(1, 0, 10, 1), h(2, 5, 20, 2), h(3, 10, 30, 1)]), (3, ms(5)));
+/// assert_eq!(peak_permits(&[]), (0, ms(0)));
+/// ```
+pub fn peak_permits(holds: &[PermitHold]) -> (u32, Duration) {
+    // Ends sort before starts at the same instant.
+    let mut events: Vec<(Duration, bool, u32)> = holds
+        .iter()
+        .flat_map(|h| [(h.from, true, h.permits), (h.until, false, h.permits)])
+        .collect();
+    events.sort_by_key(|(t, start, _)| (*t, *start));
+    let (mut now, mut peak, mut at) = (0u32, 0u32, Duration::ZERO);
+    for (t, start, n) in events {
+        if start {
+            now += n;
+            if now > peak {
+                (peak, at) = (now, t);
+            }
+        } else {
+            now = now.saturating_sub(n);
+        }
+    }
+    (peak, at)
+}
+
 /// A register that keeps the value of the highest fencing token seen and
 /// refuses writes with a lower one (what `Client::fenced_write` does in
 /// Redis), counting what it accepted. With `fencing` off it accepts every

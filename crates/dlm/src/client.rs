@@ -13,11 +13,19 @@ use crate::backend::{Backend, Deployment, TlsConfig, Topology};
 use crate::consistency::{Stock, Versioned};
 use crate::error::{Error, Result};
 use crate::keys::{DEFAULT_LOCK_PREFIX, validate_prefix};
-use crate::lock::{HeldLock, Lock, Locks, Node, Nodes, Quorum, ReleaseAll};
+use crate::lock::{HeldLock, Lock, Locks, MultiLock, Node, Nodes, Quorum, ReleaseAll};
 use crate::metrics::LockNames;
 use crate::queue::Queue;
+use crate::semaphore::{Semaphore, Semaphores};
 use crate::services::wakeups::Wakeups;
 use crate::token::Fence;
+
+/// Every script a connection loads when it is made.
+fn preloaded_scripts() -> Vec<&'static redis::Script> {
+    let mut scripts = crate::lock::preloaded_scripts();
+    scripts.extend(crate::semaphore::preloaded_scripts());
+    scripts
+}
 
 /// The default deadline of one call to Redis.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -25,6 +33,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 struct ClientInner {
     /// Where locks live and the services they share.
     locks: Arc<Locks>,
+    /// The semaphores' shared state (their watchdog and held permits).
+    semaphores: Arc<Semaphores>,
     /// For dedicated connections (a worker's blocking wait, pub/sub), when known.
     deployment: Option<Arc<Deployment>>,
 }
@@ -230,11 +240,7 @@ impl ClientBuilder {
     async fn on(self, deployment: Deployment) -> Result<Client> {
         let deployment = Arc::new(deployment);
         let backend = deployment
-            .connect(
-                self.connect_timeout,
-                self.timeout,
-                crate::lock::preloaded_scripts(),
-            )
+            .connect(self.connect_timeout, self.timeout, preloaded_scripts())
             .await?;
         let wakeups = Some(Wakeups::new(deployment.clone(), self.timeout));
         Ok(self.finish(Nodes::Single(Node::new(backend)), wakeups, Some(deployment)))
@@ -317,11 +323,7 @@ impl ClientBuilder {
         let backends: Vec<Backend> = deployments
             .iter()
             .map(|d| {
-                d.connect_in_background(
-                    self.connect_timeout,
-                    self.timeout,
-                    crate::lock::preloaded_scripts(),
-                )
+                d.connect_in_background(self.connect_timeout, self.timeout, preloaded_scripts())
             })
             .collect();
         let wait = self
@@ -424,14 +426,21 @@ impl ClientBuilder {
         wakeups: Option<Arc<Wakeups>>,
         deployment: Option<Arc<Deployment>>,
     ) -> Client {
+        let locks = Locks::new(
+            nodes,
+            self.prefix,
+            wakeups,
+            (self.metrics_lock_names > 0).then(|| LockNames::new(self.metrics_lock_names)),
+        );
+        let semaphores = Semaphores::new(
+            locks.single_backend().cloned(),
+            locks.wakeups.clone(),
+            locks.background.clone(),
+        );
         Client {
             inner: Arc::new(ClientInner {
-                locks: Locks::new(
-                    nodes,
-                    self.prefix,
-                    wakeups,
-                    (self.metrics_lock_names > 0).then(|| LockNames::new(self.metrics_lock_names)),
-                ),
+                locks,
+                semaphores,
                 deployment,
             }),
         }
@@ -477,6 +486,55 @@ impl Client {
     /// The lock named `name` (1 ..= 1024 bytes; checked when used).
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         Lock::new(self.inner.locks.clone(), name.into())
+    }
+
+    /// The semaphore named `name` (1 ..= 1024 bytes) with `permits`
+    /// permits (1 ..= [`crate::MAX_PERMITS`]; both checked when used): at
+    /// most that many held at once across every client. See
+    /// [`crate::semaphore`] for the capacity rules and the *Safety* note.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let opts = dlm::SemaphoreOptions::new(std::time::Duration::from_secs(10));
+    /// let guard = client.semaphore("encoders", 3).acquire(1, &opts).await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore::new(self.inner.semaphores.clone(), name.into(), permits)
+    }
+
+    /// How many semaphore holders (guards alive, not released) this client has.
+    ///
+    /// ```no_run
+    /// # fn demo(client: dlm::Client) {
+    /// assert_eq!(client.held_permits_count(), 0);
+    /// # }
+    /// ```
+    pub fn held_permits_count(&self) -> usize {
+        self.inner.semaphores.held_count()
+    }
+
+    /// Several named locks taken all or none under one guard (see
+    /// [`MultiLock`]): 1 ..= [`crate::MAX_MULTI_LOCK`] distinct names, each
+    /// a valid lock name ([`Error::InvalidArgument`] otherwise).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let opts = dlm::LockOptions::new(std::time::Duration::from_secs(5));
+    /// let both = client.multi_lock(["from:7", "to:9"])?.acquire(&opts).await?;
+    /// both.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn multi_lock<I, S>(&self, names: I) -> Result<MultiLock>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        MultiLock::new(
+            self.inner.locks.clone(),
+            names.into_iter().map(Into::into).collect(),
+        )
     }
 
     /// The deadline of one call to Redis.

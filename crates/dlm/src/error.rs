@@ -31,6 +31,18 @@ pub enum Error {
         /// The holder's remaining TTL as Redis reported it; `None` when the key has no expiry.
         ttl: Option<Duration>,
     },
+    /// Not enough permits of a semaphore were free (after waiting, if a wait was asked for).
+    #[error("semaphore {name:?}: {wanted} permit(s) wanted, {free} of {capacity} free")]
+    NoPermits {
+        /// The semaphore's name.
+        name: String,
+        /// Permits asked for.
+        wanted: u32,
+        /// Permits free at the last attempt.
+        free: u32,
+        /// The capacity asked under.
+        capacity: u32,
+    },
     /// Our lock is gone: its TTL ran out (nobody else holds it now).
     #[error("lock {name:?} is not held any more: it expired")]
     Expired {

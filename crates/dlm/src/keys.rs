@@ -45,7 +45,8 @@ pub const DEFAULT_LOCK_PREFIX: &str = "dlm:lock:";
 pub const ACL_RULES: &str = "resetkeys ~dlm:* resetchannels &dlm:* -@all \
 +evalsha +eval +script|load +get +set +del +pexpire +pttl +incr +incrby +decrby \
 +hget +hmget +hset +hdel +hincrby +lpush +ltrim +blpop +zadd +zcard +zcount \
-+zmscore +zrange +zrangebyscore +zrem +zremrangebyrank +zscore +time +wait +publish +scan \
++zmscore +zrange +zrangebyscore +zrem +zremrangebyrank +zremrangebyscore +zscore +pexpireat \
++time +wait +publish +scan \
 +subscribe +unsubscribe +ping +hello +cluster|slots \
 +cluster|shards +asking +info";
 
@@ -226,6 +227,45 @@ pub(crate) fn queue_keys(name: &str) -> Result<Vec<String>> {
     .collect())
 }
 
+/// The default prefix of semaphore keys.
+pub const DEFAULT_SEMAPHORE_PREFIX: &str = "dlm:sem:";
+
+/// The keys and channel of one semaphore, all under the `{name}` hash tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SemaphoreKeys {
+    /// A hash: `permits` (the capacity) and `fence` (the fencing counter); never expires.
+    pub meta: String,
+    /// A sorted set, one member `TOKEN:i` per permit held, scored by its lease deadline
+    /// (Redis server time, ms); expires with its last lease.
+    pub holders: String,
+    /// Published on every release and capacity change.
+    pub channel: String,
+}
+
+/// The keys of semaphore `name`, or why the name cannot be used.
+///
+/// ```
+/// assert_eq!(dlm::keys::semaphore_key("pool")?, "dlm:sem:{pool}");
+/// assert!(dlm::keys::semaphore_key("").is_err());
+/// # Ok::<(), dlm::Error>(())
+/// ```
+pub fn semaphore_key(name: &str) -> Result<String> {
+    Ok(semaphore_keys(name)?.meta)
+}
+
+pub(crate) fn semaphore_keys(name: &str) -> Result<SemaphoreKeys> {
+    validate_name("semaphore name", name)?;
+    if name.starts_with('}') {
+        return Err(Error::invalid("semaphore name", "must not start with '}'"));
+    }
+    let meta = format!("{DEFAULT_SEMAPHORE_PREFIX}{{{name}}}");
+    Ok(SemaphoreKeys {
+        holders: format!("{meta}:holders"),
+        channel: format!("{meta}:released"),
+        meta,
+    })
+}
+
 /// The key holding a fenced value for `resource`.
 pub(crate) fn fenced_key(resource: &str) -> Result<String> {
     validate_name("resource name", resource)?;
@@ -308,6 +348,17 @@ mod tests {
         assert_eq!(keys[0], "dlm:queue:{mail}:waiting");
         assert!(keys.iter().all(|k| cluster_tag(k) == "mail"));
         assert!(queue_keys("").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn semaphore_keys_share_one_slot() -> Result<()> {
+        let k = semaphore_keys("pool")?;
+        assert_eq!(k.meta, "dlm:sem:{pool}");
+        assert_eq!(k.holders, "dlm:sem:{pool}:holders");
+        assert_eq!(slot(&k.holders), slot(&k.meta));
+        assert_eq!(slot(&k.channel), slot(&k.meta));
+        assert!(semaphore_keys("}x").is_err());
         Ok(())
     }
 

@@ -143,6 +143,7 @@ pub mod error;
 pub mod keys;
 pub mod metrics;
 pub mod queue;
+pub mod semaphore;
 
 mod backend;
 mod client;
@@ -157,8 +158,10 @@ pub use error::{BackendError, Error, Result};
 pub use fenced::MAX_FENCED_VALUE;
 pub use lock::{
     HeldLock, Lock, LockContext, LockGuard, LockOptions, LockStatus, LostSignal, MAX_HELD_LOCKS,
-    MAX_TTL, MAX_WAIT, MIN_TTL, ReleaseAll, Released,
+    MAX_MULTI_LOCK, MAX_TTL, MAX_WAIT, MIN_TTL, MultiGuard, MultiLock, ReleaseAll, Released,
+    any_lost,
 };
+pub use semaphore::{MAX_PERMITS, Semaphore, SemaphoreGuard, SemaphoreOptions, SemaphoreStatus};
 pub use token::{Fence, Token};
 pub use tokio_util::sync::CancellationToken;
 

@@ -29,8 +29,23 @@ mod report;
 
 use report::{summarize, table};
 
-/// The one lock of the contended mode.
+/// The one lock of the contended mode (and the semaphore's name).
 pub const CONTENDED_NAME: &str = "bench:lock:contended";
+
+/// A held lock or semaphore permit.
+enum Held {
+    Lock(dlm::LockGuard),
+    Permit(dlm::SemaphoreGuard),
+}
+
+impl Held {
+    async fn release(self) -> dlm::Result<()> {
+        match self {
+            Held::Lock(g) => g.release().await.map(|_| ()),
+            Held::Permit(g) => g.release().await,
+        }
+    }
+}
 /// The lease of every acquire.
 const BENCH_TTL: Duration = Duration::from_secs(30);
 /// How many random keys the distinct mode draws from.
@@ -55,9 +70,26 @@ impl BenchMode {
     }
 }
 
+/// Which primitive a lock benchmark drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Primitive {
+    /// The lock (one holder at a time).
+    Mutex,
+    /// The semaphore `bench:sem:contended` with --permits permits, one taken
+    /// per cycle (contended mode only).
+    Semaphore,
+}
+
 /// `dlm bench lock`
 #[derive(Debug, Clone, Args)]
 pub struct BenchLockArgs {
+    /// The primitive to measure (semaphore: contended mode only).
+    #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
+    pub primitive: Primitive,
+    /// With --primitive semaphore: its capacity (1 to 10000).
+    #[arg(long, value_name = "N", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(dlm::MAX_PERMITS)))]
+    pub permits: u32,
     /// distinct: random keys; contended: one lock for all tasks.
     #[arg(long, value_enum, default_value_t = BenchMode::Distinct)]
     pub mode: BenchMode,
@@ -134,6 +166,11 @@ pub struct BenchReport {
     frozen: usize,
     /// standalone, redlock, cluster or sentinel.
     topology: &'static str,
+    /// mutex or semaphore.
+    primitive: &'static str,
+    /// The semaphore's capacity (`--primitive semaphore`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    permits: Option<u32>,
     /// Replicas each grant waited for (`--replicas`).
     replicas: u64,
     /// `--metrics`: the dlm series the recorder held at the end.
@@ -147,6 +184,10 @@ struct Shared {
     /// The options every acquire starts from (`--replicas`).
     base: dlm::LockOptions,
     mode: BenchMode,
+    /// `Some(semaphore)` with --primitive semaphore.
+    semaphore: Option<dlm::Semaphore>,
+    /// Holders allowed at once (1 for the mutex).
+    capacity: usize,
     measure_from: Instant,
     measure_until: Instant,
     occupancy: AtomicUsize,
@@ -189,14 +230,21 @@ async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
         if measured {
             st.attempts += 1;
         }
-        let guard = match lock.acquire(&opts).await {
+        let acquired = match &shared.semaphore {
+            Some(sem) => {
+                let sopts = dlm::SemaphoreOptions::new(BENCH_TTL).wait(opts.wait_for());
+                sem.acquire(1, &sopts).await.map(Held::Permit)
+            }
+            None => lock.acquire(&opts).await.map(Held::Lock),
+        };
+        let guard = match acquired {
             Ok(g) => {
                 if measured {
                     st.acquires_us.push(us(start.elapsed()));
                 }
                 g
             }
-            Err(dlm::Error::Busy { .. }) => {
+            Err(dlm::Error::Busy { .. } | dlm::Error::NoPermits { .. }) => {
                 if measured {
                     st.failed += 1;
                 }
@@ -218,7 +266,7 @@ async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
             {
                 st.handoffs_us.push(us(h));
             }
-            if shared.occupancy.fetch_add(1, Ordering::SeqCst) != 0 {
+            if shared.occupancy.fetch_add(1, Ordering::SeqCst) >= shared.capacity {
                 shared.violations.fetch_add(1, Ordering::Relaxed);
             }
             tokio::task::yield_now().await;
@@ -266,7 +314,20 @@ pub async fn bench_lock(
             "--frozen {frozen} needs more private servers than that (--nodes N without --redis)"
         )));
     }
+    let semaphore = args.primitive == Primitive::Semaphore;
+    if semaphore && args.mode != BenchMode::Contended {
+        return Err(CliError::Usage(
+            "--primitive semaphore measures the contended mode: add --mode contended".into(),
+        ));
+    }
     let client = connect_nodes(&target.urls, global).await?;
+    let semaphore = if semaphore {
+        let sem = client.semaphore(CONTENDED_NAME, args.permits);
+        sem.set_permits(args.permits).await?;
+        Some(sem)
+    } else {
+        None
+    };
     if frozen > 0 {
         // Connected everywhere first (so requests really reach the frozen
         // nodes and wait there), then freeze the last ones.
@@ -278,7 +339,11 @@ pub async fn bench_lock(
     }
     if !global.json {
         output::line_out(&format!(
-            "dlm bench lock: mode {}, concurrency {}, duration {}, warmup {}\nredis-server {} ({}{})",
+            "dlm bench lock: {}mode {}, concurrency {}, duration {}, warmup {}\nredis-server {} ({}{})",
+            match &semaphore {
+                Some(_) => format!("semaphore of {} permits, ", args.permits),
+                None => String::new(),
+            },
             args.mode.as_str(),
             args.concurrency,
             humantime::format_duration(args.duration),
@@ -302,6 +367,12 @@ pub async fn bench_lock(
         client,
         base,
         mode: args.mode,
+        capacity: if semaphore.is_some() {
+            args.permits as usize
+        } else {
+            1
+        },
+        semaphore,
         measure_from: begin + args.warmup,
         measure_until: begin + args.warmup + args.duration,
         occupancy: AtomicUsize::new(0),
@@ -335,6 +406,10 @@ pub async fn bench_lock(
     report.replicas = args.replicas;
     report.metrics_series =
         prometheus.map(|p| p.render().lines().filter(|l| l.starts_with("dlm_")).count());
+    if args.primitive == Primitive::Semaphore {
+        report.primitive = "semaphore";
+        report.permits = Some(args.permits);
+    }
     report.topology = match &global.topology {
         Topology::Cluster => "cluster",
         Topology::Sentinel(_) => "sentinel",

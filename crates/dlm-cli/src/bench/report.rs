@@ -68,6 +68,8 @@ pub(super) fn summarize(
         topology: "standalone",
         replicas: 0,
         metrics_series: None,
+        primitive: "mutex",
+        permits: None,
     }
 }
 

@@ -7,6 +7,7 @@ mod batch;
 mod guard;
 mod inspect;
 mod locks;
+mod multi;
 mod nodes;
 mod ops;
 mod options;
@@ -21,11 +22,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+pub use crate::services::lease::LostSignal;
 pub(crate) use batch::Node;
-pub use guard::{LockContext, LockGuard, LostSignal, Released};
+pub use guard::{LockContext, LockGuard, Released};
 pub use inspect::{HeldLock, MAX_HELD_LOCKS};
 pub(crate) use locks::Locks;
 pub use locks::ReleaseAll;
+pub use multi::{MAX_MULTI_LOCK, MultiGuard, MultiLock, any_lost};
 pub(crate) use nodes::{Nodes, Quorum};
 pub use options::{LockOptions, LockStatus, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub(crate) use options::{Outcome, validate_ttl};
@@ -37,6 +40,7 @@ pub(crate) fn preloaded_scripts() -> Vec<&'static redis::Script> {
     let mut scripts = batch::scripts();
     scripts.extend(ops::scripts());
     scripts.extend(renew::scripts());
+    scripts.extend(multi::scripts());
     scripts
 }
 

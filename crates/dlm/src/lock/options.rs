@@ -5,14 +5,10 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+pub(crate) use crate::services::lease::validate_ttl;
+use crate::services::lease::validate_wait;
+pub use crate::services::lease::{MAX_TTL, MAX_WAIT, MIN_TTL};
 use crate::token::Fence;
-
-/// The shortest TTL accepted.
-pub const MIN_TTL: Duration = Duration::from_millis(10);
-/// The longest TTL accepted (7 days); use the watchdog for longer work.
-pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-/// The longest wait accepted (7 days).
-pub const MAX_WAIT: Duration = MAX_TTL;
 
 /// The result of a token-checked release or extend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,16 +26,6 @@ impl Outcome {
             Outcome::NotHeld => Err(Error::NotHeld { name: name.into() }),
         }
     }
-}
-
-pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
-    if ttl < MIN_TTL || ttl > MAX_TTL {
-        return Err(Error::invalid(
-            "ttl",
-            format!("{ttl:?} is outside {MIN_TTL:?} ..= {MAX_TTL:?}"),
-        ));
-    }
-    Ok(())
 }
 
 /// How to acquire: the lease length (required), how long to wait, how often
@@ -154,20 +140,7 @@ impl LockOptions {
 
     pub(super) fn validate(&self) -> Result<()> {
         validate_ttl(self.ttl)?;
-        if self.wait > MAX_WAIT {
-            return Err(Error::invalid(
-                "wait",
-                format!("{:?} is longer than {MAX_WAIT:?}", self.wait),
-            ));
-        }
-        if self.retry_interval < Duration::from_millis(1)
-            || self.retry_interval > Duration::from_secs(60)
-        {
-            return Err(Error::invalid(
-                "retry interval",
-                format!("{:?} is outside 1ms ..= 60s", self.retry_interval),
-            ));
-        }
+        validate_wait(self.wait, self.retry_interval)?;
         if let Some((n, t)) = self.replicas
             && (n == 0 || n > 100 || t.is_zero() || t > Duration::from_secs(60))
         {

@@ -7,6 +7,85 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::error::{Error, Result};
+
+/// The shortest TTL accepted.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// The longest TTL accepted (7 days); use the watchdog for longer work.
+pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest wait accepted (7 days).
+pub const MAX_WAIT: Duration = MAX_TTL;
+
+/// A lease length within [`MIN_TTL`] ..= [`MAX_TTL`], or why not.
+pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(Error::invalid(
+            "ttl",
+            format!("{ttl:?} is outside {MIN_TTL:?} ..= {MAX_TTL:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The waiting limits every primitive shares: a wait of at most
+/// [`MAX_WAIT`] and a retry interval within 1 ms ..= 60 s.
+pub(crate) fn validate_wait(wait: Duration, retry_interval: Duration) -> Result<()> {
+    if wait > MAX_WAIT {
+        return Err(Error::invalid(
+            "wait",
+            format!("{wait:?} is longer than {MAX_WAIT:?}"),
+        ));
+    }
+    if retry_interval < Duration::from_millis(1) || retry_interval > Duration::from_secs(60) {
+        return Err(Error::invalid(
+            "retry interval",
+            format!("{retry_interval:?} is outside 1ms ..= 60s"),
+        ));
+    }
+    Ok(())
+}
+
+/// Tells whether a lease is still ours: a cheap, cloneable view of a
+/// guard's lease (a lock's, a semaphore's permits) that can be moved into
+/// the guarded work.
+///
+/// The lease counts as lost when a renewal or extend found it gone or
+/// taken, when the guard was released or dropped, or when the lease's
+/// validity ran out on the local monotonic clock without a renewal.
+///
+/// ```no_run
+/// # async fn demo(guard: dlm::LockGuard) {
+/// let lost = guard.lost_signal();
+/// tokio::select! {
+///     _ = lost.lost() => eprintln!("lock lost: stop writing"),
+///     _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LostSignal(Arc<LeaseState>);
+
+impl LostSignal {
+    pub(crate) fn new(lease: Arc<LeaseState>) -> Self {
+        LostSignal(lease)
+    }
+
+    /// True once the lease is over (then it stays true).
+    pub fn is_lost(&self) -> bool {
+        self.0.is_lost()
+    }
+
+    /// Completes as soon as the lease is lost.
+    pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + '_ {
+        self.0.lost()
+    }
+
+    /// Time left on the lease by the local monotonic clock (zero once lost).
+    pub fn remaining(&self) -> Duration {
+        self.0.remaining()
+    }
+}
+
 /// The clock-drift allowance subtracted from a lease: 1% of the TTL plus 2 ms
 /// (the figure of the Redlock algorithm).
 pub(crate) fn drift(ttl: Duration) -> Duration {

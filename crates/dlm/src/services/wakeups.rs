@@ -43,6 +43,8 @@ const MAX_HANDOFFS: u32 = 16;
 pub(crate) struct Baton {
     token: Token,
     ttl: Duration,
+    /// How much the acquisition wants: 1 for a lock, its permits for a semaphore.
+    units: u32,
     /// Set by the releaser: the fence and when the hand-over request started.
     granted: Mutex<Option<(Fence, Instant)>>,
     notify: Notify,
@@ -50,9 +52,15 @@ pub(crate) struct Baton {
 
 impl Baton {
     pub(crate) fn new(token: Token, ttl: Duration) -> Arc<Self> {
+        Self::for_units(token, ttl, 1)
+    }
+
+    /// A baton of an acquisition that wants `units` (a semaphore's permits).
+    pub(crate) fn for_units(token: Token, ttl: Duration, units: u32) -> Arc<Self> {
         Arc::new(Baton {
             token,
             ttl,
+            units,
             granted: Mutex::new(None),
             notify: Notify::new(),
         })
@@ -64,6 +72,10 @@ impl Baton {
 
     pub(crate) fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    pub(crate) fn units(&self) -> u32 {
+        self.units
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<(Fence, Instant)>> {
@@ -238,6 +250,30 @@ impl Wakeups {
             return None;
         }
         ch.batons.front().cloned()
+    }
+
+    /// Like [`Wakeups::next_baton`], but take the baton out of the queue at
+    /// once, so that concurrent releasers (a semaphore's holders) never hand
+    /// to the same waiter twice; give it back with [`Wakeups::unclaim`] if
+    /// the hand-over did not happen, or count it with [`Wakeups::handed`].
+    pub(crate) fn claim_baton(&self, channel: &str) -> Option<Arc<Baton>> {
+        let mut channels = self.channels();
+        let ch = channels.get_mut(channel)?;
+        if ch.handoffs >= MAX_HANDOFFS {
+            ch.handoffs = 0;
+            return None;
+        }
+        ch.batons.pop_front()
+    }
+
+    /// A claimed baton whose hand-over did not happen: first in line again
+    /// (unless its acquisition gave up meanwhile).
+    pub(crate) fn unclaim(&self, channel: &str, baton: Arc<Baton>) {
+        if Arc::strong_count(&baton) > 1
+            && let Some(ch) = self.channels().get_mut(channel)
+        {
+            ch.batons.push_front(baton);
+        }
     }
 
     /// `baton` got the lock: out of the queue, and count the hand-over.

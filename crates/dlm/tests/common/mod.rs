@@ -85,3 +85,31 @@ pub fn row_scale() -> u32 {
 pub fn matrix_row(row: &str, workload: &str, faults: &str, violations: &str, behaved: &str) {
     println!("MATRIX|{row}|{workload}|{faults}|{violations}|{behaved}");
 }
+
+/// A deployment a test body runs on: one server, or a Redis Cluster
+/// (3 masters + 3 replicas). Test bodies take a `&Deployment` and are
+/// written once, called once per kind.
+#[allow(clippy::large_enum_variant)]
+pub enum Deployment {
+    Standalone(RedisServer),
+    Cluster(dlm_testkit::Cluster),
+}
+
+impl Deployment {
+    pub fn standalone() -> Self {
+        Deployment::Standalone(server())
+    }
+
+    pub fn cluster() -> Self {
+        Deployment::Cluster(dlm_testkit::Cluster::start().expect("start a Redis Cluster"))
+    }
+
+    pub async fn client(&self) -> dlm::Client {
+        let builder = dlm::Client::builder().timeout(Duration::from_secs(2));
+        match self {
+            Deployment::Standalone(s) => builder.connect(&s.url()).await,
+            Deployment::Cluster(c) => builder.connect_cluster(&c.urls()).await,
+        }
+        .expect("connect to the throwaway deployment")
+    }
+}
