@@ -140,8 +140,10 @@
 
 pub mod consistency;
 pub mod error;
+pub mod fair;
 pub mod keys;
 pub mod queue;
+pub mod rwlock;
 
 mod backend;
 mod client;
@@ -153,11 +155,13 @@ mod token;
 pub use backend::{TlsConfig, Topology};
 pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT};
 pub use error::{BackendError, Error, Result};
+pub use fair::{FairGuard, FairLock};
 pub use fenced::MAX_FENCED_VALUE;
 pub use lock::{
     HeldLock, Lock, LockContext, LockGuard, LockOptions, LockStatus, LostSignal, MAX_HELD_LOCKS,
     MAX_TTL, MAX_WAIT, MIN_TTL, ReleaseAll, Released,
 };
+pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use token::{Fence, Token};
 pub use tokio_util::sync::CancellationToken;
 

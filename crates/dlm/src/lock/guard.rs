@@ -14,43 +14,8 @@ use crate::lock::Outcome;
 use crate::lock::locks::Locks;
 use crate::lock::nodes::ReleaseOutcome;
 use crate::services::lease::LeaseState;
+pub use crate::services::lease::LostSignal;
 use crate::token::{Fence, Token};
-
-/// Tells whether a lock is still ours: a cheap, cloneable view of a guard's
-/// lease that can be moved into the guarded work.
-///
-/// The lease counts as lost when a renewal or extend found the key gone or
-/// taken, when the guard was released or dropped, or when the lease's
-/// validity ran out on the local monotonic clock without a renewal.
-///
-/// ```no_run
-/// # async fn demo(guard: dlm::LockGuard) {
-/// let lost = guard.lost_signal();
-/// tokio::select! {
-///     _ = lost.lost() => eprintln!("lock lost: stop writing"),
-///     _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
-/// }
-/// # }
-/// ```
-#[derive(Debug, Clone)]
-pub struct LostSignal(Arc<LeaseState>);
-
-impl LostSignal {
-    /// True once the lease is over (then it stays true).
-    pub fn is_lost(&self) -> bool {
-        self.0.is_lost()
-    }
-
-    /// Completes as soon as the lease is lost.
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + '_ {
-        self.0.lost()
-    }
-
-    /// Time left on the lease by the local monotonic clock (zero once lost).
-    pub fn remaining(&self) -> Duration {
-        self.0.remaining()
-    }
-}
 
 /// What the guarded work of [`crate::Lock::with`] gets: the fencing token
 /// to pass to storage, and a signal that fires if the lock is lost.
@@ -178,7 +143,7 @@ impl LockGuard {
 
     /// A cloneable handle on the "lost" state, to move into other tasks.
     pub fn lost_signal(&self) -> LostSignal {
-        LostSignal(self.held.lease.clone())
+        LostSignal::new(self.held.lease.clone())
     }
 
     /// Ask Redis whether the key still holds our token (the seeds' `isLocking`).

@@ -9,7 +9,6 @@ mod inspect;
 mod locks;
 mod nodes;
 mod ops;
-mod options;
 mod renew;
 
 use std::future::Future;
@@ -20,14 +19,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+pub use crate::services::options::{LockOptions, LockStatus, MAX_TTL, MAX_WAIT, MIN_TTL};
+pub(crate) use crate::services::options::{Outcome, validate_ttl};
 pub(crate) use batch::Node;
 pub use guard::{LockContext, LockGuard, LostSignal, Released};
 pub use inspect::{HeldLock, MAX_HELD_LOCKS};
 pub(crate) use locks::Locks;
 pub use locks::ReleaseAll;
 pub(crate) use nodes::{Nodes, Quorum};
-pub use options::{LockOptions, LockStatus, MAX_TTL, MAX_WAIT, MIN_TTL};
-pub(crate) use options::{Outcome, validate_ttl};
 
 /// The lock's scripts, loaded whenever a connection is made (so that no
 /// first use retries after NOSCRIPT: that could reorder requests, and a lost

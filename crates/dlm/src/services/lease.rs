@@ -4,6 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use std::future::Future;
+
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -88,5 +90,45 @@ impl LeaseState {
                 }
             }
         }
+    }
+}
+
+/// Tells whether a lease (a lock, a fair lock, a read share or a write lock)
+/// is still ours: a cheap, cloneable view of a guard's lease that can be moved into the guarded work.
+///
+/// The lease counts as lost when a renewal or extend found the key gone or
+/// taken, when the guard was released or dropped, or when the lease's
+/// validity ran out on the local monotonic clock without a renewal.
+///
+/// ```no_run
+/// # async fn demo(guard: dlm::LockGuard) {
+/// let lost = guard.lost_signal();
+/// tokio::select! {
+///     _ = lost.lost() => eprintln!("lock lost: stop writing"),
+///     _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LostSignal(Arc<LeaseState>);
+
+impl LostSignal {
+    pub(crate) fn new(lease: Arc<LeaseState>) -> Self {
+        LostSignal(lease)
+    }
+
+    /// True once the lease is over (then it stays true).
+    pub fn is_lost(&self) -> bool {
+        self.0.is_lost()
+    }
+
+    /// Completes as soon as the lease is lost.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + '_ {
+        self.0.lost()
+    }
+
+    /// Time left on the lease by the local monotonic clock (zero once lost).
+    pub fn remaining(&self) -> Duration {
+        self.0.remaining()
     }
 }

@@ -85,3 +85,31 @@ pub fn row_scale() -> u32 {
 pub fn matrix_row(row: &str, workload: &str, faults: &str, violations: &str, behaved: &str) {
     println!("MATRIX|{row}|{workload}|{faults}|{violations}|{behaved}");
 }
+
+/// A deployment a test body runs on, once per kind: one server, or a Redis
+/// Cluster (3 masters + 3 replicas). Tests of the fair and read-write locks
+/// are written once and called with each.
+pub enum Deployment {
+    Standalone(RedisServer),
+    Cluster(dlm_testkit::Cluster),
+}
+
+impl Deployment {
+    pub fn standalone() -> Self {
+        Deployment::Standalone(server())
+    }
+
+    pub fn cluster() -> Self {
+        Deployment::Cluster(dlm_testkit::Cluster::start().expect("start a Redis Cluster"))
+    }
+
+    /// A fresh client (its own connections and wake-ups: another process, in effect).
+    pub async fn client(&self) -> dlm::Client {
+        let builder = dlm::Client::builder().timeout(Duration::from_millis(1500));
+        match self {
+            Deployment::Standalone(s) => builder.connect(&s.url()).await,
+            Deployment::Cluster(c) => builder.connect_cluster(&c.urls()).await,
+        }
+        .expect("connect to the throwaway deployment")
+    }
+}
