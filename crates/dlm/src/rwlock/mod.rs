@@ -82,11 +82,10 @@ pub(crate) fn preloaded_scripts() -> Vec<&'static redis::Script> {
 /// counter for reads and writes: a writer's is greater than that of every
 /// read share granted before it, so storage that refuses lower tokens
 /// refuses a stale reader's or writer's late write. Writer preference means
-/// readers can starve under a constant stream of writers. A client that
-/// holds a read share and asks for the write lock of the same name gets
-/// [`Error::UpgradeRefused`] at once (instead of waiting for itself until
-/// the deadline); across processes that deadlock cannot be seen, and the
-/// wait runs out. Redis Cluster works (every key carries the `{name}` hash
+/// readers can starve under a constant stream of writers. A task that
+/// holds a read share and asks for the write lock of the same name waits
+/// for itself until its wait runs out: [`ReadGuard::upgrade`] refuses that
+/// with [`Error::UpgradeRefused`] instead. Redis Cluster works (every key carries the `{name}` hash
 /// tag); Redlock is refused ([`Error::InvalidArgument`]).
 #[derive(Debug, Clone)]
 pub struct RwLock {
@@ -222,8 +221,10 @@ impl RwLock {
     /// Take the write lock, waiting up to `opts.wait` for the readers and
     /// the writer to leave; while it waits, new readers wait behind it.
     ///
-    /// Errors: as [`RwLock::read`], and [`Error::UpgradeRefused`] when this
-    /// client holds a read share of the same lock (it would wait for itself).
+    /// Errors: as [`RwLock::read`]. A task that holds a read share of this
+    /// lock and calls `write` waits for itself until `opts.wait` runs out
+    /// (other tasks of the client may hold shares legitimately, so the client
+    /// cannot tell): release the share first ([`ReadGuard::upgrade`] says so).
     ///
     /// ```no_run
     /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
@@ -234,16 +235,6 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub async fn write(&self, opts: &LockOptions) -> Result<WriteGuard> {
-        let reading = self.shared.registry.any(|h| {
-            h.mode() == Mode::Read
-                && *h.core().name == *self.name
-                && h.core().lease.remaining() > Duration::ZERO
-        });
-        if reading {
-            return Err(Error::UpgradeRefused {
-                name: self.name.to_string(),
-            });
-        }
         self.acquire(Mode::Write, opts).await.map(WriteGuard)
     }
 

@@ -51,13 +51,6 @@ impl<T> Registry<T> {
             .collect()
     }
 
-    /// Whether an entry still alive satisfies `f`.
-    pub(crate) fn any(&self, f: impl Fn(&T) -> bool) -> bool {
-        self.held()
-            .values()
-            .any(|e| e.upgrade().is_some_and(|t| f(&t)))
-    }
-
     /// How many entries are registered.
     pub(crate) fn len(&self) -> usize {
         self.held().len()
