@@ -155,6 +155,22 @@ impl FairLock {
         Ok(fair_keys(&self.name)?.lock)
     }
 
+    /// Release by token (for a fair lock acquired elsewhere, e.g. by
+    /// `dlm lock acquire --fair`), waking the next in line. `Ok(())` only if
+    /// the lock still held `token`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client, token: dlm::Token) -> dlm::Result<()> {
+    /// client.fair_lock("printer").release_token(&token).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_token(&self, token: &Token) -> Result<()> {
+        let backend = self.shared.backend("fair lock")?;
+        let keys = fair_keys(&self.name)?;
+        let (outcome, _) = ops::release(backend, &keys, token).await?;
+        outcome.into_result(&self.name)
+    }
+
     fn validate(&self, opts: &LockOptions) -> Result<()> {
         opts.validate()?;
         let (min, max) = QUEUE_LEASE_RANGE;

@@ -365,6 +365,16 @@ impl<L: Lease> Guard<L> {
         outcome.into_result(&core.name)
     }
 
+    /// Keep the lease in Redis but let go of it here: no release on drop,
+    /// no watchdog, out of the registry.
+    pub(crate) fn detach(mut self) -> (Token, Fence) {
+        self.released = true;
+        let core = self.held.core();
+        core.stop.cancel();
+        self.held.shared().registry.unregister(core.id);
+        (core.token.clone(), core.fence)
+    }
+
     pub(crate) async fn release(mut self) -> Result<()> {
         self.released = true;
         let core = self.held.core();
@@ -508,6 +518,15 @@ macro_rules! guard_api {
             #[doc = concat!("```no_run\n# async fn demo(client: dlm::Client) -> dlm::Result<()> {\nlet opts = dlm::LockOptions::new(std::time::Duration::from_secs(10));\nlet guard = client.", $acquire, ".await?;\nguard.extend(std::time::Duration::from_secs(30)).await?;\n# Ok(()) }\n```")]
             pub async fn extend(&self, ttl: std::time::Duration) -> $crate::error::Result<()> {
                 self.0.extend(ttl).await
+            }
+
+            /// Keep the lease in Redis but let go of it here: no release on
+            /// drop, no watchdog, not in `Client::release_all`. It stays held
+            /// until its TTL runs out or it is released by the returned token.
+            ///
+            #[doc = concat!("```no_run\n# async fn demo(client: dlm::Client) -> dlm::Result<()> {\nlet opts = dlm::LockOptions::new(std::time::Duration::from_secs(60));\nlet guard = client.", $acquire, ".await?;\nlet (token, fence) = guard.detach();\nprintln!(\"{} {fence}\", token.as_str());\n# Ok(()) }\n```")]
+            pub fn detach(self) -> ($crate::token::Token, $crate::token::Fence) {
+                self.0.detach()
             }
 
             /// Release, telling whether the lease was still ours
