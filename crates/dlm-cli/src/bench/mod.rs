@@ -25,7 +25,10 @@ use crate::output::{self, us};
 use crate::rng::{SplitMix, seed};
 use crate::stats::Handoff;
 
+mod primitive;
 mod report;
+
+pub use primitive::Primitive;
 
 use report::{summarize, table};
 
@@ -93,6 +96,10 @@ pub struct BenchLockArgs {
     #[arg(long, value_name = "N", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=100))]
     pub replicas: u64,
+    /// Which lock: the mutex, the fair lock (FIFO across processes) or the
+    /// read-write lock (one task in four writes, the others read).
+    #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
+    pub primitive: Primitive,
 }
 
 /// The JSON line of one run.
@@ -139,6 +146,7 @@ struct Shared {
     /// The options every acquire starts from (`--replicas`).
     base: dlm::LockOptions,
     mode: BenchMode,
+    primitive: Primitive,
     measure_from: Instant,
     measure_until: Instant,
     occupancy: AtomicUsize,
@@ -162,26 +170,30 @@ async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
     let mut st = WorkerStats::default();
     let mut rng = SplitMix(seed(id));
     let contended = shared.mode == BenchMode::Contended;
-    let one_lock = shared.client.lock(CONTENDED_NAME);
+    // Readers count 1 in the occupancy, exclusive holders WRITER: a reader
+    // must see no writer, a writer nobody at all.
+    const WRITER: usize = 1 << 20;
+    let exclusive = shared.primitive.exclusive(id);
     loop {
         let start = Instant::now();
         if start >= shared.measure_until {
             break;
         }
         let measured = start >= shared.measure_from;
-        let (lock, opts) = if contended {
+        let (name, opts) = if contended {
             // A long wait: until well after the end, so every waiter gets its turn.
             let wait =
                 shared.measure_until.saturating_duration_since(start) + Duration::from_secs(30);
-            (one_lock.clone(), shared.base.clone().wait(wait))
+            (CONTENDED_NAME.to_string(), shared.base.clone().wait(wait))
         } else {
             let key = format!("bench:lock:{}", rng.next() % DISTINCT_KEYS);
-            (shared.client.lock(key), shared.base.clone())
+            (key, shared.base.clone())
         };
         if measured {
             st.attempts += 1;
         }
-        let guard = match lock.acquire(&opts).await {
+        let acquired = primitive::acquire(&shared.client, shared.primitive, id, &name, &opts);
+        let guard = match acquired.await {
             Ok(g) => {
                 if measured {
                     st.acquires_us.push(us(start.elapsed()));
@@ -210,14 +222,16 @@ async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
             {
                 st.handoffs_us.push(us(h));
             }
-            if shared.occupancy.fetch_add(1, Ordering::SeqCst) != 0 {
+            let weight = if exclusive { WRITER } else { 1 };
+            let before = shared.occupancy.fetch_add(weight, Ordering::SeqCst);
+            if (exclusive && before != 0) || before >= WRITER {
                 shared.violations.fetch_add(1, Ordering::Relaxed);
             }
             tokio::task::yield_now().await;
-            shared.occupancy.fetch_sub(1, Ordering::SeqCst);
+            shared.occupancy.fetch_sub(weight, Ordering::SeqCst);
         }
         match guard.release().await {
-            Ok(_) => {
+            Ok(()) => {
                 if contended {
                     shared.handoff.released(id);
                 }
@@ -289,6 +303,7 @@ pub async fn bench_lock(
         client,
         base,
         mode: args.mode,
+        primitive: args.primitive,
         measure_from: begin + args.warmup,
         measure_until: begin + args.warmup + args.duration,
         occupancy: AtomicUsize::new(0),
@@ -317,6 +332,7 @@ pub async fn bench_lock(
         shared.violations.load(Ordering::Relaxed),
         version,
     );
+    report.implementation = args.primitive.label();
     report.nodes = target.urls.len();
     report.frozen = frozen;
     report.replicas = args.replicas;
