@@ -17,6 +17,7 @@ use crate::global::{Global, QueueArg, Topology};
 use crate::lock_cmd::{AcquireArgs, ExtendArgs, ReleaseArgs, StatusArgs};
 use crate::queue_cmd::{DeadArgs, ListArgs, PurgeArgs, PushArgs, RemoveArgs, RetryArgs};
 use crate::run_cmd::RunArgs;
+use crate::rwlock_cmd::RwRunArgs;
 use crate::seckill::SeckillArgs;
 use crate::semaphore_cmd::SemaphoreCommand;
 use crate::serve::ServeArgs;
@@ -224,6 +225,23 @@ pub enum Command {
     /// CSRF token, each confirmed first; beyond loopback they need
     /// --admin-token, without which the dashboard is read-only.
     Serve(ServeArgs),
+    /// Run a command under a read share or the write lock of a read-write lock.
+    #[command(subcommand)]
+    Rwlock(RwlockCommand),
+}
+
+/// `dlm rwlock ...`
+#[derive(Debug, Subcommand)]
+pub enum RwlockCommand {
+    /// Run a command while holding a read share (--read) or the write lock
+    /// (--write): many readers or one writer, with writer preference.
+    ///
+    /// Same contract as `dlm lock run`: renewed every TTL/3 while CMD runs,
+    /// released when it exits; exit 1 when not acquired before --wait, 4 when
+    /// lost while CMD ran (CMD got SIGTERM), CMD's own code otherwise. CMD gets
+    /// DLM_FENCE, DLM_LOCK_KEY and DLM_LOCK_NAME; SIGINT, SIGTERM and SIGHUP
+    /// are forwarded to it.
+    Run(RwRunArgs),
 }
 
 /// `dlm lock ...`
@@ -257,7 +275,9 @@ pub enum LockCommand {
     /// CMD gets DLM_FENCE (the fencing token) and DLM_LOCK_KEY in its
     /// environment. SIGINT, SIGTERM and SIGHUP are forwarded to CMD. If the
     /// lock is lost while CMD runs, CMD gets SIGTERM (SIGKILL 10 s later) and
-    /// dlm exits 4.
+    /// dlm exits 4. With --fair, waiters get the lock in arrival order
+    /// across processes (a fair lock: a waiter that died stalls the line
+    /// for at most its 3 s queue lease).
     Run(RunArgs),
 }
 

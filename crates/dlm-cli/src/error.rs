@@ -101,7 +101,9 @@ pub fn dlm_exit_code(e: &dlm::Error) -> u8 {
         | E::StaleFence { .. }
         | E::LeaseLost { .. }
         | E::Conflict { .. }
-        | E::NoPermits { .. } => EXIT_NO,
+        | E::NoPermits { .. }
+        | E::QueueFull { .. }
+        | E::UpgradeRefused { .. } => EXIT_NO,
         E::InvalidArgument { .. } => EXIT_USAGE,
         E::Lost { .. } => EXIT_LOST,
         E::Unavailable { .. } | E::Timeout(_) | E::Backend { .. } | E::NoQuorum { .. } => {

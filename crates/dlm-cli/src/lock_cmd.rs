@@ -24,6 +24,10 @@ pub struct AcquireArgs {
     /// Keep trying for up to this long (default: try once).
     #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_wait, allow_hyphen_values = true)]
     pub wait: Duration,
+    /// First come, first served: wait in line in Redis (a fair lock, keys
+    /// dlm:fair:{NAME}); release it with `lock release --fair`.
+    #[arg(long)]
+    pub fair: bool,
 }
 
 /// `dlm lock release`
@@ -35,6 +39,10 @@ pub struct ReleaseArgs {
     /// The owner token `dlm lock acquire` printed.
     #[arg(long, value_name = "T", value_parser = parse_token)]
     pub token: dlm::Token,
+    /// The lock is a fair lock (taken with `lock acquire --fair`); its
+    /// release wakes the next in line.
+    #[arg(long)]
+    pub fair: bool,
 }
 
 /// `dlm lock extend`
@@ -72,6 +80,9 @@ struct Acquired<'a> {
 pub async fn acquire(global: &Global, args: &AcquireArgs) -> Result<u8, CliError> {
     args.target.check()?;
     let client = connect_nodes(&global.urls(), global).await?;
+    if args.fair {
+        return acquire_fair(global, &client, args).await;
+    }
     let lock = args.target.lock(&client);
     let opts = dlm::LockOptions::new(args.ttl).wait(args.wait);
     let guard = match lock.acquire(&opts).await {
@@ -111,6 +122,37 @@ pub async fn acquire(global: &Global, args: &AcquireArgs) -> Result<u8, CliError
     Ok(EXIT_OK)
 }
 
+/// `dlm lock acquire --fair`: queue in arrival order, print the token, keep it.
+async fn acquire_fair(
+    global: &Global,
+    client: &dlm::Client,
+    args: &AcquireArgs,
+) -> Result<u8, CliError> {
+    let opts = dlm::LockOptions::new(args.ttl).wait(args.wait);
+    let guard = client
+        .fair_lock(args.target.name.clone())
+        .acquire(&opts)
+        .await?;
+    let key = guard.key().to_string();
+    let (token, fence) = guard.detach();
+    let out = Acquired {
+        name: &args.target.name,
+        key: &key,
+        token: token.as_str(),
+        fence: Some(fence.get()),
+        ttl_ms: ms(args.ttl),
+    };
+    if let Err(e) = output::emit(global.json, &out, || out.token.to_string()) {
+        // Nobody learnt the token: give the lock back to the next in line.
+        let _ = client
+            .fair_lock(args.target.name.clone())
+            .release_token(&token)
+            .await;
+        return Err(e);
+    }
+    Ok(EXIT_OK)
+}
+
 #[derive(Serialize)]
 struct Released<'a> {
     name: &'a str,
@@ -133,7 +175,11 @@ pub async fn release(global: &Global, args: &ReleaseArgs) -> Result<u8, CliError
     let client = connect_nodes(&global.urls(), global).await?;
     let lock = args.target.lock(&client);
     let name = args.target.name.as_str();
-    let released = lock.release_token(&args.token).await;
+    let released = if args.fair {
+        client.fair_lock(name).release_token(&args.token).await
+    } else {
+        lock.release_token(&args.token).await
+    };
     settle_release(&client, global).await;
     match released {
         Ok(()) => {

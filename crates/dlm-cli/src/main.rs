@@ -16,6 +16,7 @@ mod output;
 mod queue_cmd;
 mod rng;
 mod run_cmd;
+mod rwlock_cmd;
 mod seckill;
 mod semaphore_cmd;
 mod serve;
@@ -28,7 +29,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::check::CheckCommand;
-use crate::cli::{BenchCommand, Cli, Command, DemoCommand, LockCommand, QueueCommand};
+use crate::cli::{
+    BenchCommand, Cli, Command, DemoCommand, LockCommand, QueueCommand, RwlockCommand,
+};
 use crate::error::CliError;
 use crate::global::Global;
 use crate::semaphore_cmd::SemaphoreCommand;
@@ -105,6 +108,7 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Check(CheckCommand::Lock(a)) => check::check_lock(global, &a).await,
         Command::Check(CheckCommand::Queue(a)) => check::check_queue(global, &a).await,
         Command::Serve(a) => serve::serve(global, &a).await,
+        Command::Rwlock(RwlockCommand::Run(a)) => rwlock_cmd::run(global, &a).await,
         Command::Demo(DemoCommand::Lock) => demo::demo_lock(global).await,
         Command::Demo(DemoCommand::IncrementKey { key }) => demo::increment_key(global, &key).await,
     }

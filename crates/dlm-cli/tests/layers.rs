@@ -23,10 +23,15 @@ const LAYERS: &[Layer<'static>] = &[
         lateral: false,
     },
     Layer {
+        name: "runner",
+        modules: &["run_cmd"],
+        lateral: false,
+    },
+    Layer {
         name: "commands",
         modules: &[
             "lock_cmd",
-            "run_cmd",
+            "rwlock_cmd",
             "queue_cmd",
             "work_cmd",
             "bench",

@@ -12,20 +12,16 @@ use redis::aio::ConnectionLike;
 use crate::backend::{Backend, Deployment, TlsConfig, Topology};
 use crate::consistency::{Stock, Versioned};
 use crate::error::{Error, Result};
+use crate::fair::{FairLock, FairShared};
 use crate::keys::{DEFAULT_LOCK_PREFIX, validate_prefix};
 use crate::lock::{HeldLock, Lock, Locks, MultiLock, Node, Nodes, Quorum, ReleaseAll};
 use crate::metrics::LockNames;
 use crate::queue::Queue;
+use crate::rwlock::{RwLock, RwShared};
 use crate::semaphore::{Semaphore, Semaphores};
+use crate::services::held::{Shared, release_all};
 use crate::services::wakeups::Wakeups;
 use crate::token::Fence;
-
-/// Every script a connection loads when it is made.
-fn preloaded_scripts() -> Vec<&'static redis::Script> {
-    let mut scripts = crate::lock::preloaded_scripts();
-    scripts.extend(crate::semaphore::preloaded_scripts());
-    scripts
-}
 
 /// The default deadline of one call to Redis.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -35,6 +31,10 @@ struct ClientInner {
     locks: Arc<Locks>,
     /// The semaphores' shared state (their watchdog and held permits).
     semaphores: Arc<Semaphores>,
+    /// The fair locks' registry and watchdog.
+    fair: Arc<FairShared>,
+    /// The read-write locks' registry and watchdog.
+    rw: Arc<RwShared>,
     /// For dedicated connections (a worker's blocking wait, pub/sub), when known.
     deployment: Option<Arc<Deployment>>,
 }
@@ -84,6 +84,16 @@ fn validate_timeout(what: &'static str, d: Duration) -> Result<()> {
         return Err(Error::invalid(what, format!("{d:?} is outside (0, 1h]")));
     }
     Ok(())
+}
+
+/// The scripts loaded whenever a connection to one Redis is made: every
+/// primitive's (Redlock nodes load the mutex's only).
+fn preloaded_scripts() -> Vec<&'static redis::Script> {
+    let mut scripts = crate::lock::preloaded_scripts();
+    scripts.extend(crate::semaphore::preloaded_scripts());
+    scripts.extend(crate::fair::preloaded_scripts());
+    scripts.extend(crate::rwlock::preloaded_scripts());
+    scripts
 }
 
 /// Wait until `needed` nodes are connected (`Ok(true)`), or every node has
@@ -432,13 +442,13 @@ impl ClientBuilder {
             wakeups,
             (self.metrics_lock_names > 0).then(|| LockNames::new(self.metrics_lock_names)),
         );
-        let semaphores = Semaphores::new(
-            locks.single_backend().cloned(),
-            locks.wakeups.clone(),
-            locks.background.clone(),
-        );
+        let backend = locks.single_backend().cloned();
+        let (wakeups, background) = (locks.wakeups.clone(), locks.background.clone());
+        let semaphores = Semaphores::new(backend.clone(), wakeups.clone(), background.clone());
         Client {
             inner: Arc::new(ClientInner {
+                fair: Shared::new(backend.clone(), wakeups.clone(), background.clone()),
+                rw: Shared::new(backend, wakeups, background),
                 locks,
                 semaphores,
                 deployment,
@@ -537,6 +547,35 @@ impl Client {
         )
     }
 
+    /// The fair (FIFO) lock named `name`: waiters get it in arrival order,
+    /// across processes (see [`FairLock`]; one Redis or a cluster, not Redlock).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let opts = dlm::LockOptions::new(std::time::Duration::from_secs(10))
+    ///     .wait(std::time::Duration::from_secs(60));
+    /// let guard = client.fair_lock("printer").acquire(&opts).await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self.inner.fair.clone(), name.into())
+    }
+
+    /// The read-write lock named `name`: many readers or one writer, with
+    /// writer preference (see [`RwLock`]; one Redis or a cluster, not Redlock).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let opts = dlm::LockOptions::new(std::time::Duration::from_secs(10));
+    /// let share = client.rwlock("catalog").read(&opts).await?;
+    /// share.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rwlock(&self, name: impl Into<String>) -> RwLock {
+        RwLock::new(self.inner.rw.clone(), name.into())
+    }
+
     /// The deadline of one call to Redis.
     pub fn timeout(&self) -> Duration {
         self.inner.locks.nodes.timeout()
@@ -572,7 +611,17 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn release_all(&self) -> ReleaseAll {
-        self.inner.locks.release_all().await
+        let (mut report, fair, rw) = tokio::join!(
+            self.inner.locks.release_all(),
+            release_all(&self.inner.fair),
+            release_all(&self.inner.rw)
+        );
+        for (released, lost, failed) in [fair, rw] {
+            report.released += released;
+            report.already_lost += lost;
+            report.failed += failed;
+        }
+        report
     }
 
     /// Connect to several independent masters for Redlock (see

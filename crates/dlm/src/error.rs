@@ -120,6 +120,27 @@ pub enum Error {
         /// How many nodes there are.
         nodes: usize,
     },
+    /// A fair lock's queue already holds this many waiters (see
+    /// `dlm::fair::MAX_WAITERS`); nothing was queued.
+    #[error("the queue of fair lock {name:?} is full ({max} waiters)")]
+    QueueFull {
+        /// The fair lock's name.
+        name: String,
+        /// The most waiters it queues.
+        max: usize,
+    },
+    /// A read-write lock was asked to turn a read share into the write lock
+    /// (or this client asked for the write lock while holding a read share of
+    /// it). Refused: two readers upgrading at once would wait for each other
+    /// forever. Release the read share and acquire the write lock instead.
+    #[error(
+        "read-write lock {name:?}: upgrading a read share to the write lock is refused \
+         (two upgraders would deadlock); release the read share, then acquire the write lock"
+    )]
+    UpgradeRefused {
+        /// The read-write lock's name.
+        name: String,
+    },
     /// An argument is out of range or malformed; nothing was sent to Redis.
     #[error("invalid {arg}: {reason}")]
     InvalidArgument {

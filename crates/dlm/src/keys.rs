@@ -46,7 +46,7 @@ pub const ACL_RULES: &str = "resetkeys ~dlm:* resetchannels &dlm:* -@all \
 +evalsha +eval +script|load +get +set +del +pexpire +pttl +incr +incrby +decrby \
 +hget +hmget +hset +hdel +hincrby +lpush +ltrim +blpop +zadd +zcard +zcount \
 +zmscore +zrange +zrangebyscore +zrem +zremrangebyrank +zremrangebyscore +zscore +pexpireat \
-+time +wait +publish +scan \
++rpush +lpop +lindex +lpos +lrem +exists +time +wait +publish +scan \
 +subscribe +unsubscribe +ping +hello +cluster|slots \
 +cluster|shards +asking +info";
 
@@ -207,6 +207,92 @@ fn base36(mut n: u64) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
+/// The prefix of fair-lock keys.
+pub const FAIR_PREFIX: &str = "dlm:fair:";
+/// The prefix of read-write-lock keys.
+pub const RW_PREFIX: &str = "dlm:rw:";
+
+/// `{prefix}{{name}}` for a primitive whose keys all carry the `{name}` hash
+/// tag, or why `name` cannot be used.
+fn tagged(prefix: &str, what: &'static str, name: &str) -> Result<String> {
+    validate_name(what, name)?;
+    if name.starts_with('}') {
+        return Err(Error::invalid(
+            what,
+            "must not start with '}' (it would end the hash tag at once)",
+        ));
+    }
+    Ok(format!("{prefix}{{{name}}}"))
+}
+
+/// The keys of one fair lock (all in the slot of `{NAME}`).
+///
+/// | what | key |
+/// |---|---|
+/// | the holder (value = owner token, TTL = lease) | `dlm:fair:{NAME}` |
+/// | the waiters in arrival order (a list of waiter tokens) | `dlm:fair:{NAME}:queue` |
+/// | each waiter's queue lease (a sorted set: token -> deadline, server ms) | `dlm:fair:{NAME}:timeouts` |
+/// | the fencing counter of the slot | `dlm:fair:fence:{S}` |
+/// | a waiter's wake-up channel | `dlm:fair:{NAME}:wake:TOKEN` |
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FairKeys {
+    pub lock: String,
+    pub queue: String,
+    pub timeouts: String,
+    pub fence: String,
+    /// A waiter's channel is this followed by its token.
+    pub wake_prefix: String,
+}
+
+impl FairKeys {
+    /// The wake-up channel of the waiter with `token`.
+    pub(crate) fn wake(&self, token: &str) -> String {
+        format!("{}{token}", self.wake_prefix)
+    }
+}
+
+pub(crate) fn fair_keys(name: &str) -> Result<FairKeys> {
+    let lock = tagged(FAIR_PREFIX, "fair lock name", name)?;
+    Ok(FairKeys {
+        queue: format!("{lock}:queue"),
+        timeouts: format!("{lock}:timeouts"),
+        fence: fence_key(FAIR_PREFIX, &lock),
+        wake_prefix: format!("{lock}:wake:"),
+        lock,
+    })
+}
+
+/// The keys of one read-write lock (all in the slot of `{NAME}`).
+///
+/// | what | key |
+/// |---|---|
+/// | the writer (value = owner token, TTL = lease) | `dlm:rw:{NAME}:writer` |
+/// | the readers (a sorted set: token -> lease deadline, server ms) | `dlm:rw:{NAME}:readers` |
+/// | waiting writers (token -> marker deadline, server ms) | `dlm:rw:{NAME}:writers_waiting` |
+/// | the fencing counter of the slot | `dlm:rw:fence:{S}` |
+/// | published when readers may enter / a writer may | `dlm:rw:{NAME}:readable`, `dlm:rw:{NAME}:writable` |
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RwKeys {
+    pub writer: String,
+    pub readers: String,
+    pub waiting: String,
+    pub fence: String,
+    pub readable: String,
+    pub writable: String,
+}
+
+pub(crate) fn rw_keys(name: &str) -> Result<RwKeys> {
+    let base = tagged(RW_PREFIX, "rwlock name", name)?;
+    Ok(RwKeys {
+        writer: format!("{base}:writer"),
+        readers: format!("{base}:readers"),
+        waiting: format!("{base}:writers_waiting"),
+        fence: fence_key(RW_PREFIX, &base),
+        readable: format!("{base}:readable"),
+        writable: format!("{base}:writable"),
+    })
+}
+
 /// The default prefix of queue keys.
 pub const DEFAULT_QUEUE_PREFIX: &str = "dlm:queue:";
 
@@ -330,6 +416,21 @@ mod tests {
         assert_eq!(slot(&k.fence), slot("user"));
         assert_eq!(cluster_tag(&k.channel), "user");
         assert!(lock_keys(DEFAULT_LOCK_PREFIX, "x}y", true).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn fair_and_rw_keys_share_one_slot() -> Result<()> {
+        let f = fair_keys("jobs")?;
+        assert_eq!(f.lock, "dlm:fair:{jobs}");
+        for k in [&f.queue, &f.timeouts, &f.fence, &f.wake("t")] {
+            assert_eq!(slot(k), slot(&f.lock), "{k}");
+        }
+        let r = rw_keys("jobs")?;
+        for k in [&r.readers, &r.waiting, &r.fence, &r.readable, &r.writable] {
+            assert_eq!(slot(k), slot(&r.writer), "{k}");
+        }
+        assert!(fair_keys("").is_err() && rw_keys("}x").is_err());
         Ok(())
     }
 

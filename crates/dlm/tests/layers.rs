@@ -30,7 +30,15 @@ const LAYERS: &[Layer<'static>] = &[
     },
     Layer {
         name: "primitives",
-        modules: &["lock", "queue", "consistency", "fenced", "semaphore"],
+        modules: &[
+            "lock",
+            "queue",
+            "consistency",
+            "fenced",
+            "semaphore",
+            "fair",
+            "rwlock",
+        ],
         lateral: false,
     },
     Layer {

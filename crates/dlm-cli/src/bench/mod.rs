@@ -25,27 +25,16 @@ use crate::output::{self, us};
 use crate::rng::{SplitMix, seed};
 use crate::stats::Handoff;
 
+mod primitive;
 mod report;
+
+pub use primitive::Primitive;
 
 use report::{summarize, table};
 
 /// The one lock of the contended mode (and the semaphore's name).
 pub const CONTENDED_NAME: &str = "bench:lock:contended";
 
-/// A held lock or semaphore permit.
-enum Held {
-    Lock(dlm::LockGuard),
-    Permit(dlm::SemaphoreGuard),
-}
-
-impl Held {
-    async fn release(self) -> dlm::Result<()> {
-        match self {
-            Held::Lock(g) => g.release().await.map(|_| ()),
-            Held::Permit(g) => g.release().await,
-        }
-    }
-}
 /// The lease of every acquire.
 const BENCH_TTL: Duration = Duration::from_secs(30);
 /// How many random keys the distinct mode draws from.
@@ -70,20 +59,12 @@ impl BenchMode {
     }
 }
 
-/// Which primitive a lock benchmark drives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Primitive {
-    /// The lock (one holder at a time).
-    Mutex,
-    /// The semaphore `bench:sem:contended` with --permits permits, one taken
-    /// per cycle (contended mode only).
-    Semaphore,
-}
-
 /// `dlm bench lock`
 #[derive(Debug, Clone, Args)]
 pub struct BenchLockArgs {
-    /// The primitive to measure (semaphore: contended mode only).
+    /// Which primitive: the mutex, the fair lock (FIFO across processes),
+    /// the read-write lock (one task in four writes, the others read) or the
+    /// semaphore (one permit per cycle; contended mode only).
     #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
     pub primitive: Primitive,
     /// With --primitive semaphore: its capacity (1 to 10000).
@@ -188,6 +169,7 @@ struct Shared {
     semaphore: Option<dlm::Semaphore>,
     /// Holders allowed at once (1 for the mutex).
     capacity: usize,
+    primitive: Primitive,
     measure_from: Instant,
     measure_until: Instant,
     occupancy: AtomicUsize,
@@ -211,33 +193,37 @@ async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
     let mut st = WorkerStats::default();
     let mut rng = SplitMix(seed(id));
     let contended = shared.mode == BenchMode::Contended;
-    let one_lock = shared.client.lock(CONTENDED_NAME);
+    // Readers count 1 in the occupancy, exclusive holders WRITER: a reader
+    // must see no writer, a writer nobody at all.
+    const WRITER: usize = 1 << 20;
+    let exclusive = shared.primitive.exclusive(id);
     loop {
         let start = Instant::now();
         if start >= shared.measure_until {
             break;
         }
         let measured = start >= shared.measure_from;
-        let (lock, opts) = if contended {
+        let (name, opts) = if contended {
             // A long wait: until well after the end, so every waiter gets its turn.
             let wait =
                 shared.measure_until.saturating_duration_since(start) + Duration::from_secs(30);
-            (one_lock.clone(), shared.base.clone().wait(wait))
+            (CONTENDED_NAME.to_string(), shared.base.clone().wait(wait))
         } else {
             let key = format!("bench:lock:{}", rng.next() % DISTINCT_KEYS);
-            (shared.client.lock(key), shared.base.clone())
+            (key, shared.base.clone())
         };
         if measured {
             st.attempts += 1;
         }
-        let acquired = match &shared.semaphore {
-            Some(sem) => {
-                let sopts = dlm::SemaphoreOptions::new(BENCH_TTL).wait(opts.wait_for());
-                sem.acquire(1, &sopts).await.map(Held::Permit)
-            }
-            None => lock.acquire(&opts).await.map(Held::Lock),
-        };
-        let guard = match acquired {
+        let acquired = primitive::acquire(
+            &shared.client,
+            shared.primitive,
+            id,
+            &name,
+            &opts,
+            shared.semaphore.as_ref(),
+        );
+        let guard = match acquired.await {
             Ok(g) => {
                 if measured {
                     st.acquires_us.push(us(start.elapsed()));
@@ -266,14 +252,20 @@ async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
             {
                 st.handoffs_us.push(us(h));
             }
-            if shared.occupancy.fetch_add(1, Ordering::SeqCst) >= shared.capacity {
+            let weight = if exclusive { WRITER } else { 1 };
+            let before = shared.occupancy.fetch_add(weight, Ordering::SeqCst);
+            let too_many = match shared.primitive {
+                Primitive::Semaphore => before >= shared.capacity,
+                _ => (exclusive && before != 0) || before >= WRITER,
+            };
+            if too_many {
                 shared.violations.fetch_add(1, Ordering::Relaxed);
             }
             tokio::task::yield_now().await;
-            shared.occupancy.fetch_sub(1, Ordering::SeqCst);
+            shared.occupancy.fetch_sub(weight, Ordering::SeqCst);
         }
         match guard.release().await {
-            Ok(_) => {
+            Ok(()) => {
                 if contended {
                     shared.handoff.released(id);
                 }
@@ -373,6 +365,7 @@ pub async fn bench_lock(
             1
         },
         semaphore,
+        primitive: args.primitive,
         measure_from: begin + args.warmup,
         measure_until: begin + args.warmup + args.duration,
         occupancy: AtomicUsize::new(0),
@@ -401,13 +394,14 @@ pub async fn bench_lock(
         shared.violations.load(Ordering::Relaxed),
         version,
     );
+    report.implementation = args.primitive.label();
     report.nodes = target.urls.len();
     report.frozen = frozen;
     report.replicas = args.replicas;
     report.metrics_series =
         prometheus.map(|p| p.render().lines().filter(|l| l.starts_with("dlm_")).count());
+    report.primitive = args.primitive.as_str();
     if args.primitive == Primitive::Semaphore {
-        report.primitive = "semaphore";
         report.permits = Some(args.permits);
     }
     report.topology = match &global.topology {

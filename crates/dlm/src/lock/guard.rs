@@ -15,7 +15,8 @@ use crate::lock::Outcome;
 use crate::lock::locks::Locks;
 use crate::lock::nodes::ReleaseOutcome;
 use crate::metrics::{LockLabel, LostReason};
-use crate::services::lease::{LeaseState, LostSignal};
+use crate::services::lease::LeaseState;
+pub use crate::services::lease::LostSignal;
 use crate::token::{Fence, Token};
 
 /// What the guarded work of [`crate::Lock::with`] gets: the fencing token

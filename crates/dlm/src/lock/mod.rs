@@ -10,7 +10,6 @@ mod locks;
 mod multi;
 mod nodes;
 mod ops;
-mod options;
 mod renew;
 
 use std::future::Future;
@@ -23,6 +22,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use crate::services::lease::LostSignal;
+pub use crate::services::options::{LockOptions, LockStatus, MAX_TTL, MAX_WAIT, MIN_TTL};
+pub(crate) use crate::services::options::{Outcome, validate_ttl};
 pub(crate) use batch::Node;
 pub use guard::{LockContext, LockGuard, Released};
 pub use inspect::{HeldLock, MAX_HELD_LOCKS};
@@ -30,8 +31,6 @@ pub(crate) use locks::Locks;
 pub use locks::ReleaseAll;
 pub use multi::{MAX_MULTI_LOCK, MultiGuard, MultiLock, any_lost};
 pub(crate) use nodes::{Nodes, Quorum};
-pub use options::{LockOptions, LockStatus, MAX_TTL, MAX_WAIT, MIN_TTL};
-pub(crate) use options::{Outcome, validate_ttl};
 
 /// The lock's scripts, loaded whenever a connection is made (so that no
 /// first use retries after NOSCRIPT: that could reorder requests, and a lost

@@ -25,9 +25,9 @@ use crate::lock::Lock;
 use crate::lock::guard::LockGuard;
 use crate::lock::locks::Locks;
 use crate::lock::nodes::Grant;
-use crate::lock::options::LockOptions;
 use crate::services::jittered;
 use crate::services::lease::{LostSignal, drift};
+use crate::services::options::LockOptions;
 use crate::services::wakeups as wait;
 use crate::token::{Fence, Token};
 

@@ -17,11 +17,10 @@ use crate::lock::Outcome;
 use crate::lock::guard::Held;
 use crate::lock::nodes::{Nodes, Quorum};
 use crate::metrics::{LostReason, RenewalOutcome};
+use crate::services::held::EXTEND_MANY;
 use crate::services::lease::drift;
 use crate::services::renew::{Due, Renewable, Renewal};
 
-static EXTEND_MANY: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/extend_many.lua")));
 static EXTEND_OR_ACQUIRE_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/extend_or_acquire_many.lua")));
 

@@ -13,7 +13,9 @@
 //! [`batch::BatchJob`] for its own types.
 
 pub(crate) mod batch;
+pub(crate) mod held;
 pub(crate) mod lease;
+pub(crate) mod options;
 #[cfg(test)]
 pub(crate) mod props;
 pub(crate) mod registry;

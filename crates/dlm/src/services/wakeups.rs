@@ -354,8 +354,19 @@ impl Wakeups {
     }
 
     fn wake_one(&self, channel: &str) {
-        if let Some(ch) = self.channels().get(channel) {
-            ch.notify.notify_one();
+        self.wake_local(channel);
+    }
+
+    /// Wake one local waiter of `channel` without a message from Redis (a
+    /// releasing task of this client knows whom its release lets in); false
+    /// when nobody of this client waits on it.
+    pub(crate) fn wake_local(&self, channel: &str) -> bool {
+        match self.channels().get(channel) {
+            Some(ch) => {
+                ch.notify.notify_one();
+                true
+            }
+            None => false,
         }
     }
 

@@ -86,8 +86,8 @@ pub fn matrix_row(row: &str, workload: &str, faults: &str, violations: &str, beh
     println!("MATRIX|{row}|{workload}|{faults}|{violations}|{behaved}");
 }
 
-/// A deployment a test body runs on: one server, or a Redis Cluster
-/// (3 masters + 3 replicas). Test bodies take a `&Deployment` and are
+/// A deployment a test body runs on, once per kind: one server, or a Redis
+/// Cluster (3 masters + 3 replicas). Test bodies take a `&Deployment` and are
 /// written once, called once per kind.
 #[allow(clippy::large_enum_variant)]
 pub enum Deployment {
@@ -104,6 +104,7 @@ impl Deployment {
         Deployment::Cluster(dlm_testkit::Cluster::start().expect("start a Redis Cluster"))
     }
 
+    /// A fresh client (its own connections and wake-ups: another process, in effect).
     pub async fn client(&self) -> dlm::Client {
         let builder = dlm::Client::builder().timeout(Duration::from_secs(2));
         match self {

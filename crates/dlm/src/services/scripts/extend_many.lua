@@ -1,4 +1,5 @@
--- extend_many: a client's batched watchdog tick; extend each lock only if it is still ours.
+-- extend_many: a client's batched watchdog tick (and a single extend) for leases stored as
+-- "key = owner token, PX = lease": the mutex, the fair lock. Extend each one only if it is still ours.
 -- KEYS[i]      lock keys (on Redis Cluster the caller groups them by hash slot)
 -- ARGV[2i-1]   the owner token of KEYS[i]
 -- ARGV[2i]     the new TTL of KEYS[i] in milliseconds, from now

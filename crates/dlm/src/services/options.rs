@@ -1,6 +1,8 @@
-//! What a lock acquisition is asked for and what an observer sees: TTL and
-//! wait limits, [`LockOptions`], [`LockStatus`], and the outcome of a
-//! token-checked release or extend.
+//! What an acquisition is asked for and what an observer sees: TTL and wait
+//! limits, [`LockOptions`], [`LockStatus`], and the outcome of a
+//! token-checked release or extend. Shared by every primitive with a lease
+//! (the mutex, the fair lock, the read-write lock), so they take the same
+//! options and report the same outcomes.
 
 use std::time::Duration;
 
@@ -41,12 +43,12 @@ impl Outcome {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockOptions {
-    pub(super) ttl: Duration,
-    pub(super) wait: Duration,
-    pub(super) retry_interval: Duration,
-    pub(super) watchdog: bool,
-    pub(super) node_timeout: Option<Duration>,
-    pub(super) replicas: Option<(u64, Duration)>,
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) retry_interval: Duration,
+    pub(crate) watchdog: bool,
+    pub(crate) node_timeout: Option<Duration>,
+    pub(crate) replicas: Option<(u64, Duration)>,
 }
 
 impl LockOptions {
@@ -138,7 +140,7 @@ impl LockOptions {
         self.wait
     }
 
-    pub(super) fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         validate_ttl(self.ttl)?;
         validate_wait(self.wait, self.retry_interval)?;
         if let Some((n, t)) = self.replicas

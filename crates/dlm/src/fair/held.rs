@@ -1,0 +1,72 @@
+//! A held fair lock: what its guard and the watchdog share.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::fair::FairShared;
+use crate::fair::ops;
+use crate::keys::FairKeys;
+use crate::services::held::{Core, Lease, Shared, batch_backend, extend_token, renew_tokens};
+use crate::services::options::Outcome;
+use crate::services::renew::{Due, Renewable, Renewal};
+
+/// A held fair lock.
+pub(crate) struct FairHeld {
+    core: Core,
+    keys: Arc<FairKeys>,
+    shared: Arc<FairShared>,
+}
+
+impl FairHeld {
+    pub(crate) fn new(core: Core, keys: Arc<FairKeys>, shared: Arc<FairShared>) -> Self {
+        FairHeld { core, keys, shared }
+    }
+}
+
+impl Renewable for FairHeld {
+    fn key(&self) -> &str {
+        &self.keys.lock
+    }
+
+    fn active(&self) -> bool {
+        self.core.active()
+    }
+
+    fn by_slot(&self) -> bool {
+        self.shared.by_slot()
+    }
+
+    async fn renew(batch: &[Due<Self>]) -> Vec<Renewal> {
+        match batch_backend(batch) {
+            Some(backend) => renew_tokens(&backend, batch).await,
+            None => vec![Renewal::Lost; batch.len()],
+        }
+    }
+}
+
+impl Lease for FairHeld {
+    fn core(&self) -> &Core {
+        &self.core
+    }
+
+    fn shared(&self) -> &Shared<Self> {
+        &self.shared
+    }
+
+    async fn release(&self) -> Result<Outcome> {
+        let backend = self.shared.backend("fair lock")?;
+        let (outcome, next) = ops::release(backend, &self.keys, &self.core.token).await?;
+        // The next in line may be a task of this client: wake it now rather
+        // than when the published message comes back.
+        if let (Some(next), Some(w)) = (next, &self.shared.wakeups) {
+            w.wake_local(&self.keys.wake(&next));
+        }
+        Ok(outcome)
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<Outcome> {
+        let backend = self.shared.backend("fair lock")?;
+        extend_token(backend, &self.keys.lock, &self.core.token, ttl).await
+    }
+}

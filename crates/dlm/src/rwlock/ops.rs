@@ -1,0 +1,163 @@
+//! One Lua script per read-write-lock operation; each is a single round trip.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{Script, Value};
+
+use crate::backend::{Backend, millis};
+use crate::error::{Error, Result};
+use crate::keys::RwKeys;
+use crate::services::held::extend_code;
+use crate::services::options::Outcome;
+use crate::token::{Fence, Token};
+
+static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/read.lua")));
+static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/write.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+static DOWNGRADE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/downgrade.lua")));
+pub(crate) static EXTEND_MANY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/extend_many.lua")));
+static CANCEL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/cancel.lua")));
+
+pub(crate) fn scripts() -> Vec<&'static Script> {
+    vec![&READ, &WRITE, &RELEASE, &DOWNGRADE, &EXTEND_MANY, &CANCEL]
+}
+
+/// A read share or the write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Read,
+    Write,
+}
+
+impl Mode {
+    pub(crate) fn arg(self) -> &'static str {
+        match self {
+            Mode::Read => "r",
+            Mode::Write => "w",
+        }
+    }
+}
+
+/// One attempt: the fence, or how long until it is worth looking again
+/// (`None`: a writer without expiry).
+pub(crate) type Attempt = std::result::Result<Fence, Option<Duration>>;
+
+/// One read or write attempt; `marker` is a waiting writer's marker lease
+/// (zero: leave none).
+pub(crate) async fn acquire(
+    backend: &Backend,
+    keys: &RwKeys,
+    mode: Mode,
+    token: &Token,
+    ttl: Duration,
+    marker: Duration,
+) -> Result<Attempt> {
+    let script = match mode {
+        Mode::Read => &READ,
+        Mode::Write => &WRITE,
+    };
+    let mut inv = script.key(&keys.writer);
+    inv.key(&keys.readers)
+        .key(&keys.waiting)
+        .key(&keys.fence)
+        .arg(token.as_str())
+        .arg(millis(ttl));
+    if mode == Mode::Write {
+        inv.arg(millis(marker));
+    }
+    acquire_reply(backend.eval(&inv).await?)
+}
+
+/// read.lua / write.lua: {1, fence} or {0, wait_ms}.
+fn acquire_reply(v: Value) -> Result<Attempt> {
+    let (code, n): (i64, i64) = redis::from_redis_value(v)?;
+    match code {
+        1 => u64::try_from(n)
+            .map(|f| Ok(Fence::new(f)))
+            .map_err(|_| Error::protocol(format!("negative fencing counter {n}"))),
+        0 => Ok(Err(u64::try_from(n).ok().map(Duration::from_millis))),
+        other => Err(Error::protocol(format!("rwlock acquire: code {other}"))),
+    }
+}
+
+pub(crate) async fn release(
+    backend: &Backend,
+    keys: &RwKeys,
+    mode: Mode,
+    token: &Token,
+) -> Result<Outcome> {
+    let code: i64 = backend
+        .eval(
+            RELEASE
+                .key(&keys.writer)
+                .key(&keys.readers)
+                .key(&keys.waiting)
+                .arg(token.as_str())
+                .arg(mode.arg())
+                .arg(&keys.readable)
+                .arg(&keys.writable),
+        )
+        .await?;
+    extend_code(code)
+}
+
+pub(crate) async fn downgrade(
+    backend: &Backend,
+    keys: &RwKeys,
+    token: &Token,
+    ttl: Duration,
+) -> Result<Outcome> {
+    let code: i64 = backend
+        .eval(
+            DOWNGRADE
+                .key(&keys.writer)
+                .key(&keys.readers)
+                .key(&keys.waiting)
+                .arg(token.as_str())
+                .arg(millis(ttl))
+                .arg(&keys.readable),
+        )
+        .await?;
+    extend_code(code)
+}
+
+pub(crate) async fn cancel(backend: &Backend, keys: &RwKeys, token: &Token) -> Result<()> {
+    let _: i64 = backend
+        .eval(
+            CANCEL
+                .key(&keys.writer)
+                .key(&keys.readers)
+                .key(&keys.waiting)
+                .arg(token.as_str())
+                .arg(&keys.readable)
+                .arg(&keys.writable),
+        )
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::services::props::{Decoder, decoder_tests};
+
+    const DECODERS: &[Decoder] = &[("rw acquire", |v| acquire_reply(v).is_ok())];
+
+    decoder_tests!(fuzz_rw_replies, DECODERS);
+
+    #[test]
+    fn replies_decode() -> Result<()> {
+        let ints = |xs: &[i64]| Value::Array(xs.iter().map(|&x| Value::Int(x)).collect());
+        assert_eq!(acquire_reply(ints(&[1, 4]))?, Ok(Fence::new(4)));
+        assert_eq!(
+            acquire_reply(ints(&[0, 15]))?,
+            Err(Some(Duration::from_millis(15)))
+        );
+        assert!(acquire_reply(ints(&[1, -3])).is_err());
+        Ok(())
+    }
+}
