@@ -94,7 +94,8 @@ pub fn dlm_exit_code(e: &dlm::Error) -> u8 {
         | E::NotHeld { .. }
         | E::StaleFence { .. }
         | E::LeaseLost { .. }
-        | E::Conflict { .. } => EXIT_NO,
+        | E::Conflict { .. }
+        | E::RateLimited { .. } => EXIT_NO,
         E::InvalidArgument { .. } => EXIT_USAGE,
         E::Lost { .. } => EXIT_LOST,
         E::Unavailable { .. } | E::Timeout(_) | E::Backend { .. } | E::NoQuorum { .. } => {

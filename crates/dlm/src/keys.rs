@@ -45,7 +45,7 @@ pub const DEFAULT_LOCK_PREFIX: &str = "dlm:lock:";
 pub const ACL_RULES: &str = "resetkeys ~dlm:* resetchannels &dlm:* -@all \
 +evalsha +eval +script|load +get +set +del +pexpire +pttl +incr +incrby +decrby \
 +hget +hmget +hset +hdel +hincrby +lpush +ltrim +blpop +zadd +zcard +zcount \
-+zmscore +zrange +zrangebyscore +zrem +zremrangebyrank +zscore +time +wait +publish +scan \
++zmscore +zrange +zrangebyscore +zrem +zremrangebyrank +zremrangebyscore +zscore +time +wait +publish +scan \
 +subscribe +unsubscribe +ping +hello +cluster|slots \
 +cluster|shards +asking +info";
 
@@ -226,6 +226,45 @@ pub(crate) fn queue_keys(name: &str) -> Result<Vec<String>> {
     .collect())
 }
 
+/// The keys of queue `name`'s repeating tasks, under the same `{name}` hash
+/// tag as [`queue_keys`] (so the scheduler's script, which enqueues into
+/// the queue, touches one Redis Cluster slot): `schedules` (HASH id -> spec),
+/// `schedule_payloads` (HASH id -> payload), `schedule_next` (ZSET id ->
+/// next tick, ms). Kept apart from `queue_keys`' list on purpose: the queue
+/// scripts' KEYS order does not change when schedules do.
+pub(crate) fn schedule_keys(name: &str) -> Result<Vec<String>> {
+    validate_name("queue name", name)?;
+    if name.starts_with('}') {
+        return Err(Error::invalid("queue name", "must not start with '}'"));
+    }
+    let base = format!("{DEFAULT_QUEUE_PREFIX}{{{name}}}");
+    Ok(["schedules", "schedule_payloads", "schedule_next"]
+        .iter()
+        .map(|suffix| format!("{base}:{suffix}"))
+        .collect())
+}
+
+/// The sliding-window log of rate limiter `name`: `dlm:rate:{name}` (a ZSET
+/// of grant times).
+pub(crate) fn rate_key(name: &str) -> Result<String> {
+    tagged("rate limiter name", "dlm:rate:", name)
+}
+
+/// The counter of id generator `name`: `dlm:ids:{name}` (a string holding
+/// the last id handed out or reserved).
+pub(crate) fn ids_key(name: &str) -> Result<String> {
+    tagged("id generator name", "dlm:ids:", name)
+}
+
+/// `PREFIX{name}`, or why `name` cannot be used.
+fn tagged(what: &'static str, prefix: &str, name: &str) -> Result<String> {
+    validate_name(what, name)?;
+    if name.starts_with('}') {
+        return Err(Error::invalid(what, "must not start with '}'"));
+    }
+    Ok(format!("{prefix}{{{name}}}"))
+}
+
 /// The key holding a fenced value for `resource`.
 pub(crate) fn fenced_key(resource: &str) -> Result<String> {
     validate_name("resource name", resource)?;
@@ -308,6 +347,23 @@ mod tests {
         assert_eq!(keys[0], "dlm:queue:{mail}:waiting");
         assert!(keys.iter().all(|k| cluster_tag(k) == "mail"));
         assert!(queue_keys("").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn schedule_rate_and_id_keys_are_tagged() -> Result<()> {
+        let sched = schedule_keys("mail")?;
+        assert_eq!(sched[0], "dlm:queue:{mail}:schedules");
+        assert!(
+            sched
+                .iter()
+                .all(|k| slot(k) == slot("dlm:queue:{mail}:waiting"))
+        );
+        let queue = queue_keys("mail")?;
+        assert!(sched.iter().all(|k| !queue.contains(k)));
+        assert_eq!(rate_key("api")?, "dlm:rate:{api}");
+        assert_eq!(ids_key("orders")?, "dlm:ids:{orders}");
+        assert!(rate_key("").is_err() && ids_key("}x").is_err() && schedule_keys("").is_err());
         Ok(())
     }
 

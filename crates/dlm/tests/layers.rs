@@ -30,7 +30,7 @@ const LAYERS: &[Layer<'static>] = &[
     },
     Layer {
         name: "primitives",
-        modules: &["lock", "queue", "consistency", "fenced"],
+        modules: &["lock", "queue", "consistency", "fenced", "ratelimit", "ids"],
         lateral: false,
     },
     Layer {
