@@ -124,7 +124,7 @@ fn humanize(d: Duration) -> String {
         ("m", 60_000),
         ("s", 1000),
     ] {
-        if ms >= size && ms % size == 0 {
+        if ms >= size && ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }
@@ -142,7 +142,7 @@ impl Repeat {
     fn grid(&self) -> Result<Grid> {
         match self {
             Repeat::Every(d) => {
-                if *d < MIN_EVERY || *d > MAX_DELAY || d.subsec_nanos() % 1_000_000 != 0 {
+                if *d < MIN_EVERY || *d > MAX_DELAY || !d.subsec_nanos().is_multiple_of(1_000_000) {
                     return Err(Error::invalid(
                         "schedule interval",
                         format!("{d:?} is not whole milliseconds within 100ms ..= 365 days"),
