@@ -9,13 +9,18 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::bench::BenchLockArgs;
+use crate::bench_ids::BenchIdsArgs;
 use crate::bench_queue::BenchQueueArgs;
 use crate::check::CheckCommand;
+use crate::dispatch::DispatchArgs;
 use crate::error::CliError;
 use crate::global::parse::parse_timeout;
 use crate::global::{Global, QueueArg, Topology};
+use crate::id_cmd::IdCommand;
 use crate::lock_cmd::{AcquireArgs, ExtendArgs, ReleaseArgs, StatusArgs};
-use crate::queue_cmd::{DeadArgs, ListArgs, PurgeArgs, PushArgs, RemoveArgs, RetryArgs};
+use crate::queue_cmd::{
+    DeadArgs, ListArgs, PurgeArgs, PushArgs, RemoveArgs, RetryArgs, ScheduleArgs, UnscheduleArgs,
+};
 use crate::run_cmd::RunArgs;
 use crate::rwlock_cmd::RwRunArgs;
 use crate::seckill::SeckillArgs;
@@ -207,6 +212,9 @@ pub enum Command {
     /// A reliable task queue: push, inspect, and work off tasks with a command.
     #[command(subcommand)]
     Queue(QueueCommand),
+    /// Unique, increasing ids across processes and hosts (seed 001).
+    #[command(subcommand)]
+    Id(IdCommand),
     /// Measure lock and queue throughput and latency.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -294,6 +302,10 @@ pub enum BenchCommand {
     /// Without --redis (and DLM_REDIS_URL) it runs against a private
     /// redis-server it starts.
     Queue(BenchQueueArgs),
+    /// Id generator throughput (one INCR per id, batches, reserved blocks)
+    /// and rate limiter overhead. Without --redis (and DLM_REDIS_URL) it
+    /// runs against a private redis-server it starts.
+    Ids(BenchIdsArgs),
 }
 
 /// `dlm queue ...`
@@ -336,6 +348,19 @@ pub enum QueueCommand {
     Retry(RetryArgs),
     /// Delete tasks for good; prints how many. Only `--dead` for now.
     Purge(PurgeArgs),
+    /// Add (or change) a repeating task: one task ID@TICK per tick (TICK in
+    /// ms since the epoch), fired by the queue's workers (`queue work`),
+    /// never twice for one tick however many run. After downtime the
+    /// earliest missed tick runs once, then the schedule resumes on its
+    /// grid. The same spec again changes nothing. Exit 2 on a bad interval
+    /// or cron expression (nothing written).
+    Schedule(ScheduleArgs),
+    /// List the queue's repeating tasks, soonest next tick first (JSON lines,
+    /// always).
+    Schedules(QueueArg),
+    /// Remove a repeating task (tasks it enqueued stay); exit 1 when there
+    /// was none.
+    Unschedule(UnscheduleArgs),
 }
 
 /// `dlm demo ...`
@@ -350,6 +375,12 @@ pub enum DemoCommand {
     /// then processes with `dlm lock run`. Starts a private redis-server
     /// unless --redis is given.
     Lock,
+    /// Seed 003's task dispatch: review tasks handed to editors one at a
+    /// time; some editors walk away, their tasks come back after the time
+    /// limit and others finish them. Prints a table per editor and totals;
+    /// exit 0 only if every task was done (acked) exactly once. Starts a
+    /// private redis-server unless --redis is given.
+    Dispatch(DispatchArgs),
     /// One read-modify-write increment of KEY (used by `demo lock`).
     #[command(hide = true)]
     IncrementKey {

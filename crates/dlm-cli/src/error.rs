@@ -103,7 +103,8 @@ pub fn dlm_exit_code(e: &dlm::Error) -> u8 {
         | E::Conflict { .. }
         | E::NoPermits { .. }
         | E::QueueFull { .. }
-        | E::UpgradeRefused { .. } => EXIT_NO,
+        | E::UpgradeRefused { .. }
+        | E::RateLimited { .. } => EXIT_NO,
         E::InvalidArgument { .. } => EXIT_USAGE,
         E::Lost { .. } => EXIT_LOST,
         E::Unavailable { .. } | E::Timeout(_) | E::Backend { .. } | E::NoQuorum { .. } => {

@@ -5,12 +5,15 @@
 //! see [`cli`] for the commands and [`error`] for the exit codes.
 
 mod bench;
+mod bench_ids;
 mod bench_queue;
 mod check;
 mod cli;
 mod demo;
+mod dispatch;
 mod error;
 mod global;
+mod id_cmd;
 mod lock_cmd;
 mod output;
 mod queue_cmd;
@@ -34,6 +37,7 @@ use crate::cli::{
 };
 use crate::error::CliError;
 use crate::global::Global;
+use crate::id_cmd::IdCommand;
 use crate::semaphore_cmd::SemaphoreCommand;
 
 /// mimalloc instead of glibc's malloc: with several runtime threads, glibc
@@ -101,6 +105,12 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Queue(QueueCommand::Dead(a)) => queue_cmd::dead(global, &a).await,
         Command::Queue(QueueCommand::Retry(a)) => queue_cmd::retry(global, &a).await,
         Command::Queue(QueueCommand::Purge(a)) => queue_cmd::purge(global, &a).await,
+        Command::Queue(QueueCommand::Schedule(a)) => queue_cmd::schedule(global, &a).await,
+        Command::Queue(QueueCommand::Schedules(a)) => queue_cmd::schedules(global, &a).await,
+        Command::Queue(QueueCommand::Unschedule(a)) => queue_cmd::unschedule(global, &a).await,
+        Command::Id(IdCommand::Next(a)) => id_cmd::next(global, &a).await,
+        Command::Bench(BenchCommand::Ids(a)) => bench_ids::bench_ids(global, &a).await,
+        Command::Demo(DemoCommand::Dispatch(a)) => dispatch::run(global, &a).await,
         Command::Bench(BenchCommand::Lock(a)) => bench::bench_lock(global, &a, 1).await,
         Command::Bench(BenchCommand::Redlock(a)) => bench::bench_lock(global, &a, 5).await,
         Command::Bench(BenchCommand::Queue(a)) => bench_queue::bench_queue(global, &a).await,

@@ -702,6 +702,37 @@ impl Client {
         Versioned::new(self.single_backend(), name.into())
     }
 
+    /// A rate limiter `dlm:rate:{name}` granting at most `n` per `period`
+    /// over any window, shared by every client (see [`crate::ratelimit`]).
+    /// `n` is 1 ..= 1 000 000 and `period` 1 ms ..= 7 days, checked when used.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let limiter = client.rate_limiter("partner-api", 10, std::time::Duration::from_secs(1));
+    /// limiter.acquire().await?;    // sleeps while 10 grants fell in the last second
+    /// # Ok(()) }
+    /// ```
+    pub fn rate_limiter(
+        &self,
+        name: impl Into<String>,
+        n: u64,
+        period: Duration,
+    ) -> crate::ratelimit::RateLimiter {
+        crate::ratelimit::RateLimiter::new(self.single_backend(), name.into(), n, period)
+    }
+
+    /// An id generator `dlm:ids:{name}`: unique, increasing ids across
+    /// servers (see [`crate::ids`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let id = client.ids("orders").next().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn ids(&self, name: impl Into<String>) -> crate::ids::Ids {
+        crate::ids::Ids::new(self.single_backend(), name.into())
+    }
+
     /// A stock counter `dlm:stock:{name}` (see [`Stock`]).
     ///
     /// ```no_run

@@ -83,6 +83,15 @@ pub enum Error {
         /// The version stored now.
         current: u64,
     },
+    /// A rate limiter had no free slot within the caller's deadline
+    /// ([`crate::ratelimit::RateLimiter::acquire_within`]); nothing was granted.
+    #[error("rate limiter {name:?} is at its limit; the next slot frees in {} ms", retry_after.as_millis())]
+    RateLimited {
+        /// The limiter's name.
+        name: String,
+        /// How long until a slot frees (from the server's log).
+        retry_after: Duration,
+    },
     /// A fenced write carried a lower fencing token than one already seen.
     #[error("stale fencing token {given} for {name:?}: token {highest} has written already")]
     StaleFence {

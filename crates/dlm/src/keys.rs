@@ -352,6 +352,36 @@ pub(crate) fn semaphore_keys(name: &str) -> Result<SemaphoreKeys> {
     })
 }
 
+/// The keys of queue `name`'s repeating tasks, under the same `{name}` hash
+/// tag as [`queue_keys`] (so the scheduler's script, which enqueues into
+/// the queue, touches one Redis Cluster slot): `schedules` (HASH id -> spec),
+/// `schedule_payloads` (HASH id -> payload), `schedule_next` (ZSET id ->
+/// next tick, ms). Kept apart from `queue_keys`' list on purpose: the queue
+/// scripts' KEYS order does not change when schedules do.
+pub(crate) fn schedule_keys(name: &str) -> Result<Vec<String>> {
+    validate_name("queue name", name)?;
+    if name.starts_with('}') {
+        return Err(Error::invalid("queue name", "must not start with '}'"));
+    }
+    let base = format!("{DEFAULT_QUEUE_PREFIX}{{{name}}}");
+    Ok(["schedules", "schedule_payloads", "schedule_next"]
+        .iter()
+        .map(|suffix| format!("{base}:{suffix}"))
+        .collect())
+}
+
+/// The sliding-window log of rate limiter `name`: `dlm:rate:{name}` (a ZSET
+/// of grant times).
+pub(crate) fn rate_key(name: &str) -> Result<String> {
+    tagged("dlm:rate:", "rate limiter name", name)
+}
+
+/// The counter of id generator `name`: `dlm:ids:{name}` (a string holding
+/// the last id handed out or reserved).
+pub(crate) fn ids_key(name: &str) -> Result<String> {
+    tagged("dlm:ids:", "id generator name", name)
+}
+
 /// The key holding a fenced value for `resource`.
 pub(crate) fn fenced_key(resource: &str) -> Result<String> {
     validate_name("resource name", resource)?;
@@ -460,6 +490,23 @@ mod tests {
         assert_eq!(slot(&k.holders), slot(&k.meta));
         assert_eq!(slot(&k.channel), slot(&k.meta));
         assert!(semaphore_keys("}x").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn schedule_rate_and_id_keys_are_tagged() -> Result<()> {
+        let sched = schedule_keys("mail")?;
+        assert_eq!(sched[0], "dlm:queue:{mail}:schedules");
+        assert!(
+            sched
+                .iter()
+                .all(|k| slot(k) == slot("dlm:queue:{mail}:waiting"))
+        );
+        let queue = queue_keys("mail")?;
+        assert!(sched.iter().all(|k| !queue.contains(k)));
+        assert_eq!(rate_key("api")?, "dlm:rate:{api}");
+        assert_eq!(ids_key("orders")?, "dlm:ids:{orders}");
+        assert!(rate_key("").is_err() && ids_key("}x").is_err() && schedule_keys("").is_err());
         Ok(())
     }
 

@@ -27,7 +27,8 @@
 //! Also in this crate: a task queue that never loses a task ([`queue`]: the
 //! seeds' sorted-set queue, leases, retries, dead letters and a worker
 //! runtime) and lock-free consistency helpers ([`consistency`]: versioned
-//! compare-and-set, atomic stock).
+//! compare-and-set, atomic stock), a rate limiter exact over any window
+//! ([`ratelimit`]) and unique increasing ids across servers ([`ids`]).
 //!
 //! ## Keys
 //! The lock `NAME` is the key `dlm:lock:{NAME}` (prefix configurable with
@@ -141,9 +142,11 @@
 pub mod consistency;
 pub mod error;
 pub mod fair;
+pub mod ids;
 pub mod keys;
 pub mod metrics;
 pub mod queue;
+pub mod ratelimit;
 pub mod rwlock;
 pub mod semaphore;
 

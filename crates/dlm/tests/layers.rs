@@ -38,6 +38,8 @@ const LAYERS: &[Layer<'static>] = &[
             "semaphore",
             "fair",
             "rwlock",
+            "ratelimit",
+            "ids",
         ],
         lateral: false,
     },

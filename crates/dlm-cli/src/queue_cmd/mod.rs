@@ -1,4 +1,5 @@
-//! `dlm queue push | peek | pop | remove | stats | dead | retry | purge`:
+//! `dlm queue push | peek | pop | remove | stats | dead | retry | purge`
+//! (and `schedule | schedules | unschedule`, in [`schedule`]):
 //! one library call each (`queue work` is in [`crate::work_cmd`]).
 
 use std::time::Duration;
@@ -13,6 +14,9 @@ use crate::global::{Global, QueueArg};
 use crate::output;
 
 mod payload;
+mod schedule;
+
+pub use schedule::{ScheduleArgs, UnscheduleArgs, schedule, schedules, unschedule};
 
 use payload::{JsonPayload, read_payload};
 

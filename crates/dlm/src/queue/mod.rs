@@ -7,7 +7,9 @@
 //! per operation, and a holder that dies inside it stalls every producer
 //! until its TTL). On top: leases with fencing tokens, ack/nack/extend,
 //! automatic return of expired leases, retries with backoff, dead letters
-//! and a [`Worker`] runtime.
+//! and a [`Worker`] runtime. Repeating tasks ([`Queue::schedule`], every
+//! `d` or on a cron expression, one task per tick however many workers run)
+//! are fired by the workers themselves (see [`Repeat`]).
 //!
 //! Keys of queue `Q` (all under the `{Q}` hash tag, so one Redis Cluster slot):
 //! `dlm:queue:{Q}:waiting` (ZSET id → due ms), `:payload` (HASH), `:inflight`
@@ -35,6 +37,7 @@ mod idle;
 mod inspect;
 mod lease;
 mod ops;
+mod schedule;
 mod types;
 mod worker;
 mod worker_options;
@@ -44,6 +47,7 @@ use std::time::Duration;
 pub(crate) use inspect::queue_names;
 pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskInfo, TaskPage, TaskState};
 pub use lease::Lease;
+pub use schedule::{MAX_SCHEDULES, MIN_EVERY, Repeat, ScheduleInfo, ScheduleRun, Scheduled};
 pub use types::{
     Backoff, DEFAULT_MAX_PAYLOAD, DeadTask, Enqueued, Entry, MAX_BATCH, MAX_DELAY, MAX_ERROR_LEN,
     MAX_PAYLOAD_LIMIT, Nacked, NewTask, OnDuplicate, QueueStats, Removed, Task,

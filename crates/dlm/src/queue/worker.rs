@@ -90,6 +90,8 @@ impl Worker {
             stop_heartbeat.clone(),
         ));
         let mut idle = Idle::new(&self.queue);
+        // Repeating tasks: fire due ticks between claims (see schedule.rs).
+        let mut schedules = crate::queue::schedule::Ticker::new();
         let (acks, acker) = Acks::spawn(self.queue.clone());
         let mut error_pause = Duration::from_millis(50);
 
@@ -105,6 +107,7 @@ impl Worker {
                 }
                 continue;
             }
+            let tick_in = schedules.tick(&self.queue).await;
             let claimed = match self.queue.claim_raw(free, self.opts.lease).await {
                 Ok(c) => {
                     error_pause = Duration::from_millis(50);
@@ -147,6 +150,7 @@ impl Worker {
                 let mut wait = claimed
                     .next_due
                     .map_or(self.opts.idle_wait, |d| d.min(self.opts.idle_wait))
+                    .min(tick_in)
                     .max(Duration::from_millis(1));
                 if self.opts.exit_when_empty && !tasks.is_empty() {
                     // Notice soon when the last running task drains the queue.
