@@ -41,7 +41,6 @@ async fn priorities(c: &Client) -> TestResult {
     for t in [
         NewTask::new("a"),
         NewTask::new("b").priority(5),
-        NewTask::new("low").priority(-1),
         NewTask::new("c").priority(5).payload("p"),
         NewTask::new("d"),
     ] {
@@ -49,7 +48,7 @@ async fn priorities(c: &Client) -> TestResult {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let s = q.stats().await?;
-    assert_eq!((s.waiting, s.delayed), (5, 1), "{s:?}");
+    assert_eq!((s.waiting, s.delayed), (4, 1), "{s:?}");
     let first = claim_ids(&q, 2).await?;
     assert_eq!(ids(&first), ["b", "c"]);
     assert_eq!(first[1].task().priority, 5);
@@ -59,7 +58,7 @@ async fn priorities(c: &Client) -> TestResult {
     q.enqueue([NewTask::new("e").priority(9)], NOW, OnDuplicate::Keep)
         .await?;
     let rest = claim_ids(&q, 10).await?;
-    assert_eq!(ids(&rest), ["late-high", "e", "a", "d", "low"]);
+    assert_eq!(ids(&rest), ["late-high", "e", "a", "d"]);
     // A nacked task comes back with its priority.
     let mut rest = rest.into_iter();
     if let Some(l) = rest.next() {
@@ -219,7 +218,7 @@ async fn bad_input(c: &Client) -> TestResult {
     let q = c.queue("bad");
     for t in [
         NewTask::new("p").priority(1001),
-        NewTask::new("p").priority(i32::MIN),
+        NewTask::new("p").priority(u16::MAX),
         NewTask::new("g").group(""),
         NewTask::new("g").group("a\nb"),
         NewTask::new("g").group("x".repeat(257)),

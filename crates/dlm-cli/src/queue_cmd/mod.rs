@@ -1,14 +1,14 @@
-//! `dlm queue push | peek | pop | remove | stats | dead | retry | purge`:
+//! `dlm queue push | peek | pop | remove | stats | config | dead | retry | purge`:
 //! one library call each (`queue work` is in [`crate::work_cmd`]).
 
 use std::time::Duration;
 
 use clap::Args;
-use dlm::queue::{Enqueued, NewTask, OnDuplicate, Removed};
+use dlm::queue::{Enqueued, NewTask, OnDuplicate, QueueSettings, Removed};
 use serde::Serialize;
 
 use crate::error::{CliError, EXIT_OK};
-use crate::global::parse::{parse_delay, parse_task_id};
+use crate::global::parse::{parse_delay, parse_group, parse_priority, parse_rate, parse_task_id};
 use crate::global::{Global, QueueArg};
 use crate::output;
 
@@ -38,6 +38,72 @@ pub struct PushArgs {
     /// time and payload); default: keep it.
     #[arg(long)]
     pub replace: bool,
+    /// The tasks' priority: an integer, 0 ..= 1000, higher first (default 0).
+    /// Among due tasks a higher priority is claimed first, FIFO within one.
+    #[arg(long, value_name = "P", default_value_t = 0, value_parser = parse_priority, allow_hyphen_values = true)]
+    pub priority: u16,
+    /// The tasks' group (1 to 256 bytes): with a group concurrency K set on
+    /// the queue, at most K tasks of one group run at once, across all workers.
+    #[arg(long, value_name = "G", value_parser = parse_group)]
+    pub group: Option<String>,
+}
+
+/// The queue-level settings `queue work` and `queue config` may change.
+#[derive(Debug, Clone, Args)]
+pub struct SettingsArgs {
+    /// Store for the queue: at most K tasks of one group in flight at once,
+    /// across all workers (1 to 10000; 0 removes the limit). Every worker of
+    /// the queue follows the latest value stored.
+    #[arg(long, value_name = "K",
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(dlm::queue::MAX_GROUP_CONCURRENCY)))]
+    pub group_concurrency: Option<u32>,
+    /// Store for the queue: at most N tasks start in any window of PERIOD,
+    /// across all workers (`100/1s`; N 1 to 100000, PERIOD 1ms to 24h; `off`
+    /// removes it). Exact: a sliding log of the last N starts.
+    #[arg(long, value_name = "N/PERIOD", value_parser = parse_rate)]
+    pub rate: Option<crate::global::parse::RateArg>,
+    /// Store for the queue: keep the ids of the last N acked tasks (1 to
+    /// 1000000; 0: keep none, the default).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(dlm::queue::MAX_KEEP_COMPLETED)))]
+    pub keep_completed: Option<u32>,
+}
+
+impl SettingsArgs {
+    /// The change these flags ask for (flags not given: left as stored).
+    pub fn change(&self) -> QueueSettings {
+        let mut s = QueueSettings::default();
+        if let Some(k) = self.group_concurrency {
+            s = s.group_concurrency(Some(k).filter(|k| *k > 0));
+        }
+        if let Some(r) = self.rate {
+            s = s.rate(r.0);
+        }
+        if let Some(n) = self.keep_completed {
+            s = s.keep_completed(Some(n).filter(|n| *n > 0));
+        }
+        s
+    }
+
+    /// Whether any flag was given.
+    pub fn any(&self) -> bool {
+        self.group_concurrency.is_some() || self.rate.is_some() || self.keep_completed.is_some()
+    }
+}
+
+/// `dlm queue config`
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub settings: SettingsArgs,
+    /// Remove every setting (group concurrency, rate limit, completed
+    /// history) before applying the flags given with it.
+    #[arg(long)]
+    pub clear: bool,
 }
 
 /// `dlm queue peek | pop`
@@ -123,7 +189,10 @@ pub async fn push(global: &Global, args: &PushArgs) -> Result<u8, CliError> {
     let payload = read_payload(args)?;
     let queue = args.queue.open(global).await?;
     let tasks = args.ids.iter().map(|id| {
-        let t = NewTask::new(id.clone());
+        let mut t = NewTask::new(id.clone()).priority(args.priority);
+        if let Some(g) = &args.group {
+            t = t.group(g.clone());
+        }
         match &payload {
             Some(p) => t.payload(p.clone()),
             None => t,
@@ -269,6 +338,63 @@ pub async fn stats(global: &Global, args: &QueueArg) -> Result<u8, CliError> {
             line.failed
         )
     })?;
+    Ok(EXIT_OK)
+}
+
+#[derive(Serialize)]
+struct RateLine {
+    n: u32,
+    period_ms: u128,
+}
+
+#[derive(Serialize)]
+struct ConfigLine<'a> {
+    queue: &'a str,
+    group_concurrency: Option<u32>,
+    rate: Option<RateLine>,
+    keep_completed: Option<u32>,
+}
+
+/// Print a queue's settings (one line; JSON with --json).
+pub fn print_settings(global: &Global, queue: &str, s: &QueueSettings) -> Result<(), CliError> {
+    let line = ConfigLine {
+        queue,
+        group_concurrency: s.get_group_concurrency(),
+        rate: s.get_rate().map(|r| RateLine {
+            n: r.n(),
+            period_ms: r.period().as_millis(),
+        }),
+        keep_completed: s.get_keep_completed(),
+    };
+    output::emit(global.json, &line, || {
+        let or_none = |v: Option<u32>| v.map_or("none".to_string(), |v| v.to_string());
+        format!(
+            "{queue}: group concurrency {}, rate {}, keep completed {}",
+            or_none(line.group_concurrency),
+            line.rate.as_ref().map_or("none".to_string(), |r| format!(
+                "{}/{}",
+                r.n,
+                humantime::format_duration(std::time::Duration::from_millis(
+                    u64::try_from(r.period_ms).unwrap_or(u64::MAX)
+                ))
+            )),
+            or_none(line.keep_completed)
+        )
+    })
+}
+
+/// `dlm queue config`: show (and with flags, change) the queue's settings.
+pub async fn config(global: &Global, args: &ConfigArgs) -> Result<u8, CliError> {
+    let queue = args.queue.open(global).await?;
+    if args.clear {
+        queue.clear_settings().await?;
+    }
+    let settings = if args.settings.any() {
+        queue.configure(&args.settings.change()).await?
+    } else {
+        queue.settings().await?
+    };
+    print_settings(global, &args.queue.queue, &settings)?;
     Ok(EXIT_OK)
 }
 

@@ -78,8 +78,8 @@ pub use lease::Lease;
 pub use types::{
     Backoff, Completed, DEFAULT_MAX_PAYLOAD, DeadTask, Enqueued, Entry, MAX_BATCH, MAX_DELAY,
     MAX_ERROR_LEN, MAX_GROUP_CONCURRENCY, MAX_GROUP_LEN, MAX_KEEP_COMPLETED, MAX_PAYLOAD_LIMIT,
-    MAX_PRIORITY, MIN_PRIORITY, Nacked, NewTask, OnDuplicate, QueueSettings, QueueStats, RateLimit,
-    Removed, Task,
+    MAX_PRIORITY, Nacked, NewTask, OnDuplicate, QueueSettings, QueueStats, RateLimit, Removed,
+    Task,
 };
 pub use worker::{Worker, WorkerOptions, WorkerReport};
 
@@ -146,11 +146,11 @@ fn check_id(id: &str) -> Result<()> {
 }
 
 fn check_task_options(t: &NewTask) -> Result<()> {
-    if !(MIN_PRIORITY..=MAX_PRIORITY).contains(&t.priority) {
+    if t.priority > MAX_PRIORITY {
         return Err(Error::invalid(
             "priority",
             format!(
-                "task {:?}: {} is outside {MIN_PRIORITY} ..= {MAX_PRIORITY}",
+                "task {:?}: {} is outside 0 ..= {MAX_PRIORITY}",
                 t.id, t.priority
             ),
         ));

@@ -259,7 +259,7 @@ fn claim_reply(v: Value) -> Result<Claimed> {
                 payload: bytes(payload),
                 fence: Fence::new(unsigned(int(fence)?)),
                 attempt: u32::try_from(int(attempt)?).unwrap_or(u32::MAX),
-                priority: i32::try_from(int(priority)?)
+                priority: u16::try_from(int(priority)?)
                     .map_err(|_| Error::protocol("a priority out of range"))?,
                 group: match group {
                     Value::Nil => None,

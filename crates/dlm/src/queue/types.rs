@@ -16,10 +16,8 @@ pub const MAX_BATCH: usize = 10_000;
 pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
 /// The longest error text kept with a failed task.
 pub const MAX_ERROR_LEN: usize = 4096;
-/// The lowest task priority ([`NewTask::priority`]).
-pub const MIN_PRIORITY: i32 = -1000;
-/// The highest task priority ([`NewTask::priority`]).
-pub const MAX_PRIORITY: i32 = 1000;
+/// The highest task priority ([`NewTask::priority`]); the lowest is 0.
+pub const MAX_PRIORITY: u16 = 1000;
 /// The longest group name, in bytes ([`NewTask::group`]).
 pub const MAX_GROUP_LEN: usize = 256;
 
@@ -47,7 +45,7 @@ pub enum OnDuplicate {
 pub struct NewTask {
     pub(crate) id: String,
     pub(crate) payload: Option<Vec<u8>>,
-    pub(crate) priority: i32,
+    pub(crate) priority: u16,
     pub(crate) group: Option<String>,
 }
 
@@ -62,11 +60,11 @@ impl NewTask {
         }
     }
 
-    /// Its priority, [`MIN_PRIORITY`] ..= [`MAX_PRIORITY`] (default 0): among
+    /// Its priority, 0 ..= [`MAX_PRIORITY`] (default 0, the lowest): among
     /// due tasks a higher priority is claimed first, and tasks of one
     /// priority in due-time order. A delayed task keeps its priority when it
     /// comes due. (Out of range: enqueue fails with a typed error.)
-    pub fn priority(mut self, priority: i32) -> Self {
+    pub fn priority(mut self, priority: u16) -> Self {
         self.priority = priority;
         self
     }
@@ -145,8 +143,8 @@ pub struct Task {
     /// The lease's fencing token: strictly increasing per queue, so storage can
     /// refuse the writes of a worker whose lease was taken over.
     pub fence: Fence,
-    /// Its priority (0: none given).
-    pub priority: i32,
+    /// Its priority (0: none given, the lowest).
+    pub priority: u16,
     /// Its group, if it has one.
     pub group: Option<String>,
 }

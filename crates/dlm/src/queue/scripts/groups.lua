@@ -3,7 +3,7 @@
 -- in those scripts' headers and return nothing to the caller by themselves.
 -- A due task with a priority or a group waits in `ready` (14), scored
 -- -priority * 2^42 + due time: a lower score is claimed first, so higher
--- priorities first and FIFO by due time within one. |priority| <= 1000 and
+-- priorities first and FIFO by due time within one. 0 <= priority <= 1000 and
 -- due times below 2^42 ms (the year 2109) keep every score an exact double.
 local PRIO_UNIT = 4398046511104 -- 2^42
 local PARK_OFFSET = 4503599627370496 -- 2^52: parked scores are written positive
