@@ -62,16 +62,18 @@ end
 if #done > 0 then
   chunked('ZREM', KEYS[3], done)
   chunked('HDEL', KEYS[4], done)
-  local groups = groups_of(done)
-  for i = 1, #done do
-    if groups[i] then release(groups[i]) end
-  end
+  release_all(groups_of(done))
   -- A task enqueued again (replace) while in flight keeps its payload and history.
   local waiting = fetch('ZMSCORE', KEYS[1], done)
-  local featured = redis.call('EXISTS', KEYS[12], KEYS[13], KEYS[14]) > 0
+  local featured = redis.call('EXISTS', KEYS[12], KEYS[13], KEYS[14], KEYS[17]) > 0
+  local ready, parked = {}, {}
+  if featured then
+    ready = fetch('ZMSCORE', KEYS[14], done)
+    parked = fetch('HMGET', KEYS[17], done)
+  end
   local gone = {}
   for i, id in ipairs(done) do
-    if not waiting[i] and not (featured and in_ready(id)) then gone[#gone + 1] = id end
+    if not waiting[i] and not ready[i] and not parked[i] then gone[#gone + 1] = id end
   end
   if #gone > 0 then
     chunked('HDEL', KEYS[2], gone)

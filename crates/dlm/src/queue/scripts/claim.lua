@@ -59,12 +59,11 @@ local function hmget(key, list)
   return all
 end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
-local expired_groups = groups_of(expired)
+release_all(groups_of(expired))
 local died = 0
-for i, id in ipairs(expired) do
+for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
-  if expired_groups[i] then release(expired_groups[i]) end
   local attempts = tonumber(redis.call('HGET', KEYS[5], id) or '0')
   local again = redis.call('ZSCORE', KEYS[1], id) or in_ready(id)
   if attempts >= max_attempts and not again then
@@ -103,7 +102,7 @@ if want > 0 and featured then
   for i = 1, #cand / 2 do cids[i] = cand[2 * i - 1] end
   local cgroups = groups_of(cids)
   local cprios = hmget(KEYS[12], cids)
-  local busy, gone = {}, {}
+  local busy, started, gone = {}, {}, {}
   for i, id in ipairs(cids) do
     if #ids >= want then break end
     local g, score = cgroups[i], tonumber(cand[2 * i])
@@ -115,7 +114,7 @@ if want > 0 and featured then
         park(g, score, id)
       else
         busy[g] = busy[g] + 1
-        redis.call('HINCRBY', KEYS[15], g, 1)
+        started[g] = (started[g] or 0) + 1
       end
     end
     gone[#gone + 1] = id
@@ -127,7 +126,8 @@ if want > 0 and featured then
       groups[#ids] = g or false
     end
   end
-  chunked('ZREM', KEYS[14], gone)
+  if #gone > 0 then chunked('ZREM', KEYS[14], gone) end
+  for g, k in pairs(started) do redis.call('HINCRBY', KEYS[15], g, k) end
 elseif want > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
   for i = 1, #due / 2 do

@@ -22,10 +22,11 @@ local function park(g, score, id)
   redis.call('ZADD', KEYS[16], 0, m)
   redis.call('HSET', KEYS[17], id, m)
 end
--- A task of group g left flight: free its slot and bring parked tasks of g
--- back to `ready`, as many as the group's limit now allows (at most 64).
-local function release(g)
-  local left = redis.call('HINCRBY', KEYS[15], g, -1)
+-- n tasks of group g left flight (n: 1 when not given): free their slots and
+-- bring parked tasks of g back to `ready`, as many as the group's limit now
+-- allows (at most 64).
+local function release(g, n)
+  local left = redis.call('HINCRBY', KEYS[15], g, -(n or 1))
   if left <= 0 then
     redis.call('HDEL', KEYS[15], g)
     left = 0
@@ -54,6 +55,15 @@ local function groups_of(ids)
     for k = 1, #part do out[i + k - 1] = part[k] end
   end
   return out
+end
+-- Free the slots of the groups in `groups` (a list with false for no
+-- group), one release per group.
+local function release_all(groups)
+  local per = {}
+  for _, g in pairs(groups) do
+    if g then per[g] = (per[g] or 0) + 1 end
+  end
+  for g, n in pairs(per) do release(g, n) end
 end
 -- Is id waiting in `ready` or parked (enqueued again while in flight)?
 local function in_ready(id)
