@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::TestResult;
-use dlm::queue::{NewTask, OnDuplicate, Queue, QueueSettings, RateLimit};
+use dlm::queue::{NewTask, OnDuplicate, Queue, QueueSettings, RateLimit, TaskState};
 use dlm::{Client, Error};
 use dlm_testkit::{Cluster, RedisServer};
 
@@ -91,6 +91,14 @@ async fn groups(c: &Client) -> TestResult {
     assert_eq!(ids(&got), ["a0", "b0", "plain"], "no head-of-line blocking");
     assert_eq!(got[0].task().group.as_deref(), Some("A"));
     assert_eq!(q.stats().await?.waiting, 5, "parked tasks count as waiting");
+    let page = q.tasks(TaskState::Waiting, 0, 10, 0).await?;
+    let listed: Vec<&str> = page.tasks.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(
+        (page.total, listed),
+        (5, vec!["a1", "a2", "a3", "a4", "b1"])
+    );
+    let tail = q.tasks(TaskState::Waiting, 3, 10, 0).await?;
+    assert_eq!(tail.tasks.len(), 2);
     assert!(claim_ids(&q, 10).await?.is_empty());
     let mut got = got.into_iter();
     if let Some(a0) = got.next() {

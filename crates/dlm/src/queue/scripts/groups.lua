@@ -22,16 +22,16 @@ local function park(g, score, id)
   redis.call('ZADD', KEYS[16], 0, m)
   redis.call('HSET', KEYS[17], id, m)
 end
--- n tasks of group g left flight (n: 1 when not given): free their slots and
--- bring parked tasks of g back to `ready`, as many as the group's limit now
--- allows (at most 64).
-local function release(g, n)
-  local left = redis.call('HINCRBY', KEYS[15], g, -(n or 1))
+-- n tasks of group g left flight: free their slots and bring parked tasks
+-- of g back to `ready`, as many as the group's limit k now allows (at most
+-- 64; k = 0: no limit). `parked`: whether any task is parked at all.
+local function free_slots(g, n, k, parked)
+  local left = redis.call('HINCRBY', KEYS[15], g, -n)
   if left <= 0 then
     redis.call('HDEL', KEYS[15], g)
     left = 0
   end
-  local k = tonumber(redis.call('HGET', KEYS[11], 'group_concurrency') or '0')
+  if not parked then return end
   local room = 64
   if k > 0 then room = math.min(64, k - left) end
   if room <= 0 then return end
@@ -46,6 +46,24 @@ local function release(g, n)
   end
   if #members > 0 then wake(#members) end
 end
+-- Tasks of the groups in `groups` (a list, false for no group) left flight.
+local function release_all(groups)
+  local per, any = {}, false
+  for _, g in pairs(groups) do
+    if g then
+      per[g] = (per[g] or 0) + 1
+      any = true
+    end
+  end
+  if not any then return end
+  local k = tonumber(redis.call('HGET', KEYS[11], 'group_concurrency') or '0')
+  local parked = redis.call('EXISTS', KEYS[16]) == 1
+  for g, n in pairs(per) do free_slots(g, n, k, parked) end
+end
+-- A task of group g left flight.
+local function release(g)
+  release_all({g})
+end
 -- The group of each id (false: none), without a call when no task has one.
 local function groups_of(ids)
   local out = {}
@@ -55,15 +73,6 @@ local function groups_of(ids)
     for k = 1, #part do out[i + k - 1] = part[k] end
   end
   return out
-end
--- Free the slots of the groups in `groups` (a list with false for no
--- group), one release per group.
-local function release_all(groups)
-  local per = {}
-  for _, g in pairs(groups) do
-    if g then per[g] = (per[g] or 0) + 1 end
-  end
-  for g, n in pairs(per) do release(g, n) end
 end
 -- Is id waiting in `ready` or parked (enqueued again while in flight)?
 local function in_ready(id)
