@@ -39,8 +39,11 @@ local out, added = {}, 0
 for i = 3, #ARGV, 5 do
   local id, prio, group = ARGV[i], ARGV[i + 3], ARGV[i + 4]
   local cur = redis.call('ZSCORE', KEYS[1], id)
-  local ready = redis.call('ZSCORE', KEYS[14], id)
-  local parked = redis.call('HGET', KEYS[17], id)
+  local ready, parked = false, false
+  if featured then
+    ready = redis.call('ZSCORE', KEYS[14], id)
+    parked = redis.call('HGET', KEYS[17], id)
+  end
   if ready or parked then
     local p = tonumber(redis.call('HGET', KEYS[12], id) or '0')
     if ready then
@@ -60,17 +63,18 @@ for i = 3, #ARGV, 5 do
       redis.call('ZREM', KEYS[16], parked)
       redis.call('HDEL', KEYS[17], id)
     end
+    -- A plain task in a queue without priorities or groups costs nothing more.
+    if featured then
+      redis.call('HDEL', KEYS[12], id)
+      redis.call('HDEL', KEYS[13], id)
+    end
     if prio ~= '0' then
       redis.call('HSET', KEYS[12], id, prio)
       featured = true
-    else
-      redis.call('HDEL', KEYS[12], id)
     end
     if group ~= '' then
       redis.call('HSET', KEYS[13], id, group)
       featured = true
-    else
-      redis.call('HDEL', KEYS[13], id)
     end
     if featured and score <= now then
       redis.call('ZREM', KEYS[1], id)
