@@ -60,7 +60,7 @@ pub struct WorkArgs {
     pub exit_when_empty: bool,
     #[command(flatten)]
     #[allow(missing_docs)]
-    pub settings: crate::queue_cmd::SettingsArgs,
+    pub settings: crate::global::SettingsArgs,
     /// The command and its arguments, after `--`.
     #[arg(value_name = "CMD", last = true, required = true, num_args = 1..)]
     pub command: Vec<String>,

@@ -8,8 +8,8 @@ use dlm::queue::{Enqueued, NewTask, OnDuplicate, QueueSettings, Removed};
 use serde::Serialize;
 
 use crate::error::{CliError, EXIT_OK};
-use crate::global::parse::{parse_delay, parse_group, parse_priority, parse_rate, parse_task_id};
-use crate::global::{Global, QueueArg};
+use crate::global::parse::{parse_delay, parse_group, parse_priority, parse_task_id};
+use crate::global::{Global, QueueArg, SettingsArgs};
 use crate::output;
 
 mod payload;
@@ -46,49 +46,6 @@ pub struct PushArgs {
     /// the queue, at most K tasks of one group run at once, across all workers.
     #[arg(long, value_name = "G", value_parser = parse_group)]
     pub group: Option<String>,
-}
-
-/// The queue-level settings `queue work` and `queue config` may change.
-#[derive(Debug, Clone, Args)]
-pub struct SettingsArgs {
-    /// Store for the queue: at most K tasks of one group in flight at once,
-    /// across all workers (1 to 10000; 0 removes the limit). Every worker of
-    /// the queue follows the latest value stored.
-    #[arg(long, value_name = "K",
-          value_parser = clap::value_parser!(u32).range(0..=i64::from(dlm::queue::MAX_GROUP_CONCURRENCY)))]
-    pub group_concurrency: Option<u32>,
-    /// Store for the queue: at most N tasks start in any window of PERIOD,
-    /// across all workers (`100/1s`; N 1 to 100000, PERIOD 1ms to 24h; `off`
-    /// removes it). Exact: a sliding log of the last N starts.
-    #[arg(long, value_name = "N/PERIOD", value_parser = parse_rate)]
-    pub rate: Option<crate::global::parse::RateArg>,
-    /// Store for the queue: keep the ids of the last N acked tasks (1 to
-    /// 1000000; 0: keep none, the default).
-    #[arg(long, value_name = "N",
-          value_parser = clap::value_parser!(u32).range(0..=i64::from(dlm::queue::MAX_KEEP_COMPLETED)))]
-    pub keep_completed: Option<u32>,
-}
-
-impl SettingsArgs {
-    /// The change these flags ask for (flags not given: left as stored).
-    pub fn change(&self) -> QueueSettings {
-        let mut s = QueueSettings::default();
-        if let Some(k) = self.group_concurrency {
-            s = s.group_concurrency(Some(k).filter(|k| *k > 0));
-        }
-        if let Some(r) = self.rate {
-            s = s.rate(r.0);
-        }
-        if let Some(n) = self.keep_completed {
-            s = s.keep_completed(Some(n).filter(|n| *n > 0));
-        }
-        s
-    }
-
-    /// Whether any flag was given.
-    pub fn any(&self) -> bool {
-        self.group_concurrency.is_some() || self.rate.is_some() || self.keep_completed.is_some()
-    }
 }
 
 /// `dlm queue config`

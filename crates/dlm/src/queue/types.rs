@@ -264,15 +264,15 @@ impl RateLimit {
     pub const MAX_PERIOD: Duration = Duration::from_secs(24 * 3600);
 
     /// `n` (1 ..= [`RateLimit::MAX_N`]) per `period` (1 ms ..= one day).
-    pub fn new(n: u32, period: Duration) -> crate::Result<Self> {
+    pub fn new(n: u32, period: Duration) -> crate::error::Result<Self> {
         if n == 0 || n > Self::MAX_N {
-            return Err(crate::Error::invalid(
+            return Err(crate::error::Error::invalid(
                 "rate",
                 format!("{n} per period is outside 1 ..= {}", Self::MAX_N),
             ));
         }
         if period < Duration::from_millis(1) || period > Self::MAX_PERIOD {
-            return Err(crate::Error::invalid(
+            return Err(crate::error::Error::invalid(
                 "rate",
                 format!("period {period:?} is outside 1ms ..= 24h"),
             ));
@@ -348,11 +348,11 @@ impl QueueSettings {
         self.keep_completed.flatten()
     }
 
-    pub(crate) fn validate(&self) -> crate::Result<()> {
+    pub(crate) fn validate(&self) -> crate::error::Result<()> {
         if let Some(Some(k)) = self.group_concurrency
             && (k == 0 || k > MAX_GROUP_CONCURRENCY)
         {
-            return Err(crate::Error::invalid(
+            return Err(crate::error::Error::invalid(
                 "group concurrency",
                 format!("{k} is outside 1 ..= {MAX_GROUP_CONCURRENCY}"),
             ));
@@ -360,7 +360,7 @@ impl QueueSettings {
         if let Some(Some(n)) = self.keep_completed
             && (n == 0 || n > MAX_KEEP_COMPLETED)
         {
-            return Err(crate::Error::invalid(
+            return Err(crate::error::Error::invalid(
                 "keep completed",
                 format!("{n} is outside 1 ..= {MAX_KEEP_COMPLETED}"),
             ));
