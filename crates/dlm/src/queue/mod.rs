@@ -574,6 +574,33 @@ mod properties {
             prop_assert_eq!(check_delay("delay", d).is_ok(), d <= MAX_DELAY);
         }
 
+        /// The priority set's scores (`due - priority * 2^42`, groups.lua) and
+        /// the parked members' (`score + 2^52`) are exact doubles for every
+        /// accepted priority and every due time before 2^42 ms (the year
+        /// 2109), and order by priority first, then due time.
+        #[test]
+        fn priority_scores_stay_exact_and_ordered(
+            p in 0..=MAX_PRIORITY, q in 0..=MAX_PRIORITY,
+            due in 0u64..(1 << 42), later in 0u64..(1 << 42),
+        ) {
+            let unit = (1u64 << 42) as f64;
+            let score = |p: u16, due: u64| due as f64 - f64::from(p) * unit;
+            let exact = |p: u16, due: u64| due as i128 - i128::from(p) * (1i128 << 42);
+            for (p, d) in [(p, due), (q, later)] {
+                prop_assert_eq!(score(p, d) as i128, exact(p, d));
+                let parked = score(p, d) + (1u64 << 52) as f64;
+                prop_assert!(parked > 0.0 && parked < MAX_EXACT_SCORE as f64);
+                prop_assert_eq!(parked as i128, exact(p, d) + (1i128 << 52));
+                // What the Lua decodes back: the due time.
+                prop_assert_eq!((score(p, d) + f64::from(p) * unit) as u64, d);
+            }
+            if p > q {
+                prop_assert!(score(p, due) < score(q, later), "a higher priority comes first");
+            } else if p == q && due < later {
+                prop_assert!(score(p, due) < score(q, later), "FIFO within a priority");
+            }
+        }
+
         /// Converting a duration to the scripts' milliseconds saturates and keeps order.
         #[test]
         fn millis_saturate_and_keep_order(a in arb_duration(), b in arb_duration()) {
