@@ -269,3 +269,50 @@ async fn queue_features_on_a_cluster() -> TestResult {
         .await?;
     cases(&c).await
 }
+
+/// A worker at the rate limit sleeps until the next slot: a handful of
+/// scripts per slot, not a poll loop.
+#[tokio::test]
+async fn a_rate_limited_worker_sleeps_instead_of_polling() -> TestResult {
+    use dlm::queue::WorkerOptions;
+    let s = RedisServer::start()?;
+    let c = Client::connect(&s.url()).await?;
+    let q = c.queue("rate-worker");
+    let ids: Vec<String> = (0..15).map(|i| format!("w{i}")).collect();
+    q.enqueue(ids, NOW, OnDuplicate::Keep).await?;
+    let mut raw = common::raw(&s).await;
+    let calls = |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut raw = raw.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(&mut raw)
+                .await?;
+            Ok::<u64, redis::RedisError>(common::evalsha_calls(&info))
+        }
+    };
+    let start_calls = calls(&mut raw).await?;
+    let started = Instant::now();
+    let report = q
+        .worker(
+            WorkerOptions::new()
+                .concurrency(8)
+                .exit_when_empty(true)
+                .rate(Some(RateLimit::new(5, Duration::from_millis(500))?)),
+        )
+        .run(
+            |_task| async { Ok::<(), std::io::Error>(()) },
+            dlm::CancellationToken::new(),
+        )
+        .await?;
+    let took = started.elapsed();
+    let scripts = calls(&mut raw).await? - start_calls;
+    assert_eq!(report.acked, 15);
+    eprintln!("{scripts} scripts for 15 tasks in {took:?}");
+    assert!(took >= Duration::from_millis(1000), "{took:?}");
+    assert!(
+        scripts < 80,
+        "{scripts} scripts for 15 tasks over {took:?}: polling?"
+    );
+    Ok(())
+}
