@@ -163,6 +163,31 @@ async fn group_slot_returns_on_expiry(c: &Client) -> TestResult {
     Ok(())
 }
 
+/// A task re-enqueued into another group while in flight moves its slot along.
+async fn regrouped_in_flight(c: &Client) -> TestResult {
+    let q = c.queue("regroup");
+    q.configure(&QueueSettings::default().group_concurrency(Some(1)))
+        .await?;
+    q.enqueue([NewTask::new("y0").group("Y")], NOW, OnDuplicate::Keep)
+        .await?;
+    let first = claim_ids(&q, 10).await?;
+    assert_eq!(ids(&first), ["y0"]);
+    q.enqueue([NewTask::new("y0").group("Z")], NOW, OnDuplicate::Replace)
+        .await?;
+    q.enqueue([NewTask::new("y1").group("Y")], NOW, OnDuplicate::Keep)
+        .await?;
+    let second = claim_ids(&q, 10).await?;
+    assert_eq!(ids(&second), ["y1"], "Y's slot moved to Z with y0");
+    ack_all(first).await?;
+    let third = claim_ids(&q, 10).await?;
+    assert_eq!(ids(&third), ["y0"]);
+    assert_eq!(third[0].task().group.as_deref(), Some("Z"));
+    ack_all(second).await?;
+    ack_all(third).await?;
+    assert!(q.stats().await?.is_drained());
+    Ok(())
+}
+
 /// No window of the period sees more than n claims.
 async fn rate_limit(c: &Client) -> TestResult {
     let q = c.queue("rate");
@@ -248,6 +273,7 @@ async fn cases(c: &Client) -> TestResult {
     priorities(c).await?;
     groups(c).await?;
     group_slot_returns_on_expiry(c).await?;
+    regrouped_in_flight(c).await?;
     rate_limit(c).await?;
     completed_history(c).await?;
     bad_input(c).await?;

@@ -63,6 +63,17 @@ for i = 3, #ARGV, 5 do
       redis.call('ZREM', KEYS[16], parked)
       redis.call('HDEL', KEYS[17], id)
     end
+    -- A task replaced while in flight keeps its lease: its slot moves to the
+    -- new group, so the ack frees the slot that is counted.
+    if flying and featured then
+      local old = redis.call('HGET', KEYS[13], id)
+      if old ~= (group ~= '' and group) then
+        if old then release(old) end
+        if group ~= '' then redis.call('HINCRBY', KEYS[15], group, 1) end
+      end
+    elseif flying and group ~= '' then
+      redis.call('HINCRBY', KEYS[15], group, 1)
+    end
     -- A plain task in a queue without priorities or groups costs nothing more.
     if featured then
       redis.call('HDEL', KEYS[12], id)
