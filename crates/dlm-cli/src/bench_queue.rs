@@ -11,6 +11,10 @@
 //!   before the next: the time from the start of the enqueue call to the
 //!   start of the handler.
 //!
+//! With `--priorities P` task `i` gets priority `i % P`, with `--groups G`
+//! group `g<i % G>` (and `--group-concurrency K` stores that limit), to
+//! measure what priorities and groups cost against plain tasks.
+//!
 //! At the end the queue must show every task processed and nothing left
 //! (else exit 1); its keys are then deleted.
 
@@ -51,6 +55,38 @@ pub struct BenchQueueArgs {
     #[arg(long, value_name = "N", default_value_t = 200,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub idle_samples: u32,
+    /// Give task i the priority i % P (1: every task priority 0, plain).
+    #[arg(long, value_name = "P", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=1001))]
+    pub priorities: u16,
+    /// Put task i in group g<i % G> (0: no groups).
+    #[arg(long, value_name = "G", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub groups: u32,
+    /// Store this group concurrency for the benchmark's queue (0: none).
+    #[arg(long, value_name = "K", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub group_concurrency: u32,
+}
+
+/// What each benchmark task carries besides its id and payload.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    priorities: u16,
+    groups: u32,
+}
+
+impl Shape {
+    fn task(self, i: u64) -> NewTask {
+        let mut t = NewTask::new(format!("t{i}")).payload(format!("{{\"i\":{i}}}"));
+        if self.priorities > 1 {
+            t = t.priority((i % u64::from(self.priorities)) as u16);
+        }
+        if self.groups > 0 {
+            t = t.group(format!("g{}", i % u64::from(self.groups)));
+        }
+        t
+    }
 }
 
 /// Enqueue calls in flight at once in the `enqueue` phase.
@@ -75,6 +111,8 @@ struct EnqueuePhase {
     secs: f64,
     ops_per_s: f64,
     mem_bytes_per_waiting_job: f64,
+    priorities: u16,
+    groups: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -90,6 +128,9 @@ struct ProcessPhase {
     secs: f64,
     ops_per_s: f64,
     concurrency: u32,
+    priorities: u16,
+    groups: u32,
+    group_concurrency: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -135,7 +176,7 @@ async fn used_memory(conn: &mut RawConnection, queue: &str) -> Result<i64, CliEr
 }
 
 /// Enqueue tasks `0..n`, `batch` per call, [`ENQUEUE_IN_FLIGHT`] calls at once.
-async fn enqueue_all(queue: &Queue, n: u64, batch: u64) -> Result<(), CliError> {
+async fn enqueue_all(queue: &Queue, n: u64, batch: u64, shape: Shape) -> Result<(), CliError> {
     let mut calls: JoinSet<Result<usize, dlm::Error>> = JoinSet::new();
     let mut added = 0usize;
     let mut next = 0u64;
@@ -145,8 +186,7 @@ async fn enqueue_all(queue: &Queue, n: u64, batch: u64) -> Result<(), CliError> 
             next = hi;
             let queue = queue.clone();
             calls.spawn(async move {
-                let tasks = (lo..hi)
-                    .map(|i| NewTask::new(format!("t{i}")).payload(format!("{{\"i\":{i}}}")));
+                let tasks = (lo..hi).map(|i| shape.task(i));
                 let r = queue
                     .enqueue(tasks, Duration::ZERO, OnDuplicate::Keep)
                     .await?;
@@ -277,17 +317,32 @@ async fn phases(
     let n = args.tasks;
     if !global.json {
         output::line_out(&format!(
-            "dlm bench queue: {n} tasks, batch {}, concurrency {}, queue {name}\nredis-server {} ({})",
+            "dlm bench queue: {n} tasks, batch {}, concurrency {}, priorities {}, groups {}, group concurrency {}, queue {name}\nredis-server {} ({})",
             args.batch,
             args.concurrency,
+            args.priorities,
+            args.groups,
+            args.group_concurrency,
             version.as_deref().unwrap_or("version unknown"),
             target.describe(),
         ))?;
     }
 
+    if args.group_concurrency > 0 {
+        queue
+            .configure(
+                &dlm::queue::QueueSettings::default()
+                    .group_concurrency(Some(args.group_concurrency)),
+            )
+            .await?;
+    }
+    let shape = Shape {
+        priorities: args.priorities,
+        groups: args.groups,
+    };
     let before = used_memory(raw, name).await?;
     let start = Instant::now();
-    enqueue_all(queue, n, u64::from(args.batch)).await?;
+    enqueue_all(queue, n, u64::from(args.batch), shape).await?;
     let secs = start.elapsed().as_secs_f64();
     let after = used_memory(raw, name).await?;
     let enqueue = EnqueuePhase {
@@ -300,6 +355,8 @@ async fn phases(
         secs,
         ops_per_s: rate(n, secs),
         mem_bytes_per_waiting_job: (after - before) as f64 / n as f64,
+        priorities: args.priorities,
+        groups: args.groups,
     };
     output::emit(global.json, &enqueue, || {
         format!(
@@ -340,6 +397,9 @@ async fn phases(
         secs,
         ops_per_s: rate(n, secs),
         concurrency: args.concurrency,
+        priorities: args.priorities,
+        groups: args.groups,
+        group_concurrency: args.group_concurrency,
     };
     output::emit(global.json, &process, || {
         format!(

@@ -19,7 +19,8 @@ use crate::global::{Global, QueueArg, Topology};
 use crate::id_cmd::IdCommand;
 use crate::lock_cmd::{AcquireArgs, ExtendArgs, ReleaseArgs, StatusArgs};
 use crate::queue_cmd::{
-    DeadArgs, ListArgs, PurgeArgs, PushArgs, RemoveArgs, RetryArgs, ScheduleArgs, UnscheduleArgs,
+    ConfigArgs, DeadArgs, ListArgs, PurgeArgs, PushArgs, RemoveArgs, RetryArgs, ScheduleArgs,
+    UnscheduleArgs,
 };
 use crate::run_cmd::RunArgs;
 use crate::rwlock_cmd::RwRunArgs;
@@ -327,10 +328,17 @@ pub enum QueueCommand {
     Remove(RemoveArgs),
     /// Show the queue's counts.
     Stats(QueueArg),
+    /// Show the queue's settings, stored in Redis and followed by every
+    /// worker: group concurrency, rate limit, completed history (JSON with
+    /// --json: {"queue","group_concurrency","rate":{"n","period_ms"}|null,
+    /// "keep_completed"}). With flags, change them first: --group-concurrency 0,
+    /// --rate off and --keep-completed 0 remove one; --clear removes them all.
+    Config(ConfigArgs),
     /// Run a command once per task until stopped (SIGINT/SIGTERM: graceful).
     ///
     /// CMD gets the payload on stdin (empty when none) and DLM_QUEUE,
-    /// DLM_TASK_ID, DLM_TASK_ATTEMPT, DLM_TASK_SCORE and DLM_FENCE in its
+    /// DLM_TASK_ID, DLM_TASK_ATTEMPT, DLM_TASK_SCORE, DLM_TASK_PRIORITY,
+    /// DLM_FENCE and (for a task with a group) DLM_TASK_GROUP in its
     /// environment; its stdout and stderr are dlm's. Exit status 0 acks the
     /// task; anything else (or a signal) fails it: it is retried after a
     /// backoff, and goes to the dead-letter set after --max-attempts. Each

@@ -58,6 +58,9 @@ pub struct WorkArgs {
     /// Exit 0 once nothing is waiting, due later or in flight.
     #[arg(long)]
     pub exit_when_empty: bool,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub settings: crate::global::SettingsArgs,
     /// The command and its arguments, after `--`.
     #[arg(value_name = "CMD", last = true, required = true, num_args = 1..)]
     pub command: Vec<String>,
@@ -171,14 +174,18 @@ impl CommandSpec {
             .env("DLM_TASK_ID", &task.id)
             .env("DLM_TASK_ATTEMPT", task.attempt.to_string())
             .env("DLM_TASK_SCORE", task.score.to_string())
+            .env("DLM_TASK_PRIORITY", task.priority.to_string())
             .env("DLM_FENCE", task.fence.to_string())
             .stdin(if payload.is_empty() {
                 Stdio::null()
             } else {
                 Stdio::piped()
             })
-            .process_group(0)
-            .kill_on_drop(true);
+            .process_group(0);
+        if let Some(group) = &task.group {
+            command.env("DLM_TASK_GROUP", group);
+        }
+        command.kill_on_drop(true);
         let mut child = command
             .spawn()
             .map_err(|e| format!("cannot run {:?}: {e}", self.program))?;
@@ -275,6 +282,10 @@ pub async fn work(global: &Global, args: &WorkArgs) -> Result<u8, CliError> {
         .lease(args.lease)
         .grace(args.grace)
         .exit_when_empty(args.exit_when_empty);
+    if args.settings.any() {
+        // Stored for the queue, so every worker of it follows the latest value.
+        queue.configure(&args.settings.change()).await?;
+    }
     let name = args.queue.queue.as_str();
     let spec = Arc::new(CommandSpec {
         program: program.clone(),

@@ -296,7 +296,38 @@ pub(crate) fn rw_keys(name: &str) -> Result<RwKeys> {
 /// The default prefix of queue keys.
 pub const DEFAULT_QUEUE_PREFIX: &str = "dlm:queue:";
 
-/// The ten keys of one queue, all under the `{name}` hash tag, in the order
+/// The suffixes of one queue's keys (`dlm:queue:{name}:<suffix>`), in the
+/// order every queue script expects them in KEYS. The last nine hold the
+/// queue's settings, priorities, groups, rate log and completed history;
+/// they exist only once a queue uses those features.
+///
+/// ```
+/// assert_eq!(dlm::keys::QUEUE_KEY_SUFFIXES[0], "waiting");
+/// assert!(dlm::keys::QUEUE_KEY_SUFFIXES.contains(&"config"));
+/// ```
+pub const QUEUE_KEY_SUFFIXES: [&str; 19] = [
+    "waiting",
+    "payload",
+    "inflight",
+    "lease",
+    "attempts",
+    "dead",
+    "errors",
+    "fence",
+    "stats",
+    "signal",
+    "config",
+    "prio",
+    "group",
+    "ready",
+    "gcount",
+    "parked",
+    "parkedid",
+    "rate",
+    "completed",
+];
+
+/// The keys of one queue, all under the `{name}` hash tag, in the order
 /// every queue script expects them in KEYS.
 pub(crate) fn queue_keys(name: &str) -> Result<Vec<String>> {
     validate_name("queue name", name)?;
@@ -304,13 +335,10 @@ pub(crate) fn queue_keys(name: &str) -> Result<Vec<String>> {
         return Err(Error::invalid("queue name", "must not start with '}'"));
     }
     let base = format!("{DEFAULT_QUEUE_PREFIX}{{{name}}}");
-    Ok([
-        "waiting", "payload", "inflight", "lease", "attempts", "dead", "errors", "fence", "stats",
-        "signal",
-    ]
-    .iter()
-    .map(|suffix| format!("{base}:{suffix}"))
-    .collect())
+    Ok(QUEUE_KEY_SUFFIXES
+        .iter()
+        .map(|suffix| format!("{base}:{suffix}"))
+        .collect())
 }
 
 /// The default prefix of semaphore keys.
@@ -475,7 +503,7 @@ mod tests {
     #[test]
     fn queue_keys_share_one_slot() -> Result<()> {
         let keys = queue_keys("mail")?;
-        assert_eq!(keys.len(), 10);
+        assert_eq!(keys.len(), 19);
         assert_eq!(keys[0], "dlm:queue:{mail}:waiting");
         assert!(keys.iter().all(|k| cluster_tag(k) == "mail"));
         assert!(queue_keys("").is_err());

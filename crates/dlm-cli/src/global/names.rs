@@ -1,13 +1,15 @@
 //! The lock and the queue a command works on: arguments shared by `lock
 //! acquire | release | extend | status` and `lock run` ([`LockName`]), and by
-//! the `queue` commands and `queue work` ([`QueueArg`]).
+//! the `queue` commands and `queue work` ([`QueueArg`]), and the queue
+//! settings `queue work` and `queue config` store ([`SettingsArgs`]).
 
 use clap::Args;
 
 use super::Global;
-use super::parse::{parse_name, parse_queue_name};
+use super::parse::{RateArg, parse_name, parse_queue_name, parse_rate};
 use super::target::connect;
 use crate::error::CliError;
+use dlm::queue::QueueSettings;
 
 /// The lock a command works on.
 #[derive(Debug, Clone, Args)]
@@ -54,5 +56,48 @@ impl QueueArg {
         }
         let client = connect(global, global.url()).await?;
         Ok(client.queue(self.queue.clone()))
+    }
+}
+
+/// The queue-level settings `queue work` and `queue config` may change.
+#[derive(Debug, Clone, Args)]
+pub struct SettingsArgs {
+    /// Store for the queue: at most K tasks of one group in flight at once,
+    /// across all workers (1 to 10000; 0 removes the limit). Every worker of
+    /// the queue follows the latest value stored.
+    #[arg(long, value_name = "K",
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(dlm::queue::MAX_GROUP_CONCURRENCY)))]
+    pub group_concurrency: Option<u32>,
+    /// Store for the queue: at most N tasks start in any window of PERIOD,
+    /// across all workers (`100/1s`; N 1 to 100000, PERIOD 1ms to 24h; `off`
+    /// removes it). Exact: a sliding log of the last N starts.
+    #[arg(long, value_name = "N/PERIOD", value_parser = parse_rate)]
+    pub rate: Option<RateArg>,
+    /// Store for the queue: keep the ids of the last N acked tasks (1 to
+    /// 1000000; 0: keep none, the default).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(dlm::queue::MAX_KEEP_COMPLETED)))]
+    pub keep_completed: Option<u32>,
+}
+
+impl SettingsArgs {
+    /// The change these flags ask for (flags not given: left as stored).
+    pub fn change(&self) -> QueueSettings {
+        let mut s = QueueSettings::default();
+        if let Some(k) = self.group_concurrency {
+            s = s.group_concurrency(Some(k).filter(|k| *k > 0));
+        }
+        if let Some(r) = self.rate {
+            s = s.rate(r.0);
+        }
+        if let Some(n) = self.keep_completed {
+            s = s.keep_completed(Some(n).filter(|n| *n > 0));
+        }
+        s
+    }
+
+    /// Whether any flag was given.
+    pub fn any(&self) -> bool {
+        self.group_concurrency.is_some() || self.rate.is_some() || self.keep_completed.is_some()
     }
 }

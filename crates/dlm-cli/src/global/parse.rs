@@ -75,6 +75,54 @@ pub fn parse_grace(s: &str) -> Result<Duration, String> {
     in_range(s, Duration::ZERO, Duration::from_secs(24 * 3600))
 }
 
+/// A task priority: an integer in 0 ..= [`dlm::queue::MAX_PRIORITY`]
+/// (higher first).
+pub fn parse_priority(s: &str) -> Result<u16, String> {
+    let max = dlm::queue::MAX_PRIORITY;
+    let p: i128 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not an integer priority (0 ..= {max})"))?;
+    u16::try_from(p)
+        .ok()
+        .filter(|p| *p <= max)
+        .ok_or_else(|| format!("priority {s} is outside 0 ..= {max}"))
+}
+
+/// A task group: 1 to [`dlm::queue::MAX_GROUP_LEN`] bytes, no control characters.
+pub fn parse_group(s: &str) -> Result<String, String> {
+    let max = dlm::queue::MAX_GROUP_LEN;
+    if s.is_empty() || s.len() > max || s.chars().any(char::is_control) {
+        return Err(format!(
+            "a group must be 1 to {max} bytes without control characters"
+        ));
+    }
+    Ok(s.to_string())
+}
+
+/// A `--rate` value: a limit, or `None` for `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateArg(pub Option<dlm::queue::RateLimit>);
+
+/// A queue rate limit `N/PERIOD` (`100/1s`, `5/250ms`; N 1 ..= 100000,
+/// PERIOD 1ms ..= 24h), or `off` to remove it.
+pub fn parse_rate(s: &str) -> Result<RateArg, String> {
+    if s.trim() == "off" {
+        return Ok(RateArg(None));
+    }
+    let (n, period) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?} is not N/PERIOD (e.g. 100/1s) or off"))?;
+    let n: u32 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("{n:?} in {s:?} is not a count 1 ..= 100000"))?;
+    let period = parse_duration(period)?;
+    dlm::queue::RateLimit::new(n, period)
+        .map(|r| RateArg(Some(r)))
+        .map_err(|e| e.to_string())
+}
+
 /// A queue name: 1 to [`dlm::keys::MAX_NAME_LEN`] bytes, not starting with `}`.
 pub fn parse_queue_name(s: &str) -> Result<String, String> {
     if s.is_empty() {

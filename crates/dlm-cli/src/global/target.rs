@@ -233,10 +233,7 @@ impl RawConnection {
 /// disposable queues).
 pub async fn delete_queue_keys(conn: &mut RawConnection, name: &str) {
     let mut del = redis::cmd("DEL");
-    for suffix in [
-        "waiting", "payload", "inflight", "lease", "attempts", "dead", "errors", "fence", "stats",
-        "signal",
-    ] {
+    for suffix in dlm::keys::QUEUE_KEY_SUFFIXES {
         del.arg(format!(
             "{}{{{name}}}:{suffix}",
             dlm::keys::DEFAULT_QUEUE_PREFIX

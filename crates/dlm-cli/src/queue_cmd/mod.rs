@@ -1,16 +1,16 @@
-//! `dlm queue push | peek | pop | remove | stats | dead | retry | purge`
+//! `dlm queue push | peek | pop | remove | stats | config | dead | retry | purge`
 //! (and `schedule | schedules | unschedule`, in [`schedule`]):
 //! one library call each (`queue work` is in [`crate::work_cmd`]).
 
 use std::time::Duration;
 
 use clap::Args;
-use dlm::queue::{Enqueued, NewTask, OnDuplicate, Removed};
+use dlm::queue::{Enqueued, NewTask, OnDuplicate, QueueSettings, Removed};
 use serde::Serialize;
 
 use crate::error::{CliError, EXIT_OK};
-use crate::global::parse::{parse_delay, parse_task_id};
-use crate::global::{Global, QueueArg};
+use crate::global::parse::{parse_delay, parse_group, parse_priority, parse_task_id};
+use crate::global::{Global, QueueArg, SettingsArgs};
 use crate::output;
 
 mod payload;
@@ -42,6 +42,29 @@ pub struct PushArgs {
     /// time and payload); default: keep it.
     #[arg(long)]
     pub replace: bool,
+    /// The tasks' priority: an integer, 0 ..= 1000, higher first (default 0).
+    /// Among due tasks a higher priority is claimed first, FIFO within one.
+    #[arg(long, value_name = "P", default_value_t = 0, value_parser = parse_priority, allow_hyphen_values = true)]
+    pub priority: u16,
+    /// The tasks' group (1 to 256 bytes): with a group concurrency K set on
+    /// the queue, at most K tasks of one group run at once, across all workers.
+    #[arg(long, value_name = "G", value_parser = parse_group)]
+    pub group: Option<String>,
+}
+
+/// `dlm queue config`
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub settings: SettingsArgs,
+    /// Remove every setting (group concurrency, rate limit, completed
+    /// history) before applying the flags given with it.
+    #[arg(long)]
+    pub clear: bool,
 }
 
 /// `dlm queue peek | pop`
@@ -127,7 +150,10 @@ pub async fn push(global: &Global, args: &PushArgs) -> Result<u8, CliError> {
     let payload = read_payload(args)?;
     let queue = args.queue.open(global).await?;
     let tasks = args.ids.iter().map(|id| {
-        let t = NewTask::new(id.clone());
+        let mut t = NewTask::new(id.clone()).priority(args.priority);
+        if let Some(g) = &args.group {
+            t = t.group(g.clone());
+        }
         match &payload {
             Some(p) => t.payload(p.clone()),
             None => t,
@@ -273,6 +299,63 @@ pub async fn stats(global: &Global, args: &QueueArg) -> Result<u8, CliError> {
             line.failed
         )
     })?;
+    Ok(EXIT_OK)
+}
+
+#[derive(Serialize)]
+struct RateLine {
+    n: u32,
+    period_ms: u128,
+}
+
+#[derive(Serialize)]
+struct ConfigLine<'a> {
+    queue: &'a str,
+    group_concurrency: Option<u32>,
+    rate: Option<RateLine>,
+    keep_completed: Option<u32>,
+}
+
+/// Print a queue's settings (one line; JSON with --json).
+pub fn print_settings(global: &Global, queue: &str, s: &QueueSettings) -> Result<(), CliError> {
+    let line = ConfigLine {
+        queue,
+        group_concurrency: s.get_group_concurrency(),
+        rate: s.get_rate().map(|r| RateLine {
+            n: r.n(),
+            period_ms: r.period().as_millis(),
+        }),
+        keep_completed: s.get_keep_completed(),
+    };
+    output::emit(global.json, &line, || {
+        let or_none = |v: Option<u32>| v.map_or("none".to_string(), |v| v.to_string());
+        format!(
+            "{queue}: group concurrency {}, rate {}, keep completed {}",
+            or_none(line.group_concurrency),
+            line.rate.as_ref().map_or("none".to_string(), |r| format!(
+                "{}/{}",
+                r.n,
+                humantime::format_duration(std::time::Duration::from_millis(
+                    u64::try_from(r.period_ms).unwrap_or(u64::MAX)
+                ))
+            )),
+            or_none(line.keep_completed)
+        )
+    })
+}
+
+/// `dlm queue config`: show (and with flags, change) the queue's settings.
+pub async fn config(global: &Global, args: &ConfigArgs) -> Result<u8, CliError> {
+    let queue = args.queue.open(global).await?;
+    if args.clear {
+        queue.clear_settings().await?;
+    }
+    let settings = if args.settings.any() {
+        queue.configure(&args.settings.change()).await?
+    } else {
+        queue.settings().await?
+    };
+    print_settings(global, &args.queue.queue, &settings)?;
     Ok(EXIT_OK)
 }
 

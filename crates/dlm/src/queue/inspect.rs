@@ -98,7 +98,9 @@ pub struct TaskPage {
     pub now: u64,
     /// How many tasks are in that state in all.
     pub total: u64,
-    /// The page, in order: earliest due, earliest lease deadline or oldest death first.
+    /// The page, in order: earliest due (waiting: in claim order, priorities
+    /// first, then tasks of groups at their limit), earliest lease deadline
+    /// or oldest death first.
     pub tasks: Vec<TaskInfo>,
 }
 

@@ -14,7 +14,38 @@
 //! Keys of queue `Q` (all under the `{Q}` hash tag, so one Redis Cluster slot):
 //! `dlm:queue:{Q}:waiting` (ZSET id → due ms), `:payload` (HASH), `:inflight`
 //! (ZSET id → lease deadline), `:lease` (HASH id → fencing token),
-//! `:attempts`, `:dead`, `:errors`, `:fence`, `:stats`, `:signal` (wake-ups).
+//! `:attempts`, `:dead`, `:errors`, `:fence`, `:stats`, `:signal` (wake-ups);
+//! and, only once a queue uses them, `:config` (its settings), `:prio`,
+//! `:group`, `:ready`, `:gcount`, `:parked`, `:parkedid`, `:rate` and
+//! `:completed` ([`crate::keys::QUEUE_KEY_SUFFIXES`]).
+//!
+//! **Priorities** ([`NewTask::priority`]): due tasks with a priority or a
+//! group wait in `:ready`, scored `-priority * 2^42 + due ms`, so a claim
+//! takes higher priorities first and FIFO (by due time) within one; a
+//! delayed task moves there when it comes due (at most `1000 + 4 × count`
+//! per claim), keeping its priority. A queue without priorities or groups
+//! never has a `:ready` set and claims exactly as before (one `EXISTS` more).
+//!
+//! **Groups** ([`NewTask::group`], [`QueueSettings::group_concurrency`]): a
+//! claim scans at most `4 × count + 64` tasks of `:ready`; one whose group
+//! already has `k` tasks in flight is *parked* (held aside, not skipped over
+//! again and again), so a busy group never holds back the others. When a
+//! task of the group is acked, nacked, given back or its lease expires, its
+//! slot frees and parked tasks of that group go back to `:ready`.
+//!
+//! **Rate limit** ([`RateLimit`]): a sliding log of the last `n` claim times
+//! (server clock), checked and written in the claim script: exact, no
+//! window of length `period` ever sees more than `n` tasks start. A worker
+//! at the limit sleeps until the oldest claim leaves the window. (GCRA with a
+//! burst of `n` would allow up to `2n - 1` starts in one period right after
+//! an idle spell, so it is not used here.)
+//!
+//! **Completed history** ([`QueueSettings::keep_completed`]): off by default;
+//! with `n`, the ids and times of the last `n` acked tasks ([`Queue::completed`]).
+//!
+//! The source documents' `push`/`top`/`pop`/`remove_if_score` work on the
+//! due-time set `:waiting` as before; tasks already moved to `:ready`
+//! (priority or group) are claimed, not popped.
 //! Times are the Redis server's clock (`TIME`), so producers and workers on
 //! hosts with skewed clocks agree on what is due.
 //!
@@ -49,8 +80,10 @@ pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskInfo, TaskPage, TaskState};
 pub use lease::Lease;
 pub use schedule::{MAX_SCHEDULES, MIN_EVERY, Repeat, ScheduleInfo, ScheduleRun, Scheduled};
 pub use types::{
-    Backoff, DEFAULT_MAX_PAYLOAD, DeadTask, Enqueued, Entry, MAX_BATCH, MAX_DELAY, MAX_ERROR_LEN,
-    MAX_PAYLOAD_LIMIT, Nacked, NewTask, OnDuplicate, QueueStats, Removed, Task,
+    Backoff, Completed, DEFAULT_MAX_PAYLOAD, DeadTask, Enqueued, Entry, MAX_BATCH, MAX_DELAY,
+    MAX_ERROR_LEN, MAX_GROUP_CONCURRENCY, MAX_GROUP_LEN, MAX_KEEP_COMPLETED, MAX_PAYLOAD_LIMIT,
+    MAX_PRIORITY, Nacked, NewTask, OnDuplicate, QueueSettings, QueueStats, RateLimit, Removed,
+    Task,
 };
 pub use worker::{Worker, WorkerOptions, WorkerReport};
 
@@ -111,6 +144,30 @@ fn check_id(id: &str) -> Result<()> {
         return Err(Error::invalid(
             "task id",
             format!("must be 1 to {MAX_NAME_LEN} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_task_options(t: &NewTask) -> Result<()> {
+    if t.priority > MAX_PRIORITY {
+        return Err(Error::invalid(
+            "priority",
+            format!(
+                "task {:?}: {} is outside 0 ..= {MAX_PRIORITY}",
+                t.id, t.priority
+            ),
+        ));
+    }
+    if let Some(g) = &t.group
+        && (g.is_empty() || g.len() > MAX_GROUP_LEN || g.chars().any(char::is_control))
+    {
+        return Err(Error::invalid(
+            "group",
+            format!(
+                "task {:?}: must be 1 to {MAX_GROUP_LEN} bytes without control characters",
+                t.id
+            ),
         ));
     }
     Ok(())
@@ -212,6 +269,7 @@ impl Queue {
         }
         for t in &tasks {
             check_id(&t.id)?;
+            check_task_options(t)?;
             if let Some(p) = &t.payload
                 && p.len() > self.max_payload
             {
@@ -306,6 +364,56 @@ impl Queue {
             tracing::debug!(queue = %self.name, claimed = claimed.tasks.len(), expired = claimed.expired, "claimed");
         }
         Ok(claimed)
+    }
+
+    /// The queue's settings as stored in Redis (group concurrency, rate
+    /// limit, completed history); every worker reads them at each claim.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let s = client.queue("emails").settings().await?;
+    /// println!("{:?} {:?}", s.get_group_concurrency(), s.get_rate());
+    /// # Ok(()) }
+    /// ```
+    pub async fn settings(&self) -> Result<QueueSettings> {
+        let (backend, keys) = self.ready()?;
+        ops::config(backend, &keys, ops::ConfigOp::Get).await
+    }
+
+    /// Change the queue's settings (those given in `change`; the others stay)
+    /// and return them all. Every worker of the queue follows them from its
+    /// next claim.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// use std::time::Duration;
+    /// use dlm::queue::{QueueSettings, RateLimit};
+    /// client.queue("emails").configure(&QueueSettings::default()
+    ///     .group_concurrency(Some(1))
+    ///     .rate(Some(RateLimit::new(100, Duration::from_secs(1))?)))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn configure(&self, change: &QueueSettings) -> Result<QueueSettings> {
+        change.validate()?;
+        let (backend, keys) = self.ready()?;
+        ops::config(backend, &keys, ops::ConfigOp::Set(change)).await
+    }
+
+    /// Remove every setting (no group limit, no rate limit, no completed
+    /// history; the history kept so far is deleted).
+    pub async fn clear_settings(&self) -> Result<()> {
+        let (backend, keys) = self.ready()?;
+        ops::config(backend, &keys, ops::ConfigOp::Clear).await?;
+        Ok(())
+    }
+
+    /// Up to `count` most recently acked tasks, newest first (only kept with
+    /// [`QueueSettings::keep_completed`]; empty otherwise).
+    pub async fn completed(&self, count: usize) -> Result<Vec<Completed>> {
+        check_count(count)?;
+        let (backend, keys) = self.ready()?;
+        ops::completed(backend, &keys, count).await
     }
 
     /// Return expired leases to the queue now; how many were returned.
@@ -468,6 +576,33 @@ mod properties {
                 }
             }
             prop_assert_eq!(check_delay("delay", d).is_ok(), d <= MAX_DELAY);
+        }
+
+        /// The priority set's scores (`due - priority * 2^42`, groups.lua) and
+        /// the parked members' (`score + 2^52`) are exact doubles for every
+        /// accepted priority and every due time before 2^42 ms (the year
+        /// 2109), and order by priority first, then due time.
+        #[test]
+        fn priority_scores_stay_exact_and_ordered(
+            p in 0..=MAX_PRIORITY, q in 0..=MAX_PRIORITY,
+            due in 0u64..(1 << 42), later in 0u64..(1 << 42),
+        ) {
+            let unit = (1u64 << 42) as f64;
+            let score = |p: u16, due: u64| due as f64 - f64::from(p) * unit;
+            let exact = |p: u16, due: u64| due as i128 - i128::from(p) * (1i128 << 42);
+            for (p, d) in [(p, due), (q, later)] {
+                prop_assert_eq!(score(p, d) as i128, exact(p, d));
+                let parked = score(p, d) + (1u64 << 52) as f64;
+                prop_assert!(parked > 0.0 && parked < MAX_EXACT_SCORE as f64);
+                prop_assert_eq!(parked as i128, exact(p, d) + (1i128 << 52));
+                // What the Lua decodes back: the due time.
+                prop_assert_eq!((score(p, d) + f64::from(p) * unit) as u64, d);
+            }
+            if p > q {
+                prop_assert!(score(p, due) < score(q, later), "a higher priority comes first");
+            } else if p == q && due < later {
+                prop_assert!(score(p, due) < score(q, later), "FIFO within a priority");
+            }
         }
 
         /// Converting a duration to the scripts' milliseconds saturates and keeps order.

@@ -8,7 +8,10 @@ use redis::{Script, Value};
 use crate::backend::Backend;
 use crate::backend::millis;
 use crate::error::{Error, Result};
-use crate::queue::{DeadTask, Enqueued, Entry, NewTask, OnDuplicate, QueueStats, Removed, Task};
+use crate::queue::{
+    Completed, DeadTask, Enqueued, Entry, NewTask, OnDuplicate, QueueSettings, QueueStats,
+    RateLimit, Removed, Task,
+};
 use crate::token::Fence;
 
 macro_rules! script {
@@ -16,21 +19,32 @@ macro_rules! script {
         static $name: LazyLock<Script> =
             LazyLock::new(|| Script::new(include_str!(concat!("scripts/", $file))));
     };
+    // With the group and priority helpers of groups.lua in front.
+    ($name:ident, groups, $file:literal) => {
+        static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("scripts/groups.lua"),
+                include_str!(concat!("scripts/", $file))
+            ))
+        });
+    };
 }
 
-script!(ENQUEUE, "enqueue.lua");
+script!(ENQUEUE, groups, "enqueue.lua");
 script!(TOP, "top.lua");
 script!(POP, "pop.lua");
 script!(REMOVE_IF_SCORE, "remove_if_score.lua");
-script!(CLAIM, "claim.lua");
-script!(ACK, "ack.lua");
-script!(NACK, "nack.lua");
+script!(CLAIM, groups, "claim.lua");
+script!(ACK, groups, "ack.lua");
+script!(NACK, groups, "nack.lua");
 script!(EXTEND, "extend.lua");
-script!(ABANDON, "abandon.lua");
+script!(ABANDON, groups, "abandon.lua");
 script!(STATS, "stats.lua");
 script!(DEAD, "dead.lua");
 script!(RETRY_DEAD, "retry_dead.lua");
 script!(PURGE_DEAD, "purge_dead.lua");
+script!(CONFIG, "config.lua");
+script!(COMPLETED, "completed.lua");
 
 /// How many expired leases one claim returns to the queue at most.
 const REAP_PER_CLAIM: usize = 1000;
@@ -116,6 +130,7 @@ pub(crate) async fn enqueue(
             Some(p) => inv.arg("1").arg(p.as_slice()),
             None => inv.arg("0").arg(""),
         };
+        inv.arg(t.priority).arg(t.group.as_deref().unwrap_or(""));
     }
     enqueue_reply(backend.eval(&inv).await?)
 }
@@ -206,6 +221,8 @@ pub(crate) struct Claimed {
     pub now: u64,
     /// Time until the earliest waiting task is due (`None`: nothing waiting).
     pub next_due: Option<Duration>,
+    /// Time until the queue's rate limit allows the next claim (`None`: not limited now).
+    pub rate_wait: Option<Duration>,
     pub tasks: Vec<Task>,
 }
 
@@ -225,30 +242,39 @@ pub(crate) async fn claim(
 }
 
 /// claim.lua: expired leases returned, time to the next due task, the
-/// server's clock, how many expired leases died, then per task five values.
+/// server's clock, how many expired leases died, time to the next rate
+/// slot, then per task seven values.
 fn claim_reply(v: Value) -> Result<Claimed> {
     let reply = array(v)?;
-    let (head, rest) = reply.split_at(reply.len().min(4));
-    let [expired, next_due, now, died] = head else {
+    let (head, rest) = reply.split_at(reply.len().min(5));
+    let [expired, next_due, now, died, rate_wait] = head else {
         return Err(Error::protocol("short claim reply"));
     };
     let tasks = rest
-        .chunks(5)
+        .chunks(7)
         .map(|c| match c {
-            [id, score, payload, fence, attempt] => Ok(Task {
+            [id, score, payload, fence, attempt, priority, group] => Ok(Task {
                 id: text(id)?,
                 score: unsigned(int(score)?),
                 payload: bytes(payload),
                 fence: Fence::new(unsigned(int(fence)?)),
                 attempt: u32::try_from(int(attempt)?).unwrap_or(u32::MAX),
+                priority: u16::try_from(int(priority)?)
+                    .map_err(|_| Error::protocol("a priority out of range"))?,
+                group: match group {
+                    Value::Nil => None,
+                    g => Some(text(g)?),
+                },
             }),
             _ => Err(Error::protocol("short claimed task")),
         })
         .collect::<Result<Vec<_>>>()?;
-    let next_due = u64::try_from(int(next_due)?)
-        .ok()
-        .map(Duration::from_millis);
+    let ms = |v: &Value| -> Result<Option<Duration>> {
+        Ok(u64::try_from(int(v)?).ok().map(Duration::from_millis))
+    };
+    let (next_due, rate_wait) = (ms(next_due)?, ms(rate_wait)?);
     Ok(Claimed {
+        rate_wait,
         expired: usize::try_from(int(expired)?).unwrap_or(0),
         died: unsigned(int(died)?),
         now: unsigned(int(now)?),
@@ -399,6 +425,112 @@ pub(crate) async fn purge_dead(backend: &Backend, keys: &[String]) -> Result<usi
     }
 }
 
+/// A change of settings as config.lua's field, value pairs ('' removes).
+fn settings_args(change: &QueueSettings) -> Vec<(&'static str, String)> {
+    let num = |v: Option<u32>| v.map_or(String::new(), |v| v.to_string());
+    let mut args = Vec::new();
+    if let Some(k) = change.group_concurrency {
+        args.push(("group_concurrency", num(k)));
+    }
+    if let Some(rate) = change.rate {
+        args.push(("rate_n", num(rate.map(|r| r.n()))));
+        args.push((
+            "rate_period_ms",
+            rate.map_or(String::new(), |r| millis(r.period()).to_string()),
+        ));
+    }
+    if let Some(n) = change.keep_completed {
+        args.push(("keep_completed", num(n)));
+    }
+    args
+}
+
+/// What config.lua does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ConfigOp<'a> {
+    Get,
+    Set(&'a QueueSettings),
+    Clear,
+}
+
+pub(crate) async fn config(
+    backend: &Backend,
+    keys: &[String],
+    op: ConfigOp<'_>,
+) -> Result<QueueSettings> {
+    let mut inv = invocation(&CONFIG, keys);
+    match op {
+        ConfigOp::Get => inv.arg("get"),
+        ConfigOp::Clear => inv.arg("clear"),
+        ConfigOp::Set(change) => {
+            inv.arg("set");
+            for (field, value) in settings_args(change) {
+                inv.arg(field).arg(value);
+            }
+            &mut inv
+        }
+    };
+    settings_reply(backend.eval(&inv).await?)
+}
+
+/// config.lua: the four settings, nil when not set. A stored value out of
+/// range (written by hand) reads as not set.
+fn settings_reply(v: Value) -> Result<QueueSettings> {
+    let v = array(v)?;
+    let get = |i: usize| -> Option<u32> {
+        match v.get(i) {
+            Some(Value::BulkString(b)) => std::str::from_utf8(b).ok()?.parse().ok(),
+            Some(Value::Int(n)) => u32::try_from(*n).ok(),
+            _ => None,
+        }
+    };
+    if v.len() != 4 {
+        return Err(Error::protocol("config reply is not four values"));
+    }
+    let rate = match (get(1), get(2)) {
+        (Some(n), Some(ms)) => RateLimit::new(n, Duration::from_millis(u64::from(ms))).ok(),
+        _ => None,
+    };
+    Ok(QueueSettings {
+        group_concurrency: Some(get(0).filter(|k| *k > 0)),
+        rate: Some(rate),
+        keep_completed: Some(get(3).filter(|k| *k > 0)),
+    })
+}
+
+pub(crate) async fn completed(
+    backend: &Backend,
+    keys: &[String],
+    count: usize,
+) -> Result<Vec<Completed>> {
+    let mut inv = invocation(&COMPLETED, keys);
+    inv.arg(count);
+    completed_reply(backend.eval(&inv).await?)
+}
+
+/// completed.lua: per task an id and when it was acked.
+fn completed_reply(v: Value) -> Result<Vec<Completed>> {
+    array(v)?
+        .chunks(2)
+        .map(|c| match c {
+            [id, at] => Ok(Completed {
+                id: text(id)?,
+                at: match at {
+                    Value::Int(i) => unsigned(*i),
+                    Value::Double(f) => *f as u64,
+                    other => {
+                        let s = text(other)?;
+                        s.parse::<f64>()
+                            .map_err(|_| Error::protocol("a completion time is no number"))?
+                            as u64
+                    }
+                },
+            }),
+            _ => Err(Error::protocol("odd completed reply")),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +547,8 @@ mod tests {
         ("abandon/retry_dead/purge_dead", |v| count_reply(v).is_ok()),
         ("stats", |v| stats_reply(v).is_ok()),
         ("dead", |v| dead_reply(v).is_ok()),
+        ("config", |v| settings_reply(v).is_ok()),
+        ("completed", |v| completed_reply(v).is_ok()),
     ];
 
     decoder_tests!(fuzz_queue_replies, DECODERS);
@@ -426,12 +560,18 @@ mod tests {
             Value::Int(-1),
             Value::Int(1_700_000_000_500),
             Value::Int(0),
+            Value::Int(-1),
             Value::BulkString(b"t1".to_vec()),
             Value::Int(1_700_000_000_000),
             Value::Nil,
             Value::Int(7),
             Value::Int(2),
+            Value::Int(5),
+            Value::BulkString(b"g".to_vec()),
         ]))?;
+        assert_eq!(claimed.tasks[0].priority, 5);
+        assert_eq!(claimed.tasks[0].group.as_deref(), Some("g"));
+        assert_eq!(claimed.rate_wait, None);
         assert_eq!((claimed.expired, claimed.next_due), (1, None));
         assert_eq!(claimed.now, 1_700_000_000_500);
         assert_eq!(claimed.tasks[0].fence, Fence::new(7));

@@ -16,6 +16,10 @@ pub const MAX_BATCH: usize = 10_000;
 pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
 /// The longest error text kept with a failed task.
 pub const MAX_ERROR_LEN: usize = 4096;
+/// The highest task priority ([`NewTask::priority`]); the lowest is 0.
+pub const MAX_PRIORITY: u16 = 1000;
+/// The longest group name, in bytes ([`NewTask::group`]).
+pub const MAX_GROUP_LEN: usize = 256;
 
 /// What to do when an enqueued id is already waiting or in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -27,25 +31,51 @@ pub enum OnDuplicate {
     Replace,
 }
 
-/// A task to enqueue: an id (the de-duplication key) and an optional payload.
+/// A task to enqueue: an id (the de-duplication key), an optional payload,
+/// priority and group.
 ///
 /// ```
-/// let t = dlm::queue::NewTask::new("order:7").payload(b"{\"sku\":1}".to_vec());
+/// let t = dlm::queue::NewTask::new("order:7")
+///     .payload(b"{\"sku\":1}".to_vec())
+///     .priority(5)
+///     .group("customer:42");
 /// assert_eq!(t.id(), "order:7");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTask {
     pub(crate) id: String,
     pub(crate) payload: Option<Vec<u8>>,
+    pub(crate) priority: u16,
+    pub(crate) group: Option<String>,
 }
 
 impl NewTask {
-    /// A task with this id and no payload.
+    /// A task with this id, no payload, priority 0 and no group.
     pub fn new(id: impl Into<String>) -> Self {
         NewTask {
             id: id.into(),
             payload: None,
+            priority: 0,
+            group: None,
         }
+    }
+
+    /// Its priority, 0 ..= [`MAX_PRIORITY`] (default 0, the lowest): among
+    /// due tasks a higher priority is claimed first, and tasks of one
+    /// priority in due-time order. A delayed task keeps its priority when it
+    /// comes due. (Out of range: enqueue fails with a typed error.)
+    pub fn priority(mut self, priority: u16) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Its group (1 ..= [`MAX_GROUP_LEN`] bytes, no control characters):
+    /// with a group concurrency set on the queue
+    /// ([`crate::queue::QueueSettings::group_concurrency`]), at most that many
+    /// tasks of one group are in flight at once, across all workers.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
     }
 
     /// Attach a payload (bytes; at most the queue's limit).
@@ -113,6 +143,10 @@ pub struct Task {
     /// The lease's fencing token: strictly increasing per queue, so storage can
     /// refuse the writes of a worker whose lease was taken over.
     pub fence: Fence,
+    /// Its priority (0: none given, the lowest).
+    pub priority: u16,
+    /// Its group, if it has one.
+    pub group: Option<String>,
 }
 
 /// Exponential backoff with jitter between attempts of a failed task.
@@ -202,4 +236,147 @@ pub enum Nacked {
     Retrying,
     /// It had its last attempt: moved to the dead-letter set.
     Dead,
+}
+
+/// A queue-level rate limit: at most `n` claims in any window of `period`.
+///
+/// Kept as a sliding log of the last `n` claim times (a sorted set of at
+/// most `n` entries per queue), so it is exact: no window of length
+/// `period` ever sees more than `n` tasks start, across all workers.
+///
+/// ```
+/// use std::time::Duration;
+/// let r = dlm::queue::RateLimit::new(100, Duration::from_secs(1))?;
+/// assert_eq!((r.n(), r.period()), (100, Duration::from_secs(1)));
+/// assert!(dlm::queue::RateLimit::new(0, Duration::from_secs(1)).is_err());
+/// # Ok::<(), dlm::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    n: u32,
+    period: Duration,
+}
+
+impl RateLimit {
+    /// The most tasks one limit allows per period.
+    pub const MAX_N: u32 = 100_000;
+    /// The longest period (one day).
+    pub const MAX_PERIOD: Duration = Duration::from_secs(24 * 3600);
+
+    /// `n` (1 ..= [`RateLimit::MAX_N`]) per `period` (1 ms ..= one day).
+    pub fn new(n: u32, period: Duration) -> crate::error::Result<Self> {
+        if n == 0 || n > Self::MAX_N {
+            return Err(crate::error::Error::invalid(
+                "rate",
+                format!("{n} per period is outside 1 ..= {}", Self::MAX_N),
+            ));
+        }
+        if period < Duration::from_millis(1) || period > Self::MAX_PERIOD {
+            return Err(crate::error::Error::invalid(
+                "rate",
+                format!("period {period:?} is outside 1ms ..= 24h"),
+            ));
+        }
+        Ok(RateLimit { n, period })
+    }
+
+    /// How many per period.
+    pub fn n(&self) -> u32 {
+        self.n
+    }
+
+    /// The period (whole milliseconds).
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+}
+
+/// A queue's settings, stored in Redis with the queue, so every worker
+/// follows the latest value written ([`crate::queue::Queue::settings`],
+/// [`crate::queue::Queue::configure`]). As a change, a setting not
+/// mentioned is left as it is; `Some(value)` sets it, `None` removes it.
+///
+/// ```
+/// let s = dlm::queue::QueueSettings::default().group_concurrency(Some(1));
+/// assert_eq!(s.get_group_concurrency(), Some(1));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueSettings {
+    pub(crate) group_concurrency: Option<Option<u32>>,
+    pub(crate) rate: Option<Option<RateLimit>>,
+    pub(crate) keep_completed: Option<Option<u32>>,
+}
+
+/// The most acked ids a queue may keep ([`QueueSettings::keep_completed`]).
+pub const MAX_KEEP_COMPLETED: u32 = 1_000_000;
+/// The highest group concurrency ([`QueueSettings::group_concurrency`]).
+pub const MAX_GROUP_CONCURRENCY: u32 = 10_000;
+
+impl QueueSettings {
+    /// At most `k` tasks of one group in flight at once (1 ..= 10 000;
+    /// `None`: no limit).
+    pub fn group_concurrency(mut self, k: Option<u32>) -> Self {
+        self.group_concurrency = Some(k);
+        self
+    }
+
+    /// The queue's rate limit (`None`: none).
+    pub fn rate(mut self, rate: Option<RateLimit>) -> Self {
+        self.rate = Some(rate);
+        self
+    }
+
+    /// Keep the ids of the last `n` acked tasks (1 ..= 1 000 000; `None`:
+    /// keep none, the default). `processed` counts them either way.
+    pub fn keep_completed(mut self, n: Option<u32>) -> Self {
+        self.keep_completed = Some(n);
+        self
+    }
+
+    /// The group concurrency set.
+    pub fn get_group_concurrency(&self) -> Option<u32> {
+        self.group_concurrency.flatten()
+    }
+
+    /// The rate limit set.
+    pub fn get_rate(&self) -> Option<RateLimit> {
+        self.rate.flatten()
+    }
+
+    /// How many acked ids are kept.
+    pub fn get_keep_completed(&self) -> Option<u32> {
+        self.keep_completed.flatten()
+    }
+
+    pub(crate) fn validate(&self) -> crate::error::Result<()> {
+        if let Some(Some(k)) = self.group_concurrency
+            && (k == 0 || k > MAX_GROUP_CONCURRENCY)
+        {
+            return Err(crate::error::Error::invalid(
+                "group concurrency",
+                format!("{k} is outside 1 ..= {MAX_GROUP_CONCURRENCY}"),
+            ));
+        }
+        if let Some(Some(n)) = self.keep_completed
+            && (n == 0 || n > MAX_KEEP_COMPLETED)
+        {
+            return Err(crate::error::Error::invalid(
+                "keep completed",
+                format!("{n} is outside 1 ..= {MAX_KEEP_COMPLETED}"),
+            ));
+        }
+        if let Some(Some(r)) = self.rate {
+            RateLimit::new(r.n, r.period)?;
+        }
+        Ok(())
+    }
+}
+
+/// An acked task kept in the completed history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completed {
+    /// The task's id.
+    pub id: String,
+    /// When it was acked (ms since the epoch, Redis clock).
+    pub at: u64,
 }

@@ -76,6 +76,9 @@ impl Worker {
     {
         self.opts.validate()?;
         self.queue.ready()?;
+        if self.opts.settings != crate::queue::QueueSettings::default() {
+            self.queue.configure(&self.opts.settings).await?;
+        }
         let handler = Arc::new(handler);
         let permits = Arc::new(Semaphore::new(self.opts.concurrency));
         let running: Running = Arc::new(Mutex::new(HashMap::new()));
@@ -139,6 +142,18 @@ impl Worker {
                     at: claimed_at,
                 };
                 tasks.spawn(process(queue, acks, handler, claim, running, permit));
+            }
+            if got < free
+                && let Some(pause) = claimed.rate_wait
+                && claimed.next_due.is_some_and(|d| d.is_zero())
+            {
+                // At the rate limit with tasks due: sleep until the next slot
+                // frees (not on the wake-up list, which would only wake us early).
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+                continue;
             }
             if got < free {
                 if self.opts.exit_when_empty && tasks.is_empty() {

@@ -22,6 +22,7 @@ pub struct WorkerOptions {
     pub(super) grace: Duration,
     pub(super) idle_wait: Duration,
     pub(super) exit_when_empty: bool,
+    pub(super) settings: crate::queue::QueueSettings,
 }
 
 impl Default for WorkerOptions {
@@ -33,6 +34,7 @@ impl Default for WorkerOptions {
             grace: Duration::from_secs(10),
             idle_wait: Duration::from_secs(1),
             exit_when_empty: false,
+            settings: crate::queue::QueueSettings::default(),
         }
     }
 }
@@ -84,7 +86,37 @@ impl WorkerOptions {
         self
     }
 
+    /// Store a group concurrency for the queue when the worker starts: at
+    /// most `k` tasks of one group in flight at once across all workers
+    /// (`None`: remove the limit). A queue-level setting kept in Redis: every
+    /// worker follows the latest value written (see
+    /// [`crate::queue::Queue::configure`]). Not called: left as stored.
+    ///
+    /// ```
+    /// let opts = dlm::queue::WorkerOptions::new().group_concurrency(Some(1));
+    /// ```
+    pub fn group_concurrency(mut self, k: Option<u32>) -> Self {
+        self.settings = self.settings.group_concurrency(k);
+        self
+    }
+
+    /// Store a rate limit for the queue when the worker starts (`None`:
+    /// remove it); a queue-level setting like [`Self::group_concurrency`].
+    /// A worker at the limit sleeps until the next slot frees.
+    pub fn rate(mut self, rate: Option<crate::queue::RateLimit>) -> Self {
+        self.settings = self.settings.rate(rate);
+        self
+    }
+
+    /// Store how many acked ids the queue keeps when the worker starts
+    /// (`None`: none); a queue-level setting like [`Self::group_concurrency`].
+    pub fn keep_completed(mut self, n: Option<u32>) -> Self {
+        self.settings = self.settings.keep_completed(n);
+        self
+    }
+
     pub(super) fn validate(&self) -> Result<()> {
+        self.settings.validate()?;
         if self.concurrency == 0 || self.concurrency > 10_000 {
             return Err(Error::invalid("concurrency", "must be 1 ..= 10000"));
         }

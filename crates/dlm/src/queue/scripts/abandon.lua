@@ -1,6 +1,6 @@
 -- abandon: give leased tasks back at once (graceful shutdown); the attempt
 -- does not count.
--- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
+-- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
 --   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
@@ -11,6 +11,17 @@
 --   8 fence     STRING  lease fencing counter (INCR)
 --   9 stats     HASH  processed, failed
 --  10 signal    LIST  wake-up markers for idle workers (at most 64)
+--  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
+--  12 prio      HASH  id -> priority (only tasks with one other than 0)
+--  13 group     HASH  id -> group (only tasks with a group)
+--  14 ready     ZSET  id -> -priority * 2^42 + due time: due tasks, claim order
+--                     (exists only while the queue has tasks with a priority or group)
+--  15 gcount    HASH  group -> its tasks in flight
+--  16 parked    ZSET  (all scores 0) group NUL ready-score NUL id: due tasks of
+--                     groups at their limit, until a slot of the group frees
+--  17 parkedid  HASH  id -> its member in parked
+--  18 rate      ZSET  the rate limit's log: fence -> claim time (ms), at most N
+--  19 completed ZSET  id -> time acked (ms), only with keep_completed, capped
 -- ARGV     per task two values: id, lease fencing token
 -- Returns  how many were given back
 local t = redis.call("TIME")
@@ -21,7 +32,9 @@ for i = 1, #ARGV, 2 do
   if redis.call('HGET', KEYS[4], id) == ARGV[i + 1] then
     redis.call('ZREM', KEYS[3], id)
     redis.call('HDEL', KEYS[4], id)
-    redis.call('ZADD', KEYS[1], 'NX', now, id)
+    local group = redis.call('HGET', KEYS[13], id)
+    if group then release(group) end
+    if not in_ready(id) then redis.call('ZADD', KEYS[1], 'NX', now, id) end
     redis.call('HINCRBY', KEYS[5], id, -1)
     n = n + 1
   end

@@ -1,5 +1,6 @@
--- ack: finish tasks whose lease is still ours; delete them (no history kept).
--- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
+-- ack: finish tasks whose lease is still ours; delete them. With the setting
+-- keep_completed = N (config), the last N acked ids stay in `completed`.
+-- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
 --   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
@@ -10,6 +11,17 @@
 --   8 fence     STRING  lease fencing counter (INCR)
 --   9 stats     HASH  processed, failed
 --  10 signal    LIST  wake-up markers for idle workers (at most 64)
+--  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
+--  12 prio      HASH  id -> priority (only tasks with one other than 0)
+--  13 group     HASH  id -> group (only tasks with a group)
+--  14 ready     ZSET  id -> -priority * 2^42 + due time: due tasks, claim order
+--                     (exists only while the queue has tasks with a priority or group)
+--  15 gcount    HASH  group -> its tasks in flight
+--  16 parked    ZSET  (all scores 0) group NUL ready-score NUL id: due tasks of
+--                     groups at their limit, until a slot of the group frees
+--  17 parkedid  HASH  id -> its member in parked
+--  18 rate      ZSET  the rate limit's log: fence -> claim time (ms), at most N
+--  19 completed ZSET  id -> time acked (ms), only with keep_completed, capped
 -- ARGV     per task two values: id, lease fencing token
 -- Returns  per task: 1 acked, 0 not in flight any more (lease expired and
 --          returned), -1 leased to another worker now (re-claimed)
@@ -50,17 +62,39 @@ end
 if #done > 0 then
   chunked('ZREM', KEYS[3], done)
   chunked('HDEL', KEYS[4], done)
+  release_all(groups_of(done))
   -- A task enqueued again (replace) while in flight keeps its payload and history.
   local waiting = fetch('ZMSCORE', KEYS[1], done)
+  local featured = redis.call('EXISTS', KEYS[12], KEYS[13], KEYS[14], KEYS[17]) > 0
+  local ready, parked = {}, {}
+  if featured then
+    ready = fetch('ZMSCORE', KEYS[14], done)
+    parked = fetch('HMGET', KEYS[17], done)
+  end
   local gone = {}
   for i, id in ipairs(done) do
-    if not waiting[i] then gone[#gone + 1] = id end
+    if not waiting[i] and not ready[i] and not parked[i] then gone[#gone + 1] = id end
   end
   if #gone > 0 then
     chunked('HDEL', KEYS[2], gone)
     chunked('HDEL', KEYS[5], gone)
     chunked('HDEL', KEYS[7], gone)
+    if featured then
+      chunked('HDEL', KEYS[12], gone)
+      chunked('HDEL', KEYS[13], gone)
+    end
   end
   redis.call('HINCRBY', KEYS[9], 'processed', #done)
+  local keep = tonumber(redis.call('HGET', KEYS[11], 'keep_completed') or '0')
+  if keep > 0 then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local finished = {}
+    for i, id in ipairs(done) do
+      finished[2 * i - 1], finished[2 * i] = now, id
+    end
+    chunked('ZADD', KEYS[19], finished)
+    redis.call('ZREMRANGEBYRANK', KEYS[19], 0, -(keep + 1))
+  end
 end
 return out

@@ -1,6 +1,6 @@
 -- claim: first return expired leases to the queue (or to the dead set after
 -- max attempts), then lease up to ARGV[1] due tasks, earliest first.
--- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
+-- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
 --   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
@@ -11,59 +11,142 @@
 --   8 fence     STRING  lease fencing counter (INCR)
 --   9 stats     HASH  processed, failed
 --  10 signal    LIST  wake-up markers for idle workers (at most 64)
+--  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
+--  12 prio      HASH  id -> priority (only tasks with one other than 0)
+--  13 group     HASH  id -> group (only tasks with a group)
+--  14 ready     ZSET  id -> -priority * 2^42 + due time: due tasks, claim order
+--                     (exists only while the queue has tasks with a priority or group)
+--  15 gcount    HASH  group -> its tasks in flight
+--  16 parked    ZSET  (all scores 0) group NUL ready-score NUL id: due tasks of
+--                     groups at their limit, until a slot of the group frees
+--  17 parkedid  HASH  id -> its member in parked
+--  18 rate      ZSET  the rate limit's log: fence -> claim time (ms), at most N
+--  19 completed ZSET  id -> time acked (ms), only with keep_completed, capped
 -- ARGV[1]  how many to claim (0: only return expired leases)
 -- ARGV[2]  lease length in ms
 -- ARGV[3]  max attempts (a task whose lease expired on its last attempt dies)
 -- ARGV[4]  how many expired leases to return at most in this call
+-- Settings read from `config`: group_concurrency (k: a group's tasks in flight
+-- at most), rate_n / rate_period_ms (at most n claims in any window of that
+-- length: a sliding log of the last n claim times, exact).
+-- Queues with priorities or groups (`ready` in use): due tasks of `waiting`
+-- (at most 1000 + 4 * count per call) move to `ready` first; then the
+-- lowest scores of `ready` are scanned, at most 4 * count + 64 of them: a
+-- task of a group at its limit is parked (held aside until a slot of its
+-- group frees), so a busy group never holds back the others.
 -- Returns  {expired_returned, ms_until_next_due (-1: nothing waiting), now (ms),
 --           died (how many of the expired moved to the dead set),
---           then per claimed task five values: id, due time, payload (nil: none),
---           lease fencing token, attempt number (1 = first)}
+--           ms until the rate limit allows the next claim (-1: not limited now),
+--           then per claimed task seven values: id, due time, payload (nil: none),
+--           lease fencing token, attempt number (1 = first), priority, group (nil: none)}
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
+local cfg = redis.call('HMGET', KEYS[11], 'group_concurrency', 'rate_n', 'rate_period_ms')
+local limit = tonumber(cfg[1] or '0')
+local rate_n, rate_p = tonumber(cfg[2] or '0'), tonumber(cfg[3] or '0')
+local function chunked(cmd, key, list)
+  for i = 1, #list, 2000 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 1999, #list)))
+  end
+end
+local function hmget(key, list)
+  local all = {}
+  for i = 1, #list, 2000 do
+    local part = redis.call('HMGET', key, unpack(list, i, math.min(i + 1999, #list)))
+    for k = 1, #part do all[#all + 1] = part[k] end
+  end
+  return all
+end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
+release_all(groups_of(expired))
 local died = 0
 for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
   local attempts = tonumber(redis.call('HGET', KEYS[5], id) or '0')
-  if attempts >= max_attempts and not redis.call('ZSCORE', KEYS[1], id) then
+  local again = redis.call('ZSCORE', KEYS[1], id) or in_ready(id)
+  if attempts >= max_attempts and not again then
     redis.call('ZADD', KEYS[6], now, id)
     redis.call('HSET', KEYS[7], id, 'lease expired on attempt ' .. attempts)
     redis.call('HINCRBY', KEYS[9], 'failed', 1)
     died = died + 1
-  else
+  elseif not again then
     redis.call('ZADD', KEYS[1], 'NX', now, id)
   end
 end
-local out = {#expired, -1, now, died}
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
-local n = #due / 2
+local out = {#expired, -1, now, died, -1}
+local want = tonumber(ARGV[1])
+if want > 0 and rate_n > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[18], '-inf', '(' .. (now - rate_p))
+  want = math.max(0, math.min(want, rate_n - redis.call('ZCARD', KEYS[18])))
+end
+local featured = redis.call('EXISTS', KEYS[12], KEYS[13], KEYS[14]) > 0
+-- ids, due times, priorities and groups of the tasks taken
+local ids, dues, prios, groups = {}, {}, {}, {}
+if want > 0 and featured then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1000 + 4 * want)
+  if #due > 0 then
+    local moved, pids, scored = {}, {}, {}
+    for i = 1, #due / 2 do moved[i] = due[2 * i - 1] end
+    local ps = hmget(KEYS[12], moved)
+    for i, id in ipairs(moved) do
+      scored[2 * i - 1] = ready_score(ps[i], tonumber(due[2 * i]))
+      scored[2 * i] = id
+    end
+    chunked('ZADD', KEYS[14], scored)
+    chunked('ZREM', KEYS[1], moved)
+  end
+  local cand = redis.call('ZRANGE', KEYS[14], 0, 4 * want + 63, 'WITHSCORES')
+  local cids = {}
+  for i = 1, #cand / 2 do cids[i] = cand[2 * i - 1] end
+  local cgroups = groups_of(cids)
+  local cprios = hmget(KEYS[12], cids)
+  local busy, started, gone = {}, {}, {}
+  for i, id in ipairs(cids) do
+    if #ids >= want then break end
+    local g, score = cgroups[i], tonumber(cand[2 * i])
+    local take = true
+    if g then
+      if busy[g] == nil then busy[g] = tonumber(redis.call('HGET', KEYS[15], g) or '0') end
+      if limit > 0 and busy[g] >= limit then
+        take = false
+        park(g, score, id)
+      else
+        busy[g] = busy[g] + 1
+        started[g] = (started[g] or 0) + 1
+      end
+    end
+    gone[#gone + 1] = id
+    if take then
+      local p = tonumber(cprios[i] or '0')
+      ids[#ids + 1] = id
+      dues[#ids] = score + p * PRIO_UNIT
+      prios[#ids] = p
+      groups[#ids] = g or false
+    end
+  end
+  if #gone > 0 then chunked('ZREM', KEYS[14], gone) end
+  for g, k in pairs(started) do redis.call('HINCRBY', KEYS[15], g, k) end
+elseif want > 0 then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
+  for i = 1, #due / 2 do
+    ids[i] = due[2 * i - 1]
+    dues[i] = tonumber(due[2 * i])
+    prios[i] = 0
+    groups[i] = false
+  end
+  -- The due tasks are the lowest scores: ranks 0 .. n-1.
+  if #ids > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1) end
+end
+local n = #ids
 if n > 0 then
   -- A few commands for the whole batch, not a few per task; in chunks, as
   -- Lua's unpack() is limited to a few thousand values.
-  local function chunked(cmd, key, list)
-    for i = 1, #list, 2000 do
-      redis.call(cmd, key, unpack(list, i, math.min(i + 1999, #list)))
-    end
-  end
-  local function hmget(key, list)
-    local all = {}
-    for i = 1, #list, 2000 do
-      local part = redis.call('HMGET', key, unpack(list, i, math.min(i + 1999, #list)))
-      for k = 1, #part do all[#all + 1] = part[k] end
-    end
-    return all
-  end
-  local ids = {}
-  for i = 1, n do ids[i] = due[2 * i - 1] end
-  -- The due tasks are the n lowest scores: ranks 0 .. n-1.
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
   local first_fence = redis.call('INCRBY', KEYS[8], n) - n + 1
   local payloads = hmget(KEYS[2], ids)
   local attempts = hmget(KEYS[5], ids)
-  local leases, flying, counts = {}, {}, {}
+  local leases, flying, counts, log = {}, {}, {}, {}
   local deadline = now + lease_ms
   for i = 1, n do
     local id, fence = ids[i], first_fence + i - 1
@@ -71,18 +154,30 @@ if n > 0 then
     leases[2 * i - 1], leases[2 * i] = id, fence
     flying[2 * i - 1], flying[2 * i] = deadline, id
     counts[2 * i - 1], counts[2 * i] = id, attempt
+    log[2 * i - 1], log[2 * i] = now, fence
     out[#out + 1] = id
-    out[#out + 1] = tonumber(due[2 * i])
+    out[#out + 1] = dues[i]
     out[#out + 1] = payloads[i]
     out[#out + 1] = fence
     out[#out + 1] = attempt
+    out[#out + 1] = prios[i]
+    out[#out + 1] = groups[i]
   end
   chunked('HSET', KEYS[4], leases)
   chunked('ZADD', KEYS[3], flying)
   chunked('HSET', KEYS[5], counts)
+  if rate_n > 0 then chunked('ZADD', KEYS[18], log) end
 end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if first[2] then
-  out[2] = math.max(0, tonumber(first[2]) - now)
+if rate_n > 0 and tonumber(ARGV[1]) > 0 and redis.call('ZCARD', KEYS[18]) >= rate_n then
+  local oldest = redis.call('ZRANGE', KEYS[18], 0, 0, 'WITHSCORES')
+  if oldest[2] then out[5] = math.max(1, tonumber(oldest[2]) + rate_p + 1 - now) end
+end
+if redis.call('ZCARD', KEYS[14]) > 0 then
+  out[2] = 0
+else
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if first[2] then
+    out[2] = math.max(0, tonumber(first[2]) - now)
+  end
 end
 return out

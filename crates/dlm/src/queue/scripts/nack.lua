@@ -1,6 +1,6 @@
 -- nack: a task failed; retry it after a delay, or move it to the dead set once
 -- it has had max attempts. Only with the current lease.
--- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
+-- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
 --   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
@@ -11,6 +11,17 @@
 --   8 fence     STRING  lease fencing counter (INCR)
 --   9 stats     HASH  processed, failed
 --  10 signal    LIST  wake-up markers for idle workers (at most 64)
+--  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
+--  12 prio      HASH  id -> priority (only tasks with one other than 0)
+--  13 group     HASH  id -> group (only tasks with a group)
+--  14 ready     ZSET  id -> -priority * 2^42 + due time: due tasks, claim order
+--                     (exists only while the queue has tasks with a priority or group)
+--  15 gcount    HASH  group -> its tasks in flight
+--  16 parked    ZSET  (all scores 0) group NUL ready-score NUL id: due tasks of
+--                     groups at their limit, until a slot of the group frees
+--  17 parkedid  HASH  id -> its member in parked
+--  18 rate      ZSET  the rate limit's log: fence -> claim time (ms), at most N
+--  19 completed ZSET  id -> time acked (ms), only with keep_completed, capped
 -- ARGV[1]  id
 -- ARGV[2]  lease fencing token
 -- ARGV[3]  retry after (ms)
@@ -28,13 +39,15 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREM', KEYS[3], id)
 redis.call('HDEL', KEYS[4], id)
 redis.call('HSET', KEYS[7], id, ARGV[5])
+local group = redis.call('HGET', KEYS[13], id)
+if group then release(group) end
+local again = redis.call('ZSCORE', KEYS[1], id) or in_ready(id)
 local attempts = tonumber(redis.call('HGET', KEYS[5], id) or '0')
-if attempts >= tonumber(ARGV[4]) and not redis.call('ZSCORE', KEYS[1], id) then
+if attempts >= tonumber(ARGV[4]) and not again then
   redis.call('ZADD', KEYS[6], now, id)
   redis.call('HINCRBY', KEYS[9], 'failed', 1)
   return 2
 end
-redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[3]), id)
-redis.call('LPUSH', KEYS[10], '1')
-redis.call('LTRIM', KEYS[10], 0, 63)
+if not again then redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[3]), id) end
+wake(1)
 return 1

@@ -1,6 +1,6 @@
 -- pop: take the due tasks (due time <= now), earliest first, out of the queue.
 -- Two concurrent pops never return the same task (the script is atomic).
--- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
+-- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
 --   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
@@ -11,6 +11,17 @@
 --   8 fence     STRING  lease fencing counter (INCR)
 --   9 stats     HASH  processed, failed
 --  10 signal    LIST  wake-up markers for idle workers (at most 64)
+--  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
+--  12 prio      HASH  id -> priority (only tasks with one other than 0)
+--  13 group     HASH  id -> group (only tasks with a group)
+--  14 ready     ZSET  id -> -priority * 2^42 + due time: due tasks, claim order
+--                     (exists only while the queue has tasks with a priority or group)
+--  15 gcount    HASH  group -> its tasks in flight
+--  16 parked    ZSET  (all scores 0) group NUL ready-score NUL id: due tasks of
+--                     groups at their limit, until a slot of the group frees
+--  17 parkedid  HASH  id -> its member in parked
+--  18 rate      ZSET  the rate limit's log: fence -> claim time (ms), at most N
+--  19 completed ZSET  id -> time acked (ms), only with keep_completed, capped
 -- ARGV[1]  how many at most
 -- Returns  per task three values: id, due time (ms), payload (nil: none)
 local t = redis.call("TIME")
@@ -26,6 +37,8 @@ for i = 1, #r, 2 do
   if not redis.call('ZSCORE', KEYS[3], id) then
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[5], id)
+    redis.call('HDEL', KEYS[12], id)
+    redis.call('HDEL', KEYS[13], id)
   end
 end
 return out

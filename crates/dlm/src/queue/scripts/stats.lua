@@ -1,5 +1,5 @@
 -- stats: the queue's counts in one round trip.
--- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
+-- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
 --   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
@@ -10,8 +10,19 @@
 --   8 fence     STRING  lease fencing counter (INCR)
 --   9 stats     HASH  processed, failed
 --  10 signal    LIST  wake-up markers for idle workers (at most 64)
+--  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
+--  12 prio      HASH  id -> priority (only tasks with one other than 0)
+--  13 group     HASH  id -> group (only tasks with a group)
+--  14 ready     ZSET  id -> -priority * 2^42 + due time: due tasks, claim order
+--                     (exists only while the queue has tasks with a priority or group)
+--  15 gcount    HASH  group -> its tasks in flight
+--  16 parked    ZSET  (all scores 0) group NUL ready-score NUL id: due tasks of
+--                     groups at their limit, until a slot of the group frees
+--  17 parkedid  HASH  id -> its member in parked
+--  18 rate      ZSET  the rate limit's log: fence -> claim time (ms), at most N
+--  19 completed ZSET  id -> time acked (ms), only with keep_completed, capped
 -- ARGV     none
--- Returns  {due now, delayed (due later), in flight, dead, processed total, failed total,
+-- Returns  {due now (with the tasks in `ready` and the parked ones), delayed (due later), in flight, dead, processed total, failed total,
 --           ms the oldest due task has been due (0: none is due)}
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -21,7 +32,7 @@ if first[2] then
   oldest = math.max(0, now - tonumber(first[2]))
 end
 return {
-  redis.call('ZCOUNT', KEYS[1], '-inf', now),
+  redis.call('ZCOUNT', KEYS[1], '-inf', now) + redis.call('ZCARD', KEYS[14]) + redis.call('HLEN', KEYS[17]),
   redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf'),
   redis.call('ZCARD', KEYS[3]),
   redis.call('ZCARD', KEYS[6]),

@@ -1,5 +1,5 @@
 -- tasks: one page of the tasks in one state, for inspection (nothing moves).
--- KEYS (every queue script gets the same ten, all sharing the {queue} hash tag):
+-- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
 --   2 payload   HASH  id -> payload bytes (absent: no payload)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
@@ -10,7 +10,18 @@
 --   8 fence     STRING  lease fencing counter (INCR)
 --   9 stats     HASH  processed, failed
 --  10 signal    LIST  wake-up markers for idle workers (at most 64)
--- ARGV[1]  the state: 'waiting' (due now), 'delayed' (due later), 'inflight' or 'dead'
+--  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
+--  12 prio      HASH  id -> priority (only tasks with one other than 0)
+--  13 group     HASH  id -> group (only tasks with a group)
+--  14 ready     ZSET  id -> -priority * 2^42 + due time: due tasks, claim order
+--                     (exists only while the queue has tasks with a priority or group)
+--  15 gcount    HASH  group -> its tasks in flight
+--  16 parked    ZSET  (all scores 0) group NUL ready-score NUL id: due tasks of
+--                     groups at their limit, until a slot of the group frees
+--  17 parkedid  HASH  id -> its member in parked
+--  18 rate      ZSET  the rate limit's log: fence -> claim time (ms), at most N
+--  19 completed ZSET  id -> time acked (ms), only with keep_completed, capped
+-- ARGV[1]  the state: 'waiting' (due now, with the priority set and parked tasks), 'delayed' (due later), 'inflight' or 'dead'
 -- ARGV[2]  offset: how many tasks of that state to skip, in order
 -- ARGV[3]  how many at most (the caller caps it)
 -- ARGV[4]  how many payload bytes to return at most per task
@@ -25,8 +36,41 @@ local state, offset, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local preview = tonumber(ARGV[4])
 local total, page
 if state == 'waiting' then
-  total = redis.call('ZCOUNT', KEYS[1], '-inf', now)
-  page = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', offset, limit)
+  -- In claim order: the tasks in `ready` (priority, then due time), the due
+  -- ones not moved there yet, then the parked ones (groups at their limit).
+  local ready = redis.call('ZCARD', KEYS[14])
+  local due = redis.call('ZCOUNT', KEYS[1], '-inf', now)
+  local parked = redis.call('ZCARD', KEYS[16])
+  total = ready + due + parked
+  page = {}
+  local function add(list, decode)
+    for i = 1, #list, 2 do
+      page[#page + 1] = list[i]
+      page[#page + 1] = decode(list[i], tonumber(list[i + 1]))
+    end
+  end
+  local function due_time(id, score)
+    return score + tonumber(redis.call('HGET', KEYS[12], id) or '0') * 4398046511104
+  end
+  if offset < ready then
+    add(redis.call('ZRANGE', KEYS[14], offset, offset + limit - 1, 'WITHSCORES'), due_time)
+  end
+  local skip = math.max(0, offset - ready)
+  local want = limit - #page / 2
+  if want > 0 and skip < due then
+    add(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', skip, want),
+        function(_, score) return score end)
+  end
+  skip = math.max(0, offset - ready - due)
+  want = limit - #page / 2
+  if want > 0 and skip < parked then
+    for _, m in ipairs(redis.call('ZRANGE', KEYS[16], skip, skip + want - 1)) do
+      local at = string.find(m, '\0', 1, true) + 1
+      local id = string.sub(m, at + 18)
+      page[#page + 1] = id
+      page[#page + 1] = due_time(id, tonumber(string.sub(m, at, at + 16)) - 4503599627370496)
+    end
+  end
 elseif state == 'delayed' then
   total = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
   page = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', offset, limit)

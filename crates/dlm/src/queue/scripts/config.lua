@@ -1,0 +1,63 @@
+-- config: read or change the queue's settings (every worker reads them at
+-- each claim, so the latest value written holds for all).
+-- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
+--   1 waiting   ZSET  id -> due time (ms, server clock)
+--   2 payload   HASH  id -> payload bytes (absent: no payload)
+--   3 inflight  ZSET  id -> lease deadline (ms, server clock)
+--   4 lease     HASH  id -> fencing token of the current lease
+--   5 attempts  HASH  id -> times claimed
+--   6 dead      ZSET  id -> time it died (ms)
+--   7 errors    HASH  id -> last error text
+--   8 fence     STRING  lease fencing counter (INCR)
+--   9 stats     HASH  processed, failed
+--  10 signal    LIST  wake-up markers for idle workers (at most 64)
+--  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
+--  12 prio      HASH  id -> priority (only tasks with one other than 0)
+--  13 group     HASH  id -> group (only tasks with a group)
+--  14 ready     ZSET  id -> -priority * 2^42 + due time: due tasks, claim order
+--                     (exists only while the queue has tasks with a priority or group)
+--  15 gcount    HASH  group -> its tasks in flight
+--  16 parked    ZSET  (all scores 0) group NUL ready-score NUL id: due tasks of
+--                     groups at their limit, until a slot of the group frees
+--  17 parkedid  HASH  id -> its member in parked
+--  18 rate      ZSET  the rate limit's log: fence -> claim time (ms), at most N
+--  19 completed ZSET  id -> time acked (ms), only with keep_completed, capped
+-- ARGV[1]  'get', 'set' or 'clear'
+-- ARGV[2..] with 'set': field, value pairs (fields: group_concurrency, rate_n,
+--          rate_period_ms, keep_completed; value '': remove the setting)
+-- 'clear' removes every setting, the rate log and the completed history.
+-- A new group concurrency (or none) moves every parked task back to `ready`:
+-- the next claims apply the new limit to them.
+-- Returns  {group_concurrency, rate_n, rate_period_ms, keep_completed} (nil: not set)
+local fields = {'group_concurrency', 'rate_n', 'rate_period_ms', 'keep_completed'}
+local function unpark_all()
+  local parked = redis.call('ZRANGE', KEYS[16], 0, -1)
+  for _, m in ipairs(parked) do
+    local at = string.find(m, '\0', 1, true) + 1
+    local score = tonumber(string.sub(m, at, at + 16)) - 4503599627370496
+    redis.call('ZADD', KEYS[14], score, string.sub(m, at + 18))
+  end
+  redis.call('DEL', KEYS[16], KEYS[17])
+  if #parked > 0 then
+    redis.call('LPUSH', KEYS[10], '1')
+    redis.call('LTRIM', KEYS[10], 0, 63)
+  end
+end
+if ARGV[1] == 'clear' then
+  redis.call('DEL', KEYS[11], KEYS[18], KEYS[19])
+  unpark_all()
+elseif ARGV[1] == 'set' then
+  for i = 2, #ARGV, 2 do
+    if ARGV[i] == 'group_concurrency' then unpark_all() end
+    if ARGV[i + 1] == '' then
+      redis.call('HDEL', KEYS[11], ARGV[i])
+      if ARGV[i] == 'rate_n' then redis.call('DEL', KEYS[18]) end
+      if ARGV[i] == 'keep_completed' then redis.call('DEL', KEYS[19]) end
+    else
+      redis.call('HSET', KEYS[11], ARGV[i], ARGV[i + 1])
+    end
+  end
+  local keep = tonumber(redis.call('HGET', KEYS[11], 'keep_completed') or '0')
+  if keep > 0 then redis.call('ZREMRANGEBYRANK', KEYS[19], 0, -(keep + 1)) end
+end
+return redis.call('HMGET', KEYS[11], unpack(fields))
