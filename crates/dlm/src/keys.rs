@@ -44,9 +44,9 @@ pub const DEFAULT_LOCK_PREFIX: &str = "dlm:lock:";
 /// ```
 pub const ACL_RULES: &str = "resetkeys ~dlm:* resetchannels &dlm:* -@all \
 +evalsha +eval +script|load +get +set +del +pexpire +pttl +incr +incrby +decrby \
-+hget +hmget +hset +hdel +hincrby +lpush +ltrim +blpop +zadd +zcard +zcount \
-+zmscore +zrange +zrangebyscore +zrem +zremrangebyrank +zremrangebyscore +zscore +pexpireat \
-+rpush +lpop +lindex +lpos +lrem +exists +time +wait +publish +scan \
++hget +hmget +hset +hdel +hincrby +hexists +hlen +lpush +ltrim +blpop +zadd +zcard +zcount \
++zmscore +zrange +zrangebyscore +zrangebylex +zrevrange +zrem +zremrangebyrank +zremrangebyscore +zscore \
++pexpireat +rpush +lpop +lindex +lpos +lrem +exists +time +wait +publish +scan \
 +subscribe +unsubscribe +ping +hello +cluster|slots \
 +cluster|shards +asking +info";
 

@@ -286,6 +286,16 @@ async fn queue_features_on_one_server() -> TestResult {
     cases(&Client::connect(&s.url()).await?).await
 }
 
+/// As the least-privilege user of [`dlm::keys::ACL_RULES`]: every command
+/// the new scripts use is allowed.
+#[tokio::test]
+async fn queue_features_as_a_least_privilege_acl_user() -> TestResult {
+    let s = RedisServer::builder()
+        .acl_user("dlm", "s3cret", dlm::keys::ACL_RULES)
+        .start()?;
+    cases(&Client::connect(&s.url_as("dlm", "s3cret")).await?).await
+}
+
 #[tokio::test]
 async fn queue_features_on_a_cluster() -> TestResult {
     let cluster = Cluster::start()?;
