@@ -14,6 +14,7 @@ use crate::bench_queue::BenchQueueArgs;
 use crate::check::CheckCommand;
 use crate::dispatch::DispatchArgs;
 use crate::error::CliError;
+use crate::generate_cmd::CompletionsArgs;
 use crate::global::parse::parse_timeout;
 use crate::global::{Global, QueueArg, Topology};
 use crate::id_cmd::IdCommand;
@@ -237,6 +238,11 @@ pub enum Command {
     /// Run a command under a read share or the write lock of a read-write lock.
     #[command(subcommand)]
     Rwlock(RwlockCommand),
+    /// Print the shell completion script for bash, zsh or fish to stdout,
+    /// e.g. `dlm completions bash > ~/.local/share/bash-completion/completions/dlm`.
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) to stdout, e.g. `dlm man > dlm.1; man ./dlm.1`.
+    Man,
 }
 
 /// `dlm rwlock ...`
