@@ -41,9 +41,13 @@ Exit codes:
   `lock run` otherwise exits with the command's code (128+N if killed by signal N);
   `queue work` exits 127/126 when its command cannot be found / run";
 
+/// `dlm --version`: the crate's version and the git commit it was built
+/// from ("unknown" without git; see build.rs).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("DLM_GIT_COMMIT"), ")");
+
 /// `dlm`: distributed locks on Redis from the shell.
 #[derive(Debug, Parser)]
-#[command(name = "dlm", version, about, after_help = EXIT_CODES)]
+#[command(name = "dlm", version = VERSION, about, after_help = EXIT_CODES)]
 pub struct Cli {
     /// Redis URL (redis://, rediss://, unix://). Default: $DLM_REDIS_URL
     /// (several separated by commas), else redis://127.0.0.1:6379; `bench`

@@ -69,3 +69,20 @@ fn man_page_is_roff_with_a_title_line() {
         "the man page does not list `queue`"
     );
 }
+
+#[test]
+fn version_names_the_release_and_the_commit() {
+    let r = run(&["--version"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let line = r.stdout.trim();
+    assert!(line.starts_with("dlm 0.1.0 ("), "{line}");
+    let commit = line
+        .strip_prefix("dlm 0.1.0 (")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_default();
+    let is_hash = commit.len() >= 7 && commit.chars().all(|c| c.is_ascii_hexdigit());
+    assert!(
+        is_hash || commit == "unknown" || std::env::var_os("DLM_GIT_COMMIT").is_some(),
+        "not a commit: {line}"
+    );
+}
