@@ -86,3 +86,20 @@ fn version_names_the_release_and_the_commit() {
         "not a commit: {line}"
     );
 }
+
+/// The Dockerfile passes scripts/lint-dockerfile.sh (hadolint when
+/// installed; always: multi-stage, non-root final stage, `ENTRYPOINT
+/// ["dlm"]`), with no Docker engine needed.
+#[test]
+fn dockerfile_passes_its_lint() -> common::TestResult {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::process::Command::new("bash")
+        .arg(root.join("scripts/lint-dockerfile.sh"))
+        .output()?;
+    assert!(
+        out.status.success(),
+        "scripts/lint-dockerfile.sh failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
