@@ -7,3 +7,11 @@ bash scripts/ensure-deps.sh --tests
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+# The Docker image: built and smoke-run only where a Docker engine answers
+# (the Dockerfile itself is linted by `cargo test`: crates/dlm-cli/tests/ship.rs).
+if command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1; then
+  docker build -q -t dlm:ci --build-arg DLM_GIT_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" . >/dev/null
+  docker run --rm dlm:ci --version
+else
+  echo "test.sh: no Docker engine here, the image is not built (the Dockerfile was linted)" >&2
+fi

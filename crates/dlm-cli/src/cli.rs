@@ -14,6 +14,7 @@ use crate::bench_queue::BenchQueueArgs;
 use crate::check::CheckCommand;
 use crate::dispatch::DispatchArgs;
 use crate::error::CliError;
+use crate::generate_cmd::CompletionsArgs;
 use crate::global::parse::parse_timeout;
 use crate::global::{Global, QueueArg, Topology};
 use crate::id_cmd::IdCommand;
@@ -40,9 +41,13 @@ Exit codes:
   `lock run` otherwise exits with the command's code (128+N if killed by signal N);
   `queue work` exits 127/126 when its command cannot be found / run";
 
+/// `dlm --version`: the crate's version and the git commit it was built
+/// from ("unknown" without git; see build.rs).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("DLM_GIT_COMMIT"), ")");
+
 /// `dlm`: distributed locks on Redis from the shell.
 #[derive(Debug, Parser)]
-#[command(name = "dlm", version, about, after_help = EXIT_CODES)]
+#[command(name = "dlm", version = VERSION, about, after_help = EXIT_CODES)]
 pub struct Cli {
     /// Redis URL (redis://, rediss://, unix://). Default: $DLM_REDIS_URL
     /// (several separated by commas), else redis://127.0.0.1:6379; `bench`
@@ -237,6 +242,11 @@ pub enum Command {
     /// Run a command under a read share or the write lock of a read-write lock.
     #[command(subcommand)]
     Rwlock(RwlockCommand),
+    /// Print the shell completion script for bash, zsh or fish to stdout,
+    /// e.g. `dlm completions bash > ~/.local/share/bash-completion/completions/dlm`.
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) to stdout, e.g. `dlm man > dlm.1; man ./dlm.1`.
+    Man,
 }
 
 /// `dlm rwlock ...`

@@ -12,6 +12,7 @@ mod cli;
 mod demo;
 mod dispatch;
 mod error;
+mod generate_cmd;
 mod global;
 mod id_cmd;
 mod lock_cmd;
@@ -30,6 +31,8 @@ mod work_cmd;
 
 use std::process::ExitCode;
 use std::time::Duration;
+
+use clap::CommandFactory;
 
 use crate::check::CheckCommand;
 use crate::cli::{
@@ -75,6 +78,12 @@ fn init_tracing() {
 }
 
 fn run(cli: Cli) -> Result<u8, CliError> {
+    // Completions and the man page need neither Redis nor the global options.
+    match &cli.command {
+        Command::Completions(a) => return generate_cmd::completions(Cli::command(), a),
+        Command::Man => return generate_cmd::man(Cli::command()),
+        _ => {}
+    }
     let global = cli.global()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -122,5 +131,7 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Rwlock(RwlockCommand::Run(a)) => rwlock_cmd::run(global, &a).await,
         Command::Demo(DemoCommand::Lock) => demo::demo_lock(global).await,
         Command::Demo(DemoCommand::IncrementKey { key }) => demo::increment_key(global, &key).await,
+        Command::Completions(a) => generate_cmd::completions(Cli::command(), &a),
+        Command::Man => generate_cmd::man(Cli::command()),
     }
 }

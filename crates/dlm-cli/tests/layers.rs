@@ -44,6 +44,7 @@ const LAYERS: &[Layer<'static>] = &[
             "check",
             "serve",
             "semaphore_cmd",
+            "generate_cmd",
         ],
         lateral: false,
     },
