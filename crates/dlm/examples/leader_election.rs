@@ -142,10 +142,10 @@ async fn candidate(id: usize, client: Client, shared: Arc<Shared>) -> Result<(),
             // leads, and writes with its old fence: storage refuses it.
             loop {
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                if let Some((newest, _)) = client.fenced_read(RESOURCE).await? {
-                    if newest > fence {
-                        break;
-                    }
+                if let Some((newest, _)) = client.fenced_read(RESOURCE).await?
+                    && newest > fence
+                {
+                    break;
                 }
             }
             match client

@@ -28,15 +28,15 @@ impl Servers {
 /// `n` servers: the given URLs, or `n` private servers if none were given.
 pub fn servers(n: usize) -> Result<Servers, BoxError> {
     let mut urls: Vec<String> = std::env::args().skip(1).collect();
-    if urls.is_empty() {
-        if let Ok(env) = std::env::var("DLM_REDIS_URL") {
-            urls = env
-                .split(',')
-                .map(str::trim)
-                .filter(|u| !u.is_empty())
-                .map(String::from)
-                .collect();
-        }
+    if urls.is_empty()
+        && let Ok(env) = std::env::var("DLM_REDIS_URL")
+    {
+        urls = env
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(String::from)
+            .collect();
     }
     if !urls.is_empty() {
         if urls.len() < n {
