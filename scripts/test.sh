@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: format, lints, unit, integration and doc tests.
+# The whole test suite: format, lints, unit, integration and doc tests, then the examples.
 # Every integration test starts its own redis-server on a free loopback port.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -7,6 +7,7 @@ bash scripts/ensure-deps.sh --tests
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+bash scripts/examples.sh
 # The Docker image: built and smoke-run only where a Docker engine answers
 # (the Dockerfile itself is linted by `cargo test`: crates/dlm-cli/tests/ship.rs).
 if command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1; then

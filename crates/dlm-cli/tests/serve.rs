@@ -378,14 +378,16 @@ fn browser_shows_counts_retries_from_the_page_and_escapes_payloads() -> Result<(
     b.goto(&serve.url("/queues/jobs/dead"))?;
     shot(&b, "dashboard-dead.png")?;
     b.click("tr[data-task=\"d1\"] button")?;
-    assert!(
-        b.eval("return document.body.textContent")?
-            .as_str()
-            .is_some_and(|t| t.contains("Retry dead task d1"))
-    );
+    let confirm_page =
+        |v: &serde_json::Value| v.as_str().is_some_and(|t| t.contains("Retry dead task d1"));
+    assert!(confirm_page(
+        &b.eval_until("return document.body.textContent", confirm_page)?
+    ));
     b.click("#confirm")?;
-    let flash =
-        b.eval("var f = document.getElementById('flash'); return f ? f.textContent : null")?;
+    let flash = b.eval_until(
+        "var f = document.getElementById('flash'); return f ? f.textContent : null",
+        |v| !v.is_null(),
+    )?;
     assert_eq!(flash, "1 task(s) moved back to the queue");
     assert_eq!(
         b.eval("return document.getElementById('dead-count').textContent")?,

@@ -363,6 +363,23 @@ impl Browser {
         )
     }
 
+    /// Evaluate `script` until `ok` accepts its value (a click's navigation
+    /// may still be on its way), at most 10 s; returns the last value.
+    pub fn eval_until(
+        &self,
+        script: &str,
+        ok: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<serde_json::Value, Error> {
+        let start = Instant::now();
+        loop {
+            let v = self.eval(script)?;
+            if ok(&v) || start.elapsed() > Duration::from_secs(10) {
+                return Ok(v);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn find(&self, css: &str) -> Result<String, Error> {
         let v = self.session_call(
             "POST",
