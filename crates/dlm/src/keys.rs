@@ -5,7 +5,8 @@
 //! | what | key or channel |
 //! |---|---|
 //! | the lock (value = owner token, TTL = lease) | `dlm:lock:{NAME}` |
-//! | its wake-up channel (published on release) | `dlm:lock:{NAME}:released` |
+//! | its wake-up channel (published on release while someone waits) | `dlm:lock:{NAME}:released` |
+//! | the waiters' marker (set by a busy attempt that will wait, deleted by the release that publishes) | `dlm:lock:{NAME}:waiters` |
 //! | the fencing counter of its hash slot (never expires) | `dlm:lock:fence:{S}` |
 //!
 //! The lock key and channel carry the hash tag `{NAME}`. Fencing counters are
@@ -18,7 +19,8 @@
 //! With a raw key ([`crate::Lock::raw_key`]) the lock key is exactly `NAME`,
 //! as redis-py, node-redlock and redsync use it, and the channel becomes
 //! `dlm:released:{T}:NAME` where `T` is the part of `NAME` Redis Cluster
-//! hashes (its own `{tag}` if it has one, else all of it).
+//! hashes (its own `{tag}` if it has one, else all of it); its waiters'
+//! marker is `PREFIXwaiters:{T}:NAME`.
 
 use crate::error::{Error, Result};
 
@@ -56,6 +58,9 @@ pub(crate) struct LockKeys {
     pub lock: String,
     pub fence: String,
     pub channel: String,
+    /// Exists while an acquisition (of any client) may be waiting for a
+    /// release message: a release publishes only when it finds it.
+    pub waiters: String,
 }
 
 pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
@@ -117,6 +122,7 @@ pub(crate) fn lock_keys(prefix: &str, name: &str, raw: bool) -> Result<LockKeys>
             lock: name.to_string(),
             fence: fence_key(prefix, name),
             channel: format!("dlm:released:{{{tag}}}:{name}"),
+            waiters: format!("{prefix}waiters:{{{tag}}}:{name}"),
         });
     }
     if name.starts_with('}') {
@@ -125,12 +131,23 @@ pub(crate) fn lock_keys(prefix: &str, name: &str, raw: bool) -> Result<LockKeys>
             "must not start with '}' (it would end the hash tag at once)",
         ));
     }
-    let lock = format!("{prefix}{{{name}}}");
+    // Built with exact capacities: this runs once per acquire.
+    let lock = concat(&[prefix, "{", name, "}"]);
     Ok(LockKeys {
         fence: fence_key(prefix, &lock),
-        channel: format!("{lock}:released"),
+        channel: concat(&[&lock, ":released"]),
+        waiters: concat(&[&lock, ":waiters"]),
         lock,
     })
+}
+
+/// `parts` joined, in one allocation.
+fn concat(parts: &[&str]) -> String {
+    let mut s = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        s.push_str(p);
+    }
+    s
 }
 
 /// The fencing counter for the slot of `lock_key`.
@@ -138,7 +155,7 @@ fn fence_key(prefix: &str, lock_key: &str) -> String {
     let tag = SLOT_TAGS
         .get(usize::from(slot(lock_key)))
         .map_or("", String::as_str);
-    format!("{prefix}fence:{{{tag}}}")
+    concat(&[prefix, "fence:{", tag, "}"])
 }
 
 /// The Redis Cluster hash slot of `key` (CRC16/XMODEM of its tag, mod 16384).
@@ -457,6 +474,8 @@ mod tests {
         let k = lock_keys(DEFAULT_LOCK_PREFIX, "orders:42", false)?;
         assert_eq!(k.lock, "dlm:lock:{orders:42}");
         assert_eq!(k.channel, "dlm:lock:{orders:42}:released");
+        assert_eq!(k.waiters, "dlm:lock:{orders:42}:waiters");
+        assert_eq!(slot(&k.waiters), slot(&k.lock));
         assert!(k.fence.starts_with("dlm:lock:fence:{"));
         assert_eq!(cluster_tag(&k.lock), "orders:42");
         assert_eq!(cluster_tag(&k.channel), "orders:42");
@@ -473,6 +492,7 @@ mod tests {
         assert_eq!(cluster_tag(&k.lock), "user");
         assert_eq!(slot(&k.fence), slot("user"));
         assert_eq!(cluster_tag(&k.channel), "user");
+        assert_eq!(slot(&k.waiters), slot("user"));
         assert!(lock_keys(DEFAULT_LOCK_PREFIX, "x}y", true).is_err());
         Ok(())
     }
@@ -497,6 +517,7 @@ mod tests {
         let k = lock_keys("p:", "a}b{c", false)?;
         assert_eq!(slot(&k.lock), slot(&k.fence));
         assert_eq!(slot(&k.lock), slot(&k.channel));
+        assert_eq!(slot(&k.lock), slot(&k.waiters));
         Ok(())
     }
 

@@ -26,11 +26,13 @@ impl Token {
     /// A fresh random token (32 lowercase hex digits).
     pub fn random() -> Result<Self> {
         let bytes = random_bytes()?;
-        let mut s = String::with_capacity(32);
-        for b in bytes {
-            s.push(char::from(HEX[usize::from(b >> 4)]));
-            s.push(char::from(HEX[usize::from(b & 0xf)]));
+        let mut hex = [0u8; 32];
+        for (pair, b) in hex.chunks_exact_mut(2).zip(bytes) {
+            pair[0] = HEX[usize::from(b >> 4)];
+            pair[1] = HEX[usize::from(b & 0xf)];
         }
+        // Hex digits are ASCII: always UTF-8. One allocation, the Arc's.
+        let s = std::str::from_utf8(&hex).map_err(|e| Error::protocol(e.to_string()))?;
         Ok(Token(s.into()))
     }
 

@@ -847,3 +847,102 @@ async fn another_clients_waiter_is_not_starved_by_local_hand_overs() -> TestResu
     }
     Ok(())
 }
+
+/// PUBLISH calls Redis has run so far (scripts' calls included).
+async fn publishes(conn: &mut redis::aio::MultiplexedConnection) -> Result<u64, redis::RedisError> {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    Ok(command_calls(&stats, "publish"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_publishes_a_wake_up_only_when_someone_waits() -> TestResult {
+    let s = server();
+    let holder = client(&s).await;
+    let other = client(&s).await;
+    let mut conn = raw(&s).await;
+    let before = publishes(&mut conn).await?;
+    for i in 0..64 {
+        holder
+            .lock(format!("quiet{i}"))
+            .acquire(&ttl(5_000))
+            .await?
+            .release()
+            .await?;
+    }
+    // A try-lock that fails does not wait, so it leaves no marker either.
+    let g = holder.lock("quiet0").acquire(&ttl(5_000)).await?;
+    assert!(other.lock("quiet0").acquire(&ttl(5_000)).await.is_err());
+    g.release().await?;
+    assert_eq!(
+        publishes(&mut conn).await?,
+        before,
+        "nobody waited: no PUBLISH"
+    );
+
+    // A waiter of another client (no local hand-over) is woken by the release.
+    let g = holder.lock("busy").acquire(&ttl(30_000)).await?;
+    let key = holder.lock("busy").key()?;
+    let waiter = {
+        let lock = other.lock("busy");
+        let opts = ttl(5_000)
+            .wait(Duration::from_secs(20))
+            .retry_interval(Duration::from_secs(10));
+        tokio::spawn(async move { lock.acquire(&opts).await })
+    };
+    waiting_on(&mut conn, &key).await?;
+    let marker: bool = conn.exists(format!("{key}:waiters")).await?;
+    assert!(marker, "the waiting acquisition left its marker");
+    let t0 = Instant::now();
+    g.release().await?;
+    let got = waiter.await??;
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "woken by the release, not by its 10 s retry: {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(publishes(&mut conn).await?, before + 1, "one wake-up");
+    got.release().await?;
+    assert_eq!(
+        publishes(&mut conn).await?,
+        before + 1,
+        "the marker went with it"
+    );
+    Ok(())
+}
+
+/// Release and a waiter's registration raced many times, at every offset: a
+/// waiter whose only other way out is a 20 s retry must always be woken (or
+/// find the lock free) at once. A marker set after the release's check would
+/// strand it; one read before the release would publish for nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_registering_while_the_lock_is_released_is_never_stranded() -> TestResult {
+    let s = server();
+    let holder = client(&s).await;
+    let other = client(&s).await;
+    let opts = ttl(30_000)
+        .wait(Duration::from_secs(60))
+        .retry_interval(Duration::from_secs(20));
+    for round in 0..150u64 {
+        let g = holder.lock("race").acquire(&ttl(30_000)).await?;
+        let waiter = {
+            let (lock, opts) = (other.lock("race"), opts.clone());
+            tokio::spawn(async move { lock.acquire(&opts).await })
+        };
+        // 0 to ~3 ms: before, during and after the waiter's attempts and subscription.
+        let offset = Duration::from_micros((round * 7_919) % 3_000);
+        tokio::time::sleep(offset).await;
+        let t0 = Instant::now();
+        g.release().await?;
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .map_err(|_| {
+                format!("round {round} (offset {offset:?}): the waiter was stranded")
+            })???;
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        got.release().await?;
+    }
+    Ok(())
+}

@@ -281,6 +281,32 @@ impl Backend {
         .await
     }
 
+    /// Run `cmd`, an `EVALSHA` of `script` built by [`evalsha`], within
+    /// `timeout` (at most the client's deadline), loading the script on
+    /// NOSCRIPT and sending it once more. The hot paths build the command
+    /// directly: one buffer instead of a vector per key and argument, copied
+    /// again into a command.
+    pub(crate) async fn evalsha_within<T: FromRedisValue>(
+        &self,
+        timeout: Duration,
+        script: &redis::Script,
+        cmd: &Cmd,
+    ) -> Result<T> {
+        let mut conn = self.conn.handle();
+        deadline(timeout.min(self.timeout), async move {
+            match cmd.query_async(&mut conn).await {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    script.load_async(&mut conn).await?;
+                    cmd.query_async(&mut conn).await
+                }
+                other => other,
+            }
+        })
+        .await
+    }
+
     /// Run one command within the client's deadline.
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
         self.query_within(self.timeout, cmd).await
@@ -295,6 +321,15 @@ impl Backend {
         let mut conn = self.conn.handle();
         deadline(timeout.min(self.timeout), cmd.query_async(&mut conn)).await
     }
+}
+
+/// The start of an `EVALSHA` of `script` with `keys` keys, its keys and
+/// arguments to follow (for [`Backend::evalsha_within`]); `args` and `bytes`
+/// size its buffers.
+pub(crate) fn evalsha(script: &redis::Script, keys: usize, args: usize, bytes: usize) -> Cmd {
+    let mut cmd = Cmd::with_capacity(3 + keys + args, 64 + bytes);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+    cmd
 }
 
 /// How many keys one `SCAN` call asks Redis to look at.

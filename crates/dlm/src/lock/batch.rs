@@ -13,7 +13,7 @@ use futures_util::future::join_all;
 use redis::Script;
 use tokio::sync::oneshot;
 
-use crate::backend::{Backend, millis};
+use crate::backend::{Backend, evalsha, millis};
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, slot};
 use crate::lock::Outcome;
@@ -58,6 +58,7 @@ impl Node {
         keys: &Arc<LockKeys>,
         token: &Token,
         ttl: Duration,
+        marker: Duration,
         timeout: Duration,
     ) -> Result<Attempt> {
         let (reply, rx) = oneshot::channel();
@@ -65,6 +66,7 @@ impl Node {
             keys: keys.clone(),
             token: token.clone(),
             ttl,
+            marker,
             timeout,
             reply,
         };
@@ -95,6 +97,8 @@ pub(crate) enum Job {
         keys: Arc<LockKeys>,
         token: Token,
         ttl: Duration,
+        /// The waiters marker's lifetime when busy (zero: no marker).
+        marker: Duration,
         timeout: Duration,
         reply: oneshot::Sender<Result<Attempt>>,
     },
@@ -107,6 +111,20 @@ pub(crate) enum Job {
 }
 
 impl Job {
+    /// About how many bytes its keys and arguments take in a command.
+    fn bytes(&self) -> usize {
+        match self {
+            Job::Acquire { keys, token, .. } | Job::Release { keys, token, .. } => {
+                keys.lock.len()
+                    + keys.fence.len()
+                    + keys.waiters.len()
+                    + keys.channel.len()
+                    + token.as_str().len()
+                    + 64
+            }
+        }
+    }
+
     fn key(&self) -> &str {
         match self {
             Job::Acquire { keys, .. } | Job::Release { keys, .. } => &keys.lock,
@@ -137,6 +155,12 @@ impl BatchJob for Job {
 /// release before it. Within a phase, one script call per kind (and per
 /// hash slot on a possible cluster), all at once.
 async fn send(backend: &Backend, jobs: Vec<Job>) {
+    // Most batches are small and touch each key once: one phase, sent as it
+    // is, without a map or a copy.
+    if jobs.len() <= SMALL_BATCH && !needs_phases(&jobs) {
+        send_phase(backend, jobs).await;
+        return;
+    }
     use std::hash::BuildHasher;
     let hasher = std::collections::hash_map::RandomState::new();
     let mut phase: Vec<Job> = Vec::with_capacity(jobs.len());
@@ -155,10 +179,33 @@ async fn send(backend: &Backend, jobs: Vec<Job>) {
     send_phase(backend, phase).await;
 }
 
+/// Up to this many jobs, `send` looks for a key that needs a second phase
+/// by comparing every pair (no allocation) instead of with a map.
+const SMALL_BATCH: usize = 32;
+
+/// Does a key come back in `jobs` with the other kind (an acquire after a
+/// release of it, or a release after an acquire)?
+fn needs_phases(jobs: &[Job]) -> bool {
+    jobs.iter().enumerate().any(|(i, later)| {
+        let acquire = matches!(later, Job::Acquire { .. });
+        jobs[..i].iter().any(|earlier| {
+            matches!(earlier, Job::Acquire { .. }) != acquire && earlier.key() == later.key()
+        })
+    })
+}
+
 /// Jobs without an order between them: one script call per kind (and per
 /// hash slot on a possible cluster), all at once.
 async fn send_phase(backend: &Backend, jobs: Vec<Job>) {
     if jobs.is_empty() {
+        return;
+    }
+    let first_kind = matches!(jobs.first(), Some(Job::Acquire { .. }));
+    let one_kind = jobs
+        .iter()
+        .all(|j| matches!(j, Job::Acquire { .. }) == first_kind);
+    if !backend.batch_by_slot() && one_kind {
+        send_group(backend, jobs).await;
         return;
     }
     if !backend.batch_by_slot() {
@@ -199,19 +246,24 @@ async fn send_group(backend: &Backend, jobs: Vec<Job>) {
         .max()
         .unwrap_or_default();
     if matches!(jobs.first(), Some(Job::Acquire { .. })) {
-        let mut inv = ACQUIRE_MANY.prepare_invoke();
+        let bytes: usize = jobs.iter().map(Job::bytes).sum();
+        let mut cmd = evalsha(&ACQUIRE_MANY, 3 * jobs.len(), 3 * jobs.len(), bytes);
         for job in &jobs {
-            if let Job::Acquire {
-                keys, token, ttl, ..
-            } = job
-            {
-                inv.key(&keys.lock)
-                    .key(&keys.fence)
-                    .arg(token.as_str())
-                    .arg(millis(*ttl));
+            if let Job::Acquire { keys, .. } = job {
+                cmd.arg(&keys.lock).arg(&keys.fence).arg(&keys.waiters);
             }
         }
-        let reply: Result<Vec<i64>> = backend.eval_within(timeout, &inv).await;
+        for job in &jobs {
+            if let Job::Acquire {
+                token, ttl, marker, ..
+            } = job
+            {
+                cmd.arg(token.as_str())
+                    .arg(millis(*ttl))
+                    .arg(millis(*marker));
+            }
+        }
+        let reply: Result<Vec<i64>> = backend.evalsha_within(timeout, &ACQUIRE_MANY, &cmd).await;
         let mut codes = checked(reply, 2 * jobs.len());
         for job in jobs {
             if let Job::Acquire { reply, .. } = job {
@@ -226,13 +278,19 @@ async fn send_group(backend: &Backend, jobs: Vec<Job>) {
             }
         }
     } else {
-        let mut inv = RELEASE_MANY.prepare_invoke();
+        let bytes: usize = jobs.iter().map(Job::bytes).sum();
+        let mut cmd = evalsha(&RELEASE_MANY, 2 * jobs.len(), 2 * jobs.len(), bytes);
         for job in &jobs {
-            if let Job::Release { keys, token, .. } = job {
-                inv.key(&keys.lock).arg(token.as_str()).arg(&keys.channel);
+            if let Job::Release { keys, .. } = job {
+                cmd.arg(&keys.lock).arg(&keys.waiters);
             }
         }
-        let reply: Result<Vec<i64>> = backend.eval_within(timeout, &inv).await;
+        for job in &jobs {
+            if let Job::Release { keys, token, .. } = job {
+                cmd.arg(token.as_str()).arg(&keys.channel);
+            }
+        }
+        let reply: Result<Vec<i64>> = backend.evalsha_within(timeout, &RELEASE_MANY, &cmd).await;
         let mut codes = checked(reply, jobs.len());
         for job in jobs {
             if let Job::Release { reply, .. } = job {

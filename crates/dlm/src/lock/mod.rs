@@ -238,6 +238,7 @@ impl Lock {
         let mut queue_first = false;
         // Whether this acquisition had to wait (`dlm_lock_wait_seconds`).
         let mut waited = false;
+        let marker = waiters_marker(opts, inner.wakeups.is_some());
         if !opts.wait.is_zero()
             && let Some(w) = &inner.wakeups
             && w.waiting(&keys.channel) > 0
@@ -294,7 +295,14 @@ impl Lock {
             let tried_at = Instant::now();
             let attempt = inner
                 .nodes
-                .acquire(&self.name, &keys, &token, opts.ttl, opts.node_timeout)
+                .acquire(
+                    &self.name,
+                    &keys,
+                    &token,
+                    opts.ttl,
+                    marker,
+                    opts.node_timeout,
+                )
                 .await;
             pending.armed = pending.unsure;
             let mut split = false;
@@ -573,6 +581,24 @@ impl Lock {
 /// first to retry finds every node free and takes a majority at once. (An
 /// attempt that waited for a silent node's timeout took that long: a
 /// pause of the same order costs little and spreads the retries well.)
+/// How much longer than the retry interval a waiters marker lives.
+const MARKER_MARGIN: Duration = Duration::from_secs(5);
+
+/// The lifetime of the waiters marker a busy attempt sets (see
+/// `acquire_many.lua`): zero when the caller will not wait for a release
+/// message. A waiter tries again at least every 1.5 retry intervals (the
+/// jittered pause; sooner when the holder's TTL runs out), so three intervals
+/// and a margin outlive any gap between its attempts: while it waits, a
+/// release always finds the marker and publishes.
+pub(crate) fn waiters_marker(opts: &LockOptions, subscribes: bool) -> Duration {
+    if !subscribes || opts.wait.is_zero() {
+        return Duration::ZERO;
+    }
+    opts.retry_interval
+        .saturating_mul(3)
+        .saturating_add(MARKER_MARGIN)
+}
+
 fn split_backoff(splits: u32, took: Duration, retry_interval: Duration) -> Duration {
     let base = took.max(Duration::from_millis(2));
     let cap = base

@@ -21,10 +21,10 @@ use tokio::time::Instant;
 use crate::backend::{Backend, millis};
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, lock_keys, slot};
-use crate::lock::Lock;
 use crate::lock::guard::LockGuard;
 use crate::lock::locks::Locks;
 use crate::lock::nodes::Grant;
+use crate::lock::{Lock, waiters_marker};
 use crate::services::jittered;
 use crate::services::lease::{LostSignal, drift};
 use crate::services::options::LockOptions;
@@ -176,38 +176,40 @@ impl MultiLock {
             armed: false,
         };
         let mut waiter: Option<(usize, wait::Waiter)> = None;
+        let marker = waiters_marker(opts, self.locks.wakeups.is_some());
         loop {
             let started = Instant::now();
             pending.armed = true;
-            let (err, hint, busy) = match acquire_all(backend, &keys, &token, opts.ttl).await {
-                Ok(AllOrNone::Acquired(fences)) => {
-                    pending.armed = false;
-                    let valid_until = started + opts.ttl.saturating_sub(drift(opts.ttl));
-                    let guards = fences
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, fence)| {
-                            let grant = Grant {
-                                fence: Some(fence),
-                                valid_until,
-                            };
-                            self.lock(i)
-                                .guard(keys[i].clone(), token.clone(), grant, opts)
-                        })
-                        .collect();
-                    return Ok(MultiGuard { guards });
-                }
-                Ok(AllOrNone::Busy { index, ttl }) => {
-                    pending.armed = false;
-                    let e = Error::Busy {
-                        name: self.names[index].to_string(),
-                        ttl,
-                    };
-                    (e, ttl, Some(index))
-                }
-                Err(e) if e.is_retryable() => (e, None, None),
-                Err(e) => return Err(e),
-            };
+            let (err, hint, busy) =
+                match acquire_all(backend, &keys, &token, opts.ttl, marker).await {
+                    Ok(AllOrNone::Acquired(fences)) => {
+                        pending.armed = false;
+                        let valid_until = started + opts.ttl.saturating_sub(drift(opts.ttl));
+                        let guards = fences
+                            .into_iter()
+                            .enumerate()
+                            .map(|(i, fence)| {
+                                let grant = Grant {
+                                    fence: Some(fence),
+                                    valid_until,
+                                };
+                                self.lock(i)
+                                    .guard(keys[i].clone(), token.clone(), grant, opts)
+                            })
+                            .collect();
+                        return Ok(MultiGuard { guards });
+                    }
+                    Ok(AllOrNone::Busy { index, ttl }) => {
+                        pending.armed = false;
+                        let e = Error::Busy {
+                            name: self.names[index].to_string(),
+                            ttl,
+                        };
+                        (e, ttl, Some(index))
+                    }
+                    Err(e) if e.is_retryable() => (e, None, None),
+                    Err(e) => return Err(e),
+                };
             let now = Instant::now();
             if now >= deadline {
                 return Err(err);
@@ -404,12 +406,13 @@ async fn acquire_all(
     keys: &[Arc<LockKeys>],
     token: &Token,
     ttl: Duration,
+    marker: Duration,
 ) -> Result<AllOrNone> {
     let mut inv = ACQUIRE_ALL.prepare_invoke();
     for k in keys {
-        inv.key(&k.lock).key(&k.fence);
+        inv.key(&k.lock).key(&k.fence).key(&k.waiters);
     }
-    inv.arg(token.as_str()).arg(millis(ttl));
+    inv.arg(token.as_str()).arg(millis(ttl)).arg(millis(marker));
     acquire_all_reply(backend.eval(&inv).await?, keys.len())
 }
 

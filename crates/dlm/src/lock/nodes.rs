@@ -192,13 +192,14 @@ impl Nodes {
         keys: &Arc<LockKeys>,
         token: &Token,
         ttl: Duration,
+        marker: Duration,
         node_timeout: Option<Duration>,
     ) -> Result<Try> {
         let start = Instant::now();
         let valid_until = start + ttl.saturating_sub(drift(ttl));
         let q = match self {
             Nodes::Single(b) => {
-                let attempt = ops::acquire(b, keys, token, ttl, b.backend.timeout()).await;
+                let attempt = ops::acquire(b, keys, token, ttl, marker, b.backend.timeout()).await;
                 return attempt.map(|a| match a {
                     Attempt::Acquired(fence) => Try::Acquired(Grant {
                         fence: Some(fence),
@@ -218,7 +219,7 @@ impl Nodes {
             .map(|(i, b)| {
                 let (b, keys, token) = (b.clone(), keys.clone(), token.clone());
                 async move {
-                    let r = ops::acquire(&b, &keys, &token, ttl, timeout).await;
+                    let r = ops::acquire(&b, &keys, &token, ttl, marker, timeout).await;
                     // A request that timed out before its node's connection was
                     // up was never sent: that node cannot hold our token.
                     let sent = r.is_ok() || b.backend.is_up();

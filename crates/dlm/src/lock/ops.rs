@@ -42,10 +42,11 @@ pub(crate) async fn acquire(
     keys: &Arc<LockKeys>,
     token: &Token,
     ttl: Duration,
+    marker: Duration,
     timeout: Duration,
 ) -> Result<Attempt> {
     let timeout = timeout.min(node.backend.timeout());
-    node.acquire(keys, token, ttl, timeout).await
+    node.acquire(keys, token, ttl, marker, timeout).await
 }
 
 /// Decode one lock's `ok, n` pair of acquire_many.lua.

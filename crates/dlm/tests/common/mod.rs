@@ -34,9 +34,16 @@ pub fn ttl(ms: u64) -> dlm::LockOptions {
 
 /// `cmdstat_evalsha:calls` from an `INFO commandstats` reply (0 if absent).
 pub fn evalsha_calls(stats: &str) -> u64 {
+    command_calls(stats, "evalsha")
+}
+
+/// `cmdstat_<command>:calls` from an `INFO commandstats` reply (0 if
+/// absent); commands that scripts run count too.
+pub fn command_calls(stats: &str, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
     stats
         .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|v| v.split(',').next()?.parse().ok())
         .unwrap_or(0)
 }

@@ -1,17 +1,24 @@
 -- release_many: token-checked release of one or more locks, waking their waiters. The client
 -- batches concurrent releases into one call; each lock is decided on its own: deleted only if
--- it still holds the caller's token, and then a message is published on its wake-up channel.
--- KEYS[i]      the lock key of lock i (on Redis Cluster the caller groups them by hash slot)
+-- it still holds the caller's token. A message is published on its wake-up channel only when
+-- its waiters marker exists (someone may wait: acquire_many.lua / acquire_all.lua set it), and
+-- the marker is deleted with it: a waiter that is still busy after the wake-up sets it again,
+-- and one that set it after this release finds the lock free on its next attempt.
+-- KEYS[2i-1]   the lock key of lock i (on Redis Cluster the caller groups them by hash slot)
+-- KEYS[2i]     the waiters marker of lock i (same hash tag as its key)
 -- ARGV[2i-1]   the owner token of lock i
 -- ARGV[2i]     the wake-up channel of lock i (same hash tag as its key)
--- Returns      per lock: 1 released (and a message published on its channel),
+-- Returns      per lock: 1 released (and its waiters woken, if any),
 --              0 the key is gone (expired), -1 held by another owner's token
 local out = {}
-for i = 1, #KEYS do
-  local v = redis.call('GET', KEYS[i])
+for i = 1, #KEYS / 2 do
+  local key = KEYS[2 * i - 1]
+  local v = redis.call('GET', key)
   if v == ARGV[2 * i - 1] then
-    redis.call('DEL', KEYS[i])
-    redis.call('PUBLISH', ARGV[2 * i], 'released')
+    -- One DEL for both: 2 means the marker was there too.
+    if redis.call('DEL', key, KEYS[2 * i]) == 2 then
+      redis.call('PUBLISH', ARGV[2 * i], 'released')
+    end
     out[i] = 1
   elseif v == false then
     out[i] = 0
