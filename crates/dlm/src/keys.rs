@@ -152,10 +152,8 @@ fn concat(parts: &[&str]) -> String {
 
 /// The fencing counter for the slot of `lock_key`.
 fn fence_key(prefix: &str, lock_key: &str) -> String {
-    let tag = SLOT_TAGS
-        .get(usize::from(slot(lock_key)))
-        .map_or("", String::as_str);
-    concat(&[prefix, "fence:{", tag, "}"])
+    let tag = slot_tag(slot(lock_key));
+    concat(&[prefix, "fence:{", tag.as_str(), "}"])
 }
 
 /// The Redis Cluster hash slot of `key` (CRC16/XMODEM of its tag, mod 16384).
@@ -190,19 +188,20 @@ static CRC16_TABLE: [u16; 256] = {
     table
 };
 
-/// For every slot, a short string that hashes to it (found once, by trying
-/// base-36 numbers in order; about 170 000 CRCs, a few milliseconds).
-static SLOT_TAGS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-    let mut tags = vec![String::new(); 16384];
+/// For every slot, the number whose base-36 digits are a short tag that
+/// hashes to it (found once, by trying numbers in order; about 170 000
+/// CRCs, a few milliseconds). Numbers, not strings: 64 KiB that stay in
+/// cache, where a table of strings cost a cache miss or two per acquire.
+static SLOT_TAGS: std::sync::LazyLock<Vec<u32>> = std::sync::LazyLock::new(|| {
+    let mut tags = vec![u32::MAX; 16384];
     let mut missing = tags.len();
-    let mut n: u64 = 0;
+    let mut n: u32 = 0;
     while missing > 0 {
-        let tag = base36(n);
-        let s = usize::from(crc16(tag.as_bytes()) % 16384);
+        let s = usize::from(crc16(Base36::new(n).as_str().as_bytes()) % 16384);
         if let Some(slot) = tags.get_mut(s)
-            && slot.is_empty()
+            && *slot == u32::MAX
         {
-            *slot = tag;
+            *slot = n;
             missing -= 1;
         }
         n += 1;
@@ -210,18 +209,37 @@ static SLOT_TAGS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(||
     tags
 });
 
-fn base36(mut n: u64) -> String {
-    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut out = Vec::new();
-    loop {
-        out.push(DIGITS[(n % 36) as usize]);
-        n /= 36;
-        if n == 0 {
-            break;
+/// The tag that hashes to `slot` (see [`SLOT_TAGS`]).
+fn slot_tag(slot: u16) -> Base36 {
+    Base36::new(SLOT_TAGS.get(usize::from(slot)).copied().unwrap_or(0))
+}
+
+/// A number's base-36 digits, on the stack.
+struct Base36 {
+    digits: [u8; 7],
+    start: usize,
+}
+
+impl Base36 {
+    fn new(mut n: u32) -> Self {
+        const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+        let mut digits = [b'0'; 7];
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = DIGITS[(n % 36) as usize];
+            n /= 36;
+            if n == 0 || start == 0 {
+                break;
+            }
         }
+        Base36 { digits, start }
     }
-    out.reverse();
-    String::from_utf8(out).unwrap_or_default()
+
+    fn as_str(&self) -> &str {
+        // Base-36 digits are ASCII.
+        std::str::from_utf8(&self.digits[self.start..]).unwrap_or("0")
+    }
 }
 
 /// The prefix of fair-lock keys.
@@ -464,8 +482,10 @@ mod tests {
     #[test]
     fn every_slot_has_a_tag_that_hashes_to_it() {
         assert_eq!(SLOT_TAGS.len(), 16384);
-        for (s, tag) in SLOT_TAGS.iter().enumerate() {
-            assert_eq!(usize::from(crc16(tag.as_bytes()) % 16384), s);
+        for s in 0..16384u16 {
+            let tag = slot_tag(s);
+            assert!(!tag.as_str().is_empty() && tag.as_str().len() <= 4);
+            assert_eq!(crc16(tag.as_str().as_bytes()) % 16384, s);
         }
     }
 
