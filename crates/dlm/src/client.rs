@@ -241,7 +241,7 @@ impl ClientBuilder {
     }
 
     /// The TLS certificates, read from their files (when TLS is set).
-    fn certificates(&self) -> Result<Option<redis::TlsCertificates>> {
+    fn certificates(&self) -> Result<Option<crate::backend::Certificates>> {
         self.tls.as_ref().map(TlsConfig::certificates).transpose()
     }
 
@@ -314,6 +314,8 @@ impl ClientBuilder {
         let mut seen = std::collections::HashSet::new();
         for node in nodes {
             let deployment = Deployment::from_topology(node, certs.as_ref())?;
+            // (Irrefutable when built without `cluster` and `sentinel`.)
+            #[allow(irrefutable_let_patterns)]
             if let Deployment::Standalone(client) = &deployment {
                 let info = client.get_connection_info();
                 let id = format!("{}/{}", info.addr(), info.redis_settings().db());

@@ -139,6 +139,8 @@
 //! in a row the lock is really released once, so that waiters of other
 //! clients get their chance.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod consistency;
 pub mod error;
 pub mod fair;
