@@ -24,6 +24,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! **New here? Read [the guide](guide)**: choosing a primitive, safety and
+//! its assumptions, deployments, the queue, operations, and migrating from
+//! redis-py, node-redlock, rslock and BullMQ.
+//!
 //! Also in this crate: a task queue that never loses a task ([`queue`]: the
 //! seeds' sorted-set queue, leases, retries, dead letters and a worker
 //! runtime) and lock-free consistency helpers ([`consistency`]: versioned
@@ -144,6 +148,7 @@
 pub mod consistency;
 pub mod error;
 pub mod fair;
+pub mod guide;
 pub mod ids;
 pub mod keys;
 pub mod metrics;
