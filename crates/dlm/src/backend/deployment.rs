@@ -34,7 +34,10 @@ use crate::error::{Error, Result};
 /// One Redis deployment, named by its URLs: for
 /// [`crate::ClientBuilder::connect_redlock`], where each independent node of
 /// a Redlock may be a standalone server, a Redis Cluster or a master behind
-/// Sentinels. (Passwords in its URLs never show in `Debug`.)
+/// Sentinels. (Passwords in its URLs never show in `Debug`.) Every variant
+/// exists with any set of crate features; connecting to a `Cluster` needs the
+/// `cluster` feature and to a `Sentinel` the `sentinel` feature (both on by
+/// default), else it fails with [`Error::InvalidArgument`] naming the feature.
 ///
 /// ```
 /// let nodes = [
