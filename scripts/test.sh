@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 bash scripts/ensure-deps.sh --tests
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The library's feature combinations (none, each alone), then the packages.
+bash scripts/features.sh
+bash scripts/package.sh
 cargo test --workspace
 bash scripts/examples.sh
 # The Docker image: built and smoke-run only where a Docker engine answers

@@ -183,7 +183,9 @@ impl ClientBuilder {
     /// TLS for `rediss://` URLs: the CA to trust and a client certificate
     /// for mutual TLS (see [`TlsConfig`]); applies to every kind of
     /// connection this builder makes. Without it, `rediss://` trusts the
-    /// system's roots and presents no certificate.
+    /// system's roots and presents no certificate. Needs the `tls` feature
+    /// (on by default): without it, connecting fails with
+    /// [`Error::InvalidArgument`] naming the feature.
     ///
     /// ```no_run
     /// # async fn demo() -> dlm::Result<()> {
@@ -241,7 +243,7 @@ impl ClientBuilder {
     }
 
     /// The TLS certificates, read from their files (when TLS is set).
-    fn certificates(&self) -> Result<Option<redis::TlsCertificates>> {
+    fn certificates(&self) -> Result<Option<crate::backend::Certificates>> {
         self.tls.as_ref().map(TlsConfig::certificates).transpose()
     }
 
@@ -314,6 +316,8 @@ impl ClientBuilder {
         let mut seen = std::collections::HashSet::new();
         for node in nodes {
             let deployment = Deployment::from_topology(node, certs.as_ref())?;
+            // (Irrefutable when built without `cluster` and `sentinel`.)
+            #[allow(irrefutable_let_patterns)]
             if let Deployment::Standalone(client) = &deployment {
                 let info = client.get_connection_info();
                 let id = format!("{}/{}", info.addr(), info.redis_settings().db());
@@ -375,6 +379,8 @@ impl ClientBuilder {
     /// and release wake-ups use classic `PUBLISH`, which the cluster delivers
     /// to a subscriber on any node (sharded `SPUBLISH` would need Redis 7 and
     /// a subscription per shard; a wake-up is rare next to the work it wakes).
+    /// Needs the `cluster` feature (on by default): without it, this fails
+    /// with [`Error::InvalidArgument`] naming the feature.
     ///
     /// ```no_run
     /// # async fn demo() -> dlm::Result<()> {
@@ -396,6 +402,8 @@ impl ClientBuilder {
     /// new one. Writes never go to a replica. A password for the master goes
     /// in the first URL (`redis://:PASSWORD@sentinel:26379`); see the crate
     /// docs' Safety section for what a failover means for a held lock.
+    /// Needs the `sentinel` feature (on by default): without it, this fails
+    /// with [`Error::InvalidArgument`] naming the feature.
     ///
     /// ```no_run
     /// # async fn demo() -> dlm::Result<()> {

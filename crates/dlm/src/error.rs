@@ -216,6 +216,18 @@ impl Error {
         }
     }
 
+    /// `what` needs the crate feature `feature`, which this build left out:
+    /// an [`Error::InvalidArgument`] saying so.
+    #[allow(dead_code)] // unused when every feature is on
+    pub(crate) fn feature_disabled(arg: &'static str, feature: &str) -> Self {
+        Error::invalid(
+            arg,
+            format!(
+                "dlm was built without its `{feature}` feature (on by default); enable it in Cargo.toml"
+            ),
+        )
+    }
+
     /// A copy of this error for another caller that waited on the same call.
     pub(crate) fn share(&self) -> Error {
         match self {

@@ -24,6 +24,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! **New here? Read [the guide](guide)**: choosing a primitive, safety and
+//! its assumptions, deployments, the queue, operations, and migrating from
+//! redis-py, node-redlock, rslock and BullMQ.
+//!
 //! Also in this crate: a task queue that never loses a task ([`queue`]: the
 //! seeds' sorted-set queue, leases, retries, dead letters and a worker
 //! runtime) and lock-free consistency helpers ([`consistency`]: versioned
@@ -139,9 +143,12 @@
 //! in a row the lock is really released once, so that waiters of other
 //! clients get their chance.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod consistency;
 pub mod error;
 pub mod fair;
+pub mod guide;
 pub mod ids;
 pub mod keys;
 pub mod metrics;

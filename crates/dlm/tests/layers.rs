@@ -50,7 +50,8 @@ const LAYERS: &[Layer<'static>] = &[
     },
     Layer {
         name: "crate root",
-        modules: &["lib"],
+        // `guide`: documentation only, it imports nothing.
+        modules: &["lib", "guide"],
         lateral: false,
     },
 ];

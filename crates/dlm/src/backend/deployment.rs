@@ -10,21 +10,34 @@
 //! cluster connection routes it), and pub/sub uses classic `PUBLISH`, which
 //! a cluster delivers to subscribers on every node.
 
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+use redis::IntoConnectionInfo;
+use redis::RedisResult;
+#[cfg(feature = "sentinel")]
+use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+#[cfg(feature = "cluster")]
 use redis::cluster::ClusterClient;
+#[cfg(feature = "sentinel")]
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{IntoConnectionInfo, RedisResult, TlsCertificates};
 
-use super::{Backend, BoxedConnection, deferred};
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+use super::deferred;
+use super::tls::Certificates as TlsCertificates;
+use super::{Backend, BoxedConnection};
 use crate::error::{Error, Result};
 
 /// One Redis deployment, named by its URLs: for
 /// [`crate::ClientBuilder::connect_redlock`], where each independent node of
 /// a Redlock may be a standalone server, a Redis Cluster or a master behind
-/// Sentinels. (Passwords in its URLs never show in `Debug`.)
+/// Sentinels. (Passwords in its URLs never show in `Debug`.) Every variant
+/// exists with any set of crate features; connecting to a `Cluster` needs the
+/// `cluster` feature and to a `Sentinel` the `sentinel` feature (both on by
+/// default), else it fails with [`Error::InvalidArgument`] naming the feature.
 ///
 /// ```
 /// let nodes = [
@@ -110,6 +123,7 @@ impl std::fmt::Debug for Topology {
     }
 }
 
+#[cfg(feature = "sentinel")]
 /// How often a Sentinel client asks whether its master is still the master.
 const SENTINEL_RECHECK: Duration = Duration::from_secs(1);
 
@@ -120,11 +134,13 @@ pub(crate) enum Deployment {
     Standalone(redis::Client),
     /// A Redis Cluster: the cluster client and a client per seed node (for
     /// pub/sub, which any node delivers).
+    #[cfg(feature = "cluster")]
     Cluster {
         client: ClusterClient,
         seeds: Vec<redis::Client>,
     },
     /// A master named by Sentinels.
+    #[cfg(feature = "sentinel")]
     Sentinel(Arc<SentinelMaster>),
 }
 
@@ -132,17 +148,21 @@ impl std::fmt::Debug for Deployment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Deployment::Standalone(_) => "Standalone",
+            #[cfg(feature = "cluster")]
             Deployment::Cluster { .. } => "Cluster",
+            #[cfg(feature = "sentinel")]
             Deployment::Sentinel(_) => "Sentinel",
         })
     }
 }
 
 /// The Sentinels of one master name.
+#[cfg(feature = "sentinel")]
 pub(crate) struct SentinelMaster {
     client: tokio::sync::Mutex<SentinelClient>,
 }
 
+#[cfg(feature = "sentinel")]
 impl SentinelMaster {
     /// A client for the server the Sentinels name as master now.
     async fn master(&self) -> RedisResult<redis::Client> {
@@ -157,7 +177,10 @@ fn invalid_url(e: redis::RedisError) -> Error {
 /// A client for `url`, with the TLS certificates when given.
 pub(crate) fn open(url: &str, tls: Option<&TlsCertificates>) -> Result<redis::Client> {
     match tls {
+        #[cfg(feature = "tls")]
         Some(certs) => redis::Client::build_with_tls(url, certs.clone()),
+        #[cfg(not(feature = "tls"))]
+        Some(certs) => match *certs {},
         None => redis::Client::open(url),
     }
     .map_err(invalid_url)
@@ -186,6 +209,7 @@ impl Deployment {
     }
 
     /// A Redis Cluster reached through these seed nodes.
+    #[cfg(feature = "cluster")]
     pub(crate) fn cluster(urls: &[impl AsRef<str>], tls: Option<&TlsCertificates>) -> Result<Self> {
         if urls.is_empty() {
             return Err(Error::invalid(
@@ -202,12 +226,30 @@ impl Deployment {
             .map(|u| u.as_ref().into_connection_info())
             .collect::<RedisResult<Vec<_>>>()
             .map_err(invalid_url)?;
+        #[allow(unused_mut)] // without `tls`, nothing to add
         let mut builder = ClusterClient::builder(infos);
+        #[cfg(feature = "tls")]
         if let Some(certs) = tls {
             builder = builder.certs(certs.clone());
         }
         let client = builder.build().map_err(invalid_url)?;
         Ok(Deployment::Cluster { client, seeds })
+    }
+
+    /// Without the `cluster` feature: an error saying so.
+    #[cfg(not(feature = "cluster"))]
+    pub(crate) fn cluster(_: &[impl AsRef<str>], _: Option<&TlsCertificates>) -> Result<Self> {
+        Err(Error::feature_disabled("Redis Cluster", "cluster"))
+    }
+
+    /// Without the `sentinel` feature: an error saying so.
+    #[cfg(not(feature = "sentinel"))]
+    pub(crate) fn sentinel(
+        _: &str,
+        _: &[impl AsRef<str>],
+        _: Option<&TlsCertificates>,
+    ) -> Result<Self> {
+        Err(Error::feature_disabled("Redis Sentinel", "sentinel"))
     }
 
     /// The master `name` as these Sentinels see it. The URLs are the
@@ -216,6 +258,7 @@ impl Deployment {
     /// `redis://USER:PASSWORD@...`), not for the Sentinels. With `rediss://`
     /// URLs (or TLS certificates), the Sentinels and the master are both
     /// reached over TLS.
+    #[cfg(feature = "sentinel")]
     pub(crate) fn sentinel(
         name: &str,
         urls: &[impl AsRef<str>],
@@ -253,6 +296,7 @@ impl Deployment {
             builder = builder
                 .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
                 .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
+            #[cfg(feature = "tls")]
             if let Some(certs) = tls {
                 builder = builder
                     .set_client_to_redis_certificates(certs.clone())
@@ -294,6 +338,7 @@ impl Deployment {
                     Backend::connect_in_background(client.clone(), config, bound, timeout, preload);
                 backend.standalone()
             }
+            #[cfg(feature = "cluster")]
             Deployment::Cluster { client, .. } => {
                 let client = client.clone();
                 let connector: deferred::Connector<redis::cluster_async::ClusterConnection> =
@@ -307,6 +352,7 @@ impl Deployment {
                 let (state, _) = deferred::maintain(connector, bound, preload, None);
                 Backend::kept(state, timeout)
             }
+            #[cfg(feature = "sentinel")]
             Deployment::Sentinel(master) => {
                 let connector: deferred::Connector<MultiplexedConnection> = {
                     let master = master.clone();
@@ -370,12 +416,14 @@ impl Deployment {
                 backend.preload(&preload).await;
                 Ok(backend)
             }
+            #[cfg(feature = "cluster")]
             Deployment::Cluster { client, .. } => {
                 let conn = super::deadline(bound, client.get_async_connection()).await?;
                 let backend = Backend::new(conn, timeout);
                 backend.preload(&preload).await;
                 Ok(backend)
             }
+            #[cfg(feature = "sentinel")]
             Deployment::Sentinel(_) => {
                 let backend = self.connect_in_background(connect_timeout, timeout, preload);
                 // Wait for the first connection, so that errors (no such
@@ -401,9 +449,11 @@ impl Deployment {
                     .await?;
                 Ok(BoxedConnection(Box::new(conn)))
             }
+            #[cfg(feature = "cluster")]
             Deployment::Cluster { client, .. } => Ok(BoxedConnection(Box::new(
                 client.get_async_connection().await?,
             ))),
+            #[cfg(feature = "sentinel")]
             Deployment::Sentinel(master) => {
                 let client = master.master().await?;
                 let conn = client
@@ -421,6 +471,7 @@ impl Deployment {
     pub(crate) async fn pubsub(&self) -> RedisResult<redis::aio::PubSub> {
         match self {
             Deployment::Standalone(client) => client.get_async_pubsub().await,
+            #[cfg(feature = "cluster")]
             Deployment::Cluster { seeds, .. } => {
                 let mut last = None;
                 for seed in seeds {
@@ -433,7 +484,37 @@ impl Deployment {
                     redis::RedisError::from((redis::ErrorKind::Client, "no cluster seed node"))
                 }))
             }
+            #[cfg(feature = "sentinel")]
             Deployment::Sentinel(master) => master.master().await?.get_async_pubsub().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without its feature, a deployment kind is a typed error naming the
+    /// feature, not a missing method.
+    #[test]
+    #[allow(unused_variables)]
+    fn a_deployment_whose_feature_is_off_says_so() {
+        let cluster = Deployment::cluster(&["redis://127.0.0.1:1"], None);
+        let sentinel = Deployment::sentinel("m", &["redis://127.0.0.1:1"], None);
+        #[cfg(not(feature = "cluster"))]
+        assert!(
+            matches!(cluster, Err(Error::InvalidArgument { reason, .. }) if reason.contains("`cluster` feature"))
+        );
+        #[cfg(feature = "cluster")]
+        assert!(cluster.is_ok());
+        #[cfg(not(feature = "sentinel"))]
+        assert!(
+            matches!(sentinel, Err(Error::InvalidArgument { reason, .. }) if reason.contains("`sentinel` feature"))
+        );
+        #[cfg(not(feature = "tls"))]
+        assert!(matches!(
+            super::super::TlsConfig::default().certificates(),
+            Err(Error::InvalidArgument { reason, .. }) if reason.contains("`tls` feature")
+        ));
     }
 }

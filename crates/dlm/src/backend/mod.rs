@@ -22,6 +22,7 @@ mod tls;
 pub(crate) use deferred::State as ConnectState;
 pub(crate) use deployment::Deployment;
 pub use deployment::Topology;
+pub(crate) use tls::Certificates;
 pub use tls::TlsConfig;
 
 /// Something that hands out a fresh handle on a shared connection per call.
@@ -161,6 +162,7 @@ impl Backend {
 
     /// A connection kept by a background task that remakes it when a
     /// request finds it broken (see `deferred::maintain`).
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
     pub(crate) fn maintained<C>(
         state: tokio::sync::watch::Receiver<ConnectState<C>>,
         broken: Arc<tokio::sync::Notify>,
@@ -190,6 +192,7 @@ impl Backend {
 
     /// A connection kept by a background task (no re-check, no broken
     /// signal): the cluster client reconnects by itself.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) fn kept<C>(
         state: tokio::sync::watch::Receiver<ConnectState<C>>,
         timeout: Duration,
@@ -206,6 +209,7 @@ impl Backend {
 
     /// Wait until the connection is up, at most `bound`; an error that no
     /// retry can fix ends the wait at once.
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
     pub(crate) async fn wait_up(&self, bound: Duration) -> Result<()> {
         let started = tokio::time::Instant::now();
         loop {

@@ -1,14 +1,34 @@
 //! TLS settings for `rediss://` connections: which CA to trust, and the
 //! client certificate and key for mutual TLS (rustls; no OpenSSL).
+//! `TlsConfig` exists with or without the `tls` feature (a configuration
+//! can name it either way); without it, connecting with one is an
+//! [`Error::InvalidArgument`](crate::Error::InvalidArgument) saying so.
 
-use std::path::{Path, PathBuf};
+#[cfg(feature = "tls")]
+use std::path::Path;
+use std::path::PathBuf;
 
-use crate::error::{Error, Result};
+#[cfg(feature = "tls")]
+use crate::error::Error;
+use crate::error::Result;
+
+/// The certificates of a TLS connection, as the `redis` crate takes them.
+#[cfg(feature = "tls")]
+pub(crate) type Certificates = redis::TlsCertificates;
+
+/// Without the `tls` feature no certificates exist (`TlsConfig::certificates`
+/// fails), so no value of this type does either.
+#[cfg(not(feature = "tls"))]
+#[derive(Clone)]
+pub(crate) enum Certificates {}
 
 /// Certificates for TLS connections (`rediss://` URLs), given to
 /// [`crate::ClientBuilder::tls`]. Without a CA, the system's trusted roots
 /// are used; with a certificate and key, the client authenticates itself
 /// (mutual TLS). Files are PEM.
+///
+/// Needs the `tls` feature (on by default) to connect: without it, a builder
+/// given a `TlsConfig` fails with [`Error::InvalidArgument`](crate::Error::InvalidArgument).
 ///
 /// ```
 /// let tls = dlm::TlsConfig::default()
@@ -45,7 +65,8 @@ impl TlsConfig {
 
     /// The files read into the `redis` crate's form; a missing or unreadable
     /// file is an [`Error::InvalidArgument`] naming it.
-    pub(crate) fn certificates(&self) -> Result<redis::TlsCertificates> {
+    #[cfg(feature = "tls")]
+    pub(crate) fn certificates(&self) -> Result<Certificates> {
         let client_tls = match (&self.cert, &self.key) {
             (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
                 client_cert: read("TLS client certificate", cert)?,
@@ -68,8 +89,15 @@ impl TlsConfig {
             root_cert,
         })
     }
+
+    /// Without the `tls` feature there is nothing to read them into.
+    #[cfg(not(feature = "tls"))]
+    pub(crate) fn certificates(&self) -> Result<Certificates> {
+        Err(crate::error::Error::feature_disabled("TLS", "tls"))
+    }
 }
 
+#[cfg(feature = "tls")]
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| Error::invalid(what, format!("{}: {e}", path.display())))
 }
