@@ -19,9 +19,11 @@ VENV=${PLOT_VENV:-"$ROOT/bench-results/.venv"}
 if [ -z "${PLOT_ONLY:-}" ]; then
   OUT="$ROOT/bench-results/curves-$(date -u +%Y%m%dT%H%M%SZ)"
   cargo build --release -q -p dlm-cli
+  mkdir -p "$OUT"
+  { date -u; uptime; nproc; free -g | head -2; redis-server --version; } > "$OUT/machine.txt"
   echo "bench-curves: load $(uptime | sed 's/.*load average: //'); lines in $OUT" >&2
   target/release/dlm bench curves --out "$OUT" "$@"
-  { date -u; uptime; nproc; free -g | head -2; redis-server --version; } > "$OUT/machine.txt"
+  echo "after the run: $(uptime)" >> "$OUT/machine.txt"
 else
   OUT=$PLOT_ONLY
 fi
