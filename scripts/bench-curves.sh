@@ -28,8 +28,10 @@ else
   OUT=$PLOT_ONLY
 fi
 mkdir -p docs/curves
-for f in "$OUT"/*.jsonl; do [ -s "$f" ] && cp "$f" docs/curves/; done
-[ -f "$OUT/machine.txt" ] && cp "$OUT/machine.txt" docs/curves/
+if [ "$(realpath "$OUT")" != "$(realpath docs/curves)" ]; then
+  for f in "$OUT"/*.jsonl; do if [ -s "$f" ]; then cp "$f" docs/curves/; fi; done
+  if [ -f "$OUT/machine.txt" ]; then cp "$OUT/machine.txt" docs/curves/; fi
+fi
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import matplotlib' 2>/dev/null; then
   echo "bench-curves: installing matplotlib into $VENV" >&2
   python3 -m venv "$VENV"

@@ -23,11 +23,10 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use dlm::CancellationToken;
-use dlm::queue::{Enqueued, NewTask, OnDuplicate, Queue, WorkerOptions};
+use dlm::queue::{Queue, WorkerOptions};
 use serde::Serialize;
-use tokio::task::JoinSet;
 
-use crate::bench::label::Variant;
+use crate::bench_common::{BENCH_LEASE, ENQUEUE_IN_FLIGHT, Shape, Variant, enqueue_all};
 use crate::error::{CliError, EXIT_OK, redis_err};
 use crate::global::target::{
     RawConnection, Target, connect, delete_queue_keys, raw_connection, redis_version,
@@ -70,36 +69,6 @@ pub struct BenchQueueArgs {
     pub group_concurrency: u32,
 }
 
-/// What each benchmark task carries besides its id and payload.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Shape {
-    priorities: u16,
-    groups: u32,
-}
-
-impl Shape {
-    /// Plain tasks: no priority, no group.
-    pub(crate) const PLAIN: Shape = Shape {
-        priorities: 1,
-        groups: 0,
-    };
-
-    fn task(self, i: u64) -> NewTask {
-        let mut t = NewTask::new(format!("t{i}")).payload(format!("{{\"i\":{i}}}"));
-        if self.priorities > 1 {
-            t = t.priority((i % u64::from(self.priorities)) as u16);
-        }
-        if self.groups > 0 {
-            t = t.group(format!("g{}", i % u64::from(self.groups)));
-        }
-        t
-    }
-}
-
-/// Enqueue calls in flight at once in the `enqueue` phase.
-pub(crate) const ENQUEUE_IN_FLIGHT: usize = 8;
-/// The lease of the benchmark's workers.
-pub(crate) const BENCH_LEASE: Duration = Duration::from_secs(30);
 /// The longest wait for one task in the `idle-start` phase.
 const IDLE_LIMIT: Duration = Duration::from_secs(10);
 
@@ -186,50 +155,6 @@ async fn used_memory(conn: &mut RawConnection, queue: &str) -> Result<i64, CliEr
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
         .ok_or_else(|| failed("reading INFO memory", "no used_memory field"))
-}
-
-/// Enqueue tasks `0..n`, `batch` per call, [`ENQUEUE_IN_FLIGHT`] calls at
-/// once, telling `added_now` how many each finished call added.
-pub(crate) async fn enqueue_all(
-    queue: &Queue,
-    n: u64,
-    batch: u64,
-    shape: Shape,
-    added_now: &(dyn Fn(u64) + Sync),
-) -> Result<(), CliError> {
-    let mut calls: JoinSet<Result<usize, dlm::Error>> = JoinSet::new();
-    let mut added = 0usize;
-    let mut next = 0u64;
-    loop {
-        while next < n && calls.len() < ENQUEUE_IN_FLIGHT {
-            let (lo, hi) = (next, (next + batch).min(n));
-            next = hi;
-            let queue = queue.clone();
-            calls.spawn(async move {
-                let tasks = (lo..hi).map(|i| shape.task(i));
-                let r = queue
-                    .enqueue(tasks, Duration::ZERO, OnDuplicate::Keep)
-                    .await?;
-                Ok(r.iter().filter(|e| matches!(e, Enqueued::Added(_))).count())
-            });
-        }
-        match calls.join_next().await {
-            None => break,
-            Some(Ok(r)) => {
-                let r = r?;
-                added_now(r as u64);
-                added += r;
-            }
-            Some(Err(e)) => return Err(failed("an enqueue task failed", e.to_string())),
-        }
-    }
-    if added as u64 != n {
-        return Err(failed(
-            "enqueueing",
-            format!("{added} of {n} tasks were added"),
-        ));
-    }
-    Ok(())
 }
 
 /// Check that `processed` tasks were acked and nothing is left.
@@ -376,10 +301,7 @@ async fn phases(
             )
             .await?;
     }
-    let shape = Shape {
-        priorities: args.priorities,
-        groups: args.groups,
-    };
+    let shape = Shape::new(args.priorities, args.groups);
     let before = used_memory(raw, name).await?;
     let start = Instant::now();
     enqueue_all(queue, n, u64::from(args.batch), shape, &|_| {}).await?;

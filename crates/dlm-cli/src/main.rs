@@ -5,6 +5,7 @@
 //! see [`cli`] for the commands and [`error`] for the exit codes.
 
 mod bench;
+mod bench_common;
 mod bench_ids;
 mod bench_queue;
 mod check;

@@ -28,7 +28,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{BenchLockArgs, BenchMode, Primitive, measure};
-use crate::bench_queue::{BENCH_LEASE, ENQUEUE_IN_FLIGHT, Shape, enqueue_all};
+use crate::bench_common::{BENCH_LEASE, ENQUEUE_IN_FLIGHT, Shape, enqueue_all};
 use crate::error::{CliError, EXIT_OK, redis_err};
 use crate::global::Global;
 use crate::global::parse::{parse_bench_duration, parse_warmup};

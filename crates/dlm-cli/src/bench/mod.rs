@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use crate::bench_common::Variant;
 use crate::error::{CliError, EXIT_OK};
 use crate::global::parse::{parse_bench_duration, parse_warmup};
 use crate::global::target::{Target, connect_nodes, raw_connection, redis_version};
@@ -26,14 +27,12 @@ use crate::rng::{SplitMix, seed};
 use crate::stats::Handoff;
 
 mod curves;
-pub(crate) mod label;
 mod primitive;
 mod report;
 
 pub use primitive::Primitive;
 
 pub use curves::{BenchCurvesArgs, BenchDrainArgs, bench_curves, bench_drain};
-use label::Variant;
 use report::{summarize, table};
 
 /// The one lock of the contended mode (and the semaphore's name).
