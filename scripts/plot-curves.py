@@ -81,6 +81,16 @@ def annotate(ax, xs, ys, fmt=human, below=False):
                         ha="center", fontsize=8)
 
 
+def when(rows):
+    """When a curve was measured and the load meanwhile, from its lines' `at` and `load1`
+    (older lines without them: machine.txt's)."""
+    ats = [r["at"] for r in rows if r.get("at")]
+    loads = [r["load1"] for r in rows if r.get("load1") is not None]
+    if not ats:
+        return machine
+    return f"{min(ats)} to {max(ats)}; 1-min load average {min(loads):.1f}-{max(loads):.1f} on the machine"
+
+
 def save(fig, name, note):
     fig.text(0.01, 0.005, note, fontsize=7, color="#555")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
@@ -120,7 +130,7 @@ if rows:
     ticks_at(b, conc)
     b.yaxis.set_major_formatter(MICROS)
     b.legend(fontsize=8)
-    save(fig, "curve-locks-concurrency.png", f"dlm bench curves --curves concurrency; {machine}")
+    save(fig, "curve-locks-concurrency.png", f"dlm bench curves --curves concurrency; {when(rows)}")
 
 rows = sorted(load("locks-held.jsonl"), key=lambda r: r["held"])
 if rows:
@@ -151,7 +161,7 @@ if rows:
     ticks_at(c, xs)
     headroom(c)
     c.legend(fontsize=8)
-    save(fig, "curve-locks-held.png", f"dlm bench curves --curves held; {machine}")
+    save(fig, "curve-locks-held.png", f"dlm bench curves --curves held; {when(rows)}")
 
 rows = sorted(load("queue-size.jsonl"), key=lambda r: r["waiting"])
 if rows:
@@ -183,7 +193,7 @@ if rows:
     ticks_at(c, xs)
     headroom(c)
     c.legend(fontsize=8)
-    save(fig, "curve-queue-size.png", f"dlm bench curves --curves queue; {machine}")
+    save(fig, "curve-queue-size.png", f"dlm bench curves --curves queue; {when(rows)}")
 
 rows = sorted(load("queue-workers.jsonl"), key=lambda r: r["workers"])
 if rows:
@@ -196,4 +206,4 @@ if rows:
     ticks_at(a, xs)
     headroom(a)
     a.legend(fontsize=8)
-    save(fig, "curve-queue-workers.png", f"dlm bench curves --curves workers; {machine}")
+    save(fig, "curve-queue-workers.png", f"dlm bench curves --curves workers; {when(rows)}")

@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use futures_util::{StreamExt, TryStreamExt, stream};
-use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{BenchLockArgs, BenchMode, Primitive, measure};
@@ -259,8 +258,20 @@ impl Sink {
         Ok(Sink { file })
     }
 
-    fn line(&mut self, v: &impl Serialize) -> Result<(), CliError> {
-        let s = serde_json::to_string(v).map_err(|e| CliError::Io {
+    /// Write `v` as one line, stamped with the time (`at`, UTC) and the
+    /// machine's 1-minute load average (`load1`) when it was measured.
+    fn line(&mut self, mut v: Value) -> Result<(), CliError> {
+        if let Value::Object(m) = &mut v {
+            let at = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+            m.insert("at".into(), json!(at.to_string()));
+            let load = std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| {
+                l.split_whitespace()
+                    .next()
+                    .and_then(|x| x.parse::<f64>().ok())
+            });
+            m.insert("load1".into(), json!(load));
+        }
+        let s = serde_json::to_string(&v).map_err(|e| CliError::Io {
             what: "encoding JSON",
             source: e.into(),
         })?;
@@ -365,7 +376,7 @@ async fn lock_concurrency(run: &mut Run, args: &BenchCurvesArgs) -> Result<(), C
             if let Value::Object(m) = &mut v {
                 m.insert("curve".into(), json!("locks-concurrency"));
             }
-            sink.line(&v)?;
+            sink.line(v)?;
             run.note(&format!(
                 "locks {:9} C={c:<5} {:>9.0} cycles/s  p50 {} us  p99 {} us",
                 mode.as_str(),
@@ -491,7 +502,7 @@ async fn held_locks(run: &mut Run, args: &BenchCurvesArgs) -> Result<(), CliErro
             "redis_cpu_pct": r1(100.0 * (cpu1 - cpu0) / window),
             "lost": lost,
         });
-        sink.line(&line)?;
+        sink.line(line.clone())?;
         run.note(&format!(
             "held {:>5}: {} B/lock in Redis, {} B/guard in the client, {} watchdog scripts/s for {} renewals/s, Redis CPU {}%, lost {lost}",
             short(n),
@@ -594,7 +605,7 @@ async fn queue_sizes(run: &mut Run, args: &BenchCurvesArgs) -> Result<(), CliErr
             "process_per_s": r1(rate(n, process_secs)),
             "concurrency": 64,
         });
-        sink.line(&line)?;
+        sink.line(line.clone())?;
         run.note(&format!(
             "queue {:>5}: enqueue {}/s, {} B/task, claim({CLAIM_BATCH}) p50 {} us p99 {} us, process {}/s",
             short(n),
@@ -669,7 +680,7 @@ async fn queue_workers(run: &mut Run, args: &BenchCurvesArgs) -> Result<(), CliE
             "secs": (secs * 1000.0).round() / 1000.0,
             "process_per_s": r1(rate(n, secs)),
         });
-        sink.line(&line)?;
+        sink.line(line.clone())?;
         run.note(&format!(
             "workers {k:>3}: {} tasks in {:.1} s, {}/s",
             short(n),
