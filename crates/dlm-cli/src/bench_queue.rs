@@ -23,15 +23,15 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use dlm::CancellationToken;
-use dlm::queue::{Enqueued, NewTask, OnDuplicate, Queue, WorkerOptions};
+use dlm::queue::{Queue, WorkerOptions};
 use serde::Serialize;
-use tokio::task::JoinSet;
 
+use crate::bench_common::{BENCH_LEASE, ENQUEUE_IN_FLIGHT, Shape, Variant, enqueue_all};
 use crate::error::{CliError, EXIT_OK, redis_err};
-use crate::global::Global;
 use crate::global::target::{
     RawConnection, Target, connect, delete_queue_keys, raw_connection, redis_version,
 };
+use crate::global::{Global, Topology};
 use crate::output::{self, cell_us, human, us};
 use crate::rng::{SplitMix, seed};
 use crate::stats::percentile;
@@ -69,37 +69,15 @@ pub struct BenchQueueArgs {
     pub group_concurrency: u32,
 }
 
-/// What each benchmark task carries besides its id and payload.
-#[derive(Debug, Clone, Copy)]
-struct Shape {
-    priorities: u16,
-    groups: u32,
-}
-
-impl Shape {
-    fn task(self, i: u64) -> NewTask {
-        let mut t = NewTask::new(format!("t{i}")).payload(format!("{{\"i\":{i}}}"));
-        if self.priorities > 1 {
-            t = t.priority((i % u64::from(self.priorities)) as u16);
-        }
-        if self.groups > 0 {
-            t = t.group(format!("g{}", i % u64::from(self.groups)));
-        }
-        t
-    }
-}
-
-/// Enqueue calls in flight at once in the `enqueue` phase.
-const ENQUEUE_IN_FLIGHT: usize = 8;
-/// The lease of the benchmark's workers.
-const BENCH_LEASE: Duration = Duration::from_secs(30);
 /// The longest wait for one task in the `idle-start` phase.
 const IDLE_LIMIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Serialize)]
 struct EnqueuePhase {
     #[serde(rename = "impl")]
-    implementation: &'static str,
+    implementation: String,
+    /// The label without `dlm-` (`default` for the plain run).
+    variant: String,
     phase: &'static str,
     /// The phase again, under the name the peer harness reads.
     mode: &'static str,
@@ -118,7 +96,9 @@ struct EnqueuePhase {
 #[derive(Debug, Serialize)]
 struct ProcessPhase {
     #[serde(rename = "impl")]
-    implementation: &'static str,
+    implementation: String,
+    /// The label without `dlm-` (`default` for the plain run).
+    variant: String,
     phase: &'static str,
     /// The phase again, under the name the peer harness reads.
     mode: &'static str,
@@ -136,7 +116,9 @@ struct ProcessPhase {
 #[derive(Debug, Serialize)]
 struct IdleStartPhase {
     #[serde(rename = "impl")]
-    implementation: &'static str,
+    implementation: String,
+    /// The label without `dlm-` (`default` for the plain run).
+    variant: String,
     phase: &'static str,
     /// The phase again, under the name the peer harness reads.
     mode: &'static str,
@@ -173,39 +155,6 @@ async fn used_memory(conn: &mut RawConnection, queue: &str) -> Result<i64, CliEr
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
         .ok_or_else(|| failed("reading INFO memory", "no used_memory field"))
-}
-
-/// Enqueue tasks `0..n`, `batch` per call, [`ENQUEUE_IN_FLIGHT`] calls at once.
-async fn enqueue_all(queue: &Queue, n: u64, batch: u64, shape: Shape) -> Result<(), CliError> {
-    let mut calls: JoinSet<Result<usize, dlm::Error>> = JoinSet::new();
-    let mut added = 0usize;
-    let mut next = 0u64;
-    loop {
-        while next < n && calls.len() < ENQUEUE_IN_FLIGHT {
-            let (lo, hi) = (next, (next + batch).min(n));
-            next = hi;
-            let queue = queue.clone();
-            calls.spawn(async move {
-                let tasks = (lo..hi).map(|i| shape.task(i));
-                let r = queue
-                    .enqueue(tasks, Duration::ZERO, OnDuplicate::Keep)
-                    .await?;
-                Ok(r.iter().filter(|e| matches!(e, Enqueued::Added(_))).count())
-            });
-        }
-        match calls.join_next().await {
-            None => break,
-            Some(Ok(r)) => added += r?,
-            Some(Err(e)) => return Err(failed("an enqueue task failed", e.to_string())),
-        }
-    }
-    if added as u64 != n {
-        return Err(failed(
-            "enqueueing",
-            format!("{added} of {n} tasks were added"),
-        ));
-    }
-    Ok(())
 }
 
 /// Check that `processed` tasks were acked and nothing is left.
@@ -285,6 +234,21 @@ async fn idle_start(
     Ok(samples)
 }
 
+/// The variant a queue benchmark measures, for its `impl` label:
+/// `dlm-cluster`, `dlm-prio10`, `dlm-groups100-gc1`, ... (`dlm` plain).
+fn variant(global: &Global, args: &BenchQueueArgs) -> Variant {
+    Variant::default()
+        .with(global.topology == Topology::Cluster, || "cluster".into())
+        .with(matches!(global.topology, Topology::Sentinel(_)), || {
+            "sentinel".into()
+        })
+        .with(args.priorities > 1, || format!("prio{}", args.priorities))
+        .with(args.groups > 0, || format!("groups{}", args.groups))
+        .with(args.group_concurrency > 0, || {
+            format!("gc{}", args.group_concurrency)
+        })
+}
+
 /// `dlm bench queue`.
 pub async fn bench_queue(global: &Global, args: &BenchQueueArgs) -> Result<u8, CliError> {
     if global.redis.len() > 1 {
@@ -315,6 +279,7 @@ async fn phases(
 ) -> Result<u8, CliError> {
     let name = queue.name();
     let n = args.tasks;
+    let variant = variant(global, args);
     if !global.json {
         output::line_out(&format!(
             "dlm bench queue: {n} tasks, batch {}, concurrency {}, priorities {}, groups {}, group concurrency {}, queue {name}\nredis-server {} ({})",
@@ -336,17 +301,15 @@ async fn phases(
             )
             .await?;
     }
-    let shape = Shape {
-        priorities: args.priorities,
-        groups: args.groups,
-    };
+    let shape = Shape::new(args.priorities, args.groups);
     let before = used_memory(raw, name).await?;
     let start = Instant::now();
-    enqueue_all(queue, n, u64::from(args.batch), shape).await?;
+    enqueue_all(queue, n, u64::from(args.batch), shape, &|_| {}).await?;
     let secs = start.elapsed().as_secs_f64();
     let after = used_memory(raw, name).await?;
     let enqueue = EnqueuePhase {
-        implementation: "dlm",
+        implementation: variant.implementation(),
+        variant: variant.name(),
         phase: "enqueue",
         mode: "enqueue",
         concurrency: ENQUEUE_IN_FLIGHT,
@@ -389,7 +352,8 @@ async fn phases(
     }
     check_drained(queue, n).await?;
     let process = ProcessPhase {
-        implementation: "dlm",
+        implementation: variant.implementation(),
+        variant: variant.name(),
         phase: "process",
         mode: "process",
         tasks: n,
@@ -415,7 +379,8 @@ async fn phases(
     let idle_secs = idle_began.elapsed().as_secs_f64();
     check_drained(queue, n + u64::from(args.idle_samples)).await?;
     let idle = IdleStartPhase {
-        implementation: "dlm",
+        implementation: variant.implementation(),
+        variant: variant.name(),
         phase: "idle-start",
         mode: "idle-start",
         concurrency: 1,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::parser::ValueSource;
 use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::bench::BenchLockArgs;
+use crate::bench::{BenchCurvesArgs, BenchDrainArgs, BenchLockArgs};
 use crate::bench_ids::BenchIdsArgs;
 use crate::bench_queue::BenchQueueArgs;
 use crate::check::CheckCommand;
@@ -317,6 +317,18 @@ pub enum BenchCommand {
     /// and rate limiter overhead. Without --redis (and DLM_REDIS_URL) it
     /// runs against a private redis-server it starts.
     Ids(BenchIdsArgs),
+    /// Scaling curves, as JSON lines in --out for scripts/plot-curves.py:
+    /// lock cycles/s and p99 against concurrency (distinct and contended),
+    /// memory and watchdog scripts/s against locks held at once, queue
+    /// enqueue/process rates and claim p99 against waiting tasks, and the
+    /// process rate of 1, 4, 16 worker processes. Always on a private
+    /// redis-server it starts (and flushes between points); shows progress
+    /// on a terminal. See scripts/bench-curves.sh.
+    Curves(BenchCurvesArgs),
+    /// One no-op worker drains --queue until it is empty, then prints
+    /// {"acked","secs"} (the worker processes of `bench curves`).
+    #[command(hide = true)]
+    Drain(BenchDrainArgs),
 }
 
 /// `dlm queue ...`

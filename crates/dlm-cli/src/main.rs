@@ -5,6 +5,7 @@
 //! see [`cli`] for the commands and [`error`] for the exit codes.
 
 mod bench;
+mod bench_common;
 mod bench_ids;
 mod bench_queue;
 mod check;
@@ -124,6 +125,8 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Bench(BenchCommand::Lock(a)) => bench::bench_lock(global, &a, 1).await,
         Command::Bench(BenchCommand::Redlock(a)) => bench::bench_lock(global, &a, 5).await,
         Command::Bench(BenchCommand::Queue(a)) => bench_queue::bench_queue(global, &a).await,
+        Command::Bench(BenchCommand::Curves(a)) => bench::bench_curves(global, &a).await,
+        Command::Bench(BenchCommand::Drain(a)) => bench::bench_drain(global, &a).await,
         Command::Demo(DemoCommand::Seckill(args)) => seckill::run(global, &args).await,
         Command::Check(CheckCommand::Lock(a)) => check::check_lock(global, &a).await,
         Command::Check(CheckCommand::Queue(a)) => check::check_queue(global, &a).await,

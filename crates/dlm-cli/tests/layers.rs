@@ -14,7 +14,7 @@ const LAYERS: &[Layer<'static>] = &[
     },
     Layer {
         name: "foundation",
-        modules: &["output", "stats", "rng", "signals"],
+        modules: &["output", "stats", "rng", "signals", "bench_common"],
         lateral: false,
     },
     Layer {

@@ -15,6 +15,7 @@
 //!
 //! * [`Cluster`]: a Redis Cluster of 3 masters and 3 replicas, with
 //!   [`key_slot`] to find which node serves a key and [`Cluster::failover`];
+//! * [`Replicated`]: a master with N replicas, without Sentinel;
 //! * [`Sentinels`]: a master, a replica and 3 sentinels, with
 //!   [`Sentinels::kill_master`] and [`Sentinels::wait_for_failover`];
 //! * TLS servers ([`ServerBuilder::tls`]), clusters ([`ClusterBuilder::tls`])
@@ -34,12 +35,14 @@ mod cluster;
 pub mod history;
 pub mod layers;
 mod proxy;
+mod replicated;
 mod resp;
 mod sentinel;
 mod tls;
 
 pub use cluster::{Cluster, ClusterBuilder, key_slot};
 pub use proxy::{ConnId, Direction, FaultProxy, Faults, LinkFaults, Stats};
+pub use replicated::Replicated;
 pub use sentinel::{Sentinels, SentinelsBuilder};
 pub use tls::TlsFiles;
 

@@ -76,21 +76,7 @@ impl SentinelsBuilder {
             .arg("127.0.0.1")
             .arg(master.port().to_string())
             .start()?;
-        wait_until(
-            "the replica to sync with the master",
-            SETUP_TIMEOUT,
-            POLL,
-            || {
-                let link = replica
-                    .info_field("replication", "master_link_status")
-                    .map_err(|e| e.to_string())?;
-                if link == "up" {
-                    Ok(())
-                } else {
-                    Err(format!("master_link_status:{link}"))
-                }
-            },
-        )?;
+        crate::replicated::wait_synced(&replica, SETUP_TIMEOUT)?;
 
         let mut config = vec![
             "sentinel resolve-hostnames no".to_string(),

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use crate::bench_common::Variant;
 use crate::error::{CliError, EXIT_OK};
 use crate::global::parse::{parse_bench_duration, parse_warmup};
 use crate::global::target::{Target, connect_nodes, raw_connection, redis_version};
@@ -25,12 +26,17 @@ use crate::output::{self, us};
 use crate::rng::{SplitMix, seed};
 use crate::stats::Handoff;
 
+mod curves;
 mod primitive;
 mod report;
 
 pub use primitive::Primitive;
 
+pub use curves::{BenchCurvesArgs, BenchDrainArgs, bench_curves, bench_drain};
 use report::{summarize, table};
+
+/// `--permits` by default.
+const DEFAULT_PERMITS: u32 = 4;
 
 /// The one lock of the contended mode (and the semaphore's name).
 pub const CONTENDED_NAME: &str = "bench:lock:contended";
@@ -68,7 +74,7 @@ pub struct BenchLockArgs {
     #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
     pub primitive: Primitive,
     /// With --primitive semaphore: its capacity (1 to 10000).
-    #[arg(long, value_name = "N", default_value_t = 4,
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PERMITS,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(dlm::MAX_PERMITS)))]
     pub permits: u32,
     /// distinct: random keys; contended: one lock for all tasks.
@@ -103,6 +109,8 @@ pub struct BenchLockArgs {
     /// Count an acquire only once this many replicas have it
     /// (`LockOptions::replicas`, WAIT with a 1 s timeout): what the
     /// failover mitigation costs on a cluster or a replicated master.
+    /// Without --redis (and without --cluster) the benchmark starts a
+    /// private master with N replicas for it.
     #[arg(long, value_name = "N", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=100))]
     pub replicas: u64,
@@ -117,7 +125,10 @@ pub struct BenchLockArgs {
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
     #[serde(rename = "impl")]
-    pub(crate) implementation: &'static str,
+    pub(crate) implementation: String,
+    /// The label without `dlm-` (`default` for the plain run): which
+    /// variant of the benchmark this line measured.
+    variant: String,
     mode: &'static str,
     concurrency: u32,
     ops: u64,
@@ -145,7 +156,8 @@ pub struct BenchReport {
     nodes: usize,
     /// Of them, frozen (SIGSTOP) during the run (`--frozen`).
     frozen: usize,
-    /// standalone, redlock, cluster or sentinel.
+    /// standalone (also with `--replicas` on one master), redlock,
+    /// cluster or sentinel.
     topology: &'static str,
     /// mutex or semaphore.
     primitive: &'static str,
@@ -298,7 +310,65 @@ pub async fn bench_lock(
     } else {
         None
     };
-    let target = Target::given_or_private_many(global, nodes).await?;
+    let (target, replicas) = lock_target(global, args, nodes).await?;
+    let report = measure(global, args, &target, prometheus.as_ref()).await?;
+    output::emit(global.json, &report, || table(&report))?;
+    if args.baseline && args.mode == BenchMode::Distinct {
+        let mut raw = raw_distinct(&target.url, global.timeout, args).await?;
+        raw.redis_version = report.redis_version.clone();
+        output::emit(global.json, &raw, || table(&raw))?;
+    }
+    drop(target);
+    drop(replicas);
+    Ok(EXIT_OK)
+}
+
+/// The Redis of a lock benchmark: the `--redis` URLs, else private servers
+/// (`--nodes`), a private cluster (`--cluster`), or, with `--replicas N`
+/// on a plain topology, a private master with N replicas (returned too, to
+/// be kept alive as long as the target).
+pub(crate) async fn lock_target(
+    global: &Global,
+    args: &BenchLockArgs,
+    nodes: usize,
+) -> Result<(Target, Vec<dlm_testkit::RedisServer>), CliError> {
+    let replicated = global.redis.is_empty()
+        && global.topology == Topology::Plain
+        && nodes <= 1
+        && args.replicas > 0;
+    if !replicated {
+        return Ok((
+            Target::given_or_private_many(global, nodes).await?,
+            Vec::new(),
+        ));
+    }
+    let n = args.replicas as usize;
+    let setup = tokio::task::spawn_blocking(move || dlm_testkit::Replicated::start(n))
+        .await
+        .map_err(|e| CliError::Io {
+            what: "starting a master with replicas",
+            source: std::io::Error::other(e),
+        })??;
+    let (master, replicas) = setup.into_parts();
+    let url = master.url();
+    let target = Target {
+        url: url.clone(),
+        urls: vec![url],
+        servers: vec![master],
+        cluster: None,
+    };
+    Ok((target, replicas))
+}
+
+/// One run of `bench lock` on `target` (which it does not stop): its report,
+/// labelled with the variant it measured. Prints the header line unless
+/// `global.json`.
+pub(crate) async fn measure(
+    global: &Global,
+    args: &BenchLockArgs,
+    target: &Target,
+    prometheus: Option<&metrics_exporter_prometheus::PrometheusHandle>,
+) -> Result<BenchReport, CliError> {
     let version = redis_version(&target.url, global.timeout).await;
     let frozen = args.frozen as usize;
     if frozen > 0 && (target.servers.is_empty() || frozen >= target.servers.len()) {
@@ -387,6 +457,9 @@ pub async fn bench_lock(
             }
         }
     }
+    for s in target.servers.iter().rev().take(frozen) {
+        s.resume()?;
+    }
 
     let mut report = summarize(
         args,
@@ -394,7 +467,6 @@ pub async fn bench_lock(
         shared.violations.load(Ordering::Relaxed),
         version,
     );
-    report.implementation = args.primitive.label();
     report.nodes = target.urls.len();
     report.frozen = frozen;
     report.replicas = args.replicas;
@@ -410,18 +482,27 @@ pub async fn bench_lock(
         Topology::Plain if target.urls.len() > 1 => "redlock",
         Topology::Plain => "standalone",
     };
-    for s in target.servers.iter().rev().take(frozen) {
-        s.resume()?;
-    }
-    drop(shared);
-    output::emit(global.json, &report, || table(&report))?;
-    if args.baseline && args.mode == BenchMode::Distinct {
-        let mut raw = raw_distinct(&target.url, global.timeout, args).await?;
-        raw.redis_version = report.redis_version.clone();
-        output::emit(global.json, &raw, || table(&raw))?;
-    }
-    drop(target);
-    Ok(EXIT_OK)
+    let variant = Variant::default()
+        .with(args.primitive != Primitive::Mutex, || {
+            match args.primitive {
+                // `dlm-semaphore` (the label before variants had parts) for
+                // the default capacity; other capacities name theirs.
+                Primitive::Semaphore if args.permits == DEFAULT_PERMITS => "semaphore".into(),
+                Primitive::Semaphore => format!("semaphore{}", args.permits),
+                p => p.as_str().to_string(),
+            }
+        })
+        .with(report.topology == "cluster", || "cluster".into())
+        .with(report.topology == "sentinel", || "sentinel".into())
+        .with(report.topology == "redlock", || {
+            format!("redlock{}", report.nodes)
+        })
+        .with(args.replicas > 0, || format!("replicas{}", args.replicas))
+        .with(frozen > 0, || format!("frozen{frozen}"))
+        .with(prometheus.is_some(), || "metrics".into());
+    report.implementation = variant.implementation();
+    report.variant = variant.name();
+    Ok(report)
 }
 
 /// `--metrics`: install the Prometheus recorder globally (no HTTP listener),
@@ -517,6 +598,7 @@ async fn raw_distinct(
         })?);
     }
     let mut report = summarize(args, &all, 0, None);
-    report.implementation = "redis-rs-raw";
+    report.implementation = "redis-rs-raw".into();
+    report.variant = "redis-rs-raw".into();
     Ok(report)
 }

@@ -20,16 +20,6 @@ pub enum Primitive {
 }
 
 impl Primitive {
-    /// The implementation name in reports.
-    pub fn label(self) -> &'static str {
-        match self {
-            Primitive::Mutex => "dlm",
-            Primitive::Fair => "dlm-fair",
-            Primitive::Rw => "dlm-rw",
-            Primitive::Semaphore => "dlm-semaphore",
-        }
-    }
-
     /// Whether task `id` holds exclusively (every task but readers and
     /// semaphore holders, which count against the capacity instead).
     pub fn exclusive(self, id: usize) -> bool {

@@ -44,7 +44,8 @@ pub(super) fn summarize(
         (None, None, None, None)
     };
     BenchReport {
-        implementation: "dlm",
+        implementation: "dlm".into(),
+        variant: "default".into(),
         mode: args.mode.as_str(),
         concurrency: args.concurrency,
         ops,
