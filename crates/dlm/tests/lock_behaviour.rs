@@ -946,3 +946,24 @@ async fn a_waiter_registering_while_the_lock_is_released_is_never_stranded() -> 
     }
     Ok(())
 }
+
+/// The watchdog sleeps until its earliest lease is due and is woken only by
+/// a lease due sooner: a short lease taken while a long one is held must
+/// still be renewed in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_lease_taken_after_a_long_one_is_still_renewed() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let long = c.lock("long").acquire(&ttl(30_000).watchdog(true)).await?;
+    // The watchdog now sleeps ~10 s (a third of 30 s).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let short = c.lock("short").acquire(&ttl(600).watchdog(true)).await?;
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert!(!short.is_lost(), "renewed: {:?} left", short.remaining());
+    let mut conn = raw(&s).await;
+    let pttl: i64 = conn.pttl(c.lock("short").key()?).await?;
+    assert!(pttl > 0, "the key is still there: {pttl}");
+    short.release().await?;
+    long.release().await?;
+    Ok(())
+}

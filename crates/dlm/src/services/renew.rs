@@ -63,9 +63,17 @@ struct Entry<L> {
     next: Instant,
 }
 
+/// The leases, and when the renewal loop sleeps until.
+struct State<L> {
+    map: HashMap<u64, Entry<L>>,
+    /// `Some(t)`: the loop sleeps until `t` (a lease due earlier must wake
+    /// it); `None`: it is renewing, and looks at every lease again after.
+    wake_at: Option<Instant>,
+}
+
 /// The renewal service of one client for leases of type `L`.
 pub(crate) struct Renewer<L> {
-    entries: Mutex<HashMap<u64, Entry<L>>>,
+    entries: Mutex<State<L>>,
     wake: Notify,
     running: AtomicBool,
     shutdown: CancellationToken,
@@ -86,14 +94,17 @@ impl<L> Drop for Renewer<L> {
 impl<L: Renewable> Renewer<L> {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(Renewer {
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(State {
+                map: HashMap::new(),
+                wake_at: None,
+            }),
             wake: Notify::new(),
             running: AtomicBool::new(false),
             shutdown: CancellationToken::new(),
         })
     }
 
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry<L>>> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, State<L>> {
         self.entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -101,31 +112,48 @@ impl<L: Renewable> Renewer<L> {
 
     /// Renew `item` every `ttl / 3` until it is no longer
     /// [`Renewable::active`] or dropped.
+    ///
+    /// The loop is woken only when this lease is due before the loop's
+    /// next wake-up: waking it for every new lease made it scan every
+    /// lease each time (an acquire cost O(leases held)).
     pub(crate) fn add(self: &Arc<Self>, id: u64, item: &Arc<L>, ttl: Duration) {
-        self.entries().insert(
-            id,
-            Entry {
-                item: Arc::downgrade(item),
-                ttl,
-                next: Instant::now() + ttl / 3,
-            },
-        );
+        let next = Instant::now() + ttl / 3;
+        let wake = {
+            let mut st = self.entries();
+            st.map.insert(
+                id,
+                Entry {
+                    item: Arc::downgrade(item),
+                    ttl,
+                    next,
+                },
+            );
+            st.wake_at.is_some_and(|t| next < t)
+        };
         if !self.running.swap(true, Ordering::AcqRel) {
             tokio::spawn(run(Arc::downgrade(self), self.shutdown.clone()));
         }
-        self.wake.notify_one();
+        if wake {
+            self.wake.notify_one();
+        }
     }
 
     /// The entries to renew now (due within a window, so that leases taken
     /// at different moments share scripts), and the next due time after them.
-    fn collect_due(&self, now: Instant) -> (Vec<Due<L>>, Option<Instant>) {
-        let mut entries = self.entries();
-        entries.retain(|_, e| e.item.upgrade().is_some_and(|h| h.active()));
-        let earliest = entries.values().map(|e| e.next).min();
+    /// With nothing due, it records when the loop will sleep until (the
+    /// earliest lease, or `idle` from now), under the same lock as `add`.
+    fn collect_due(&self, now: Instant, idle: Duration) -> (Vec<Due<L>>, Option<Instant>) {
+        let mut st = self.entries();
+        st.map
+            .retain(|_, e| e.item.upgrade().is_some_and(|h| h.active()));
+        let earliest = st.map.values().map(|e| e.next).min();
         if earliest.is_none_or(|t| t > now) {
             // Nothing is due yet (a new lease woke us): renew nothing early now.
+            st.wake_at = Some(earliest.unwrap_or(now + idle));
             return (Vec::new(), earliest);
         }
+        st.wake_at = None;
+        let entries = &st.map;
         let mut due = Vec::new();
         let mut later: Option<Instant> = None;
         for (id, e) in entries.iter() {
@@ -146,7 +174,8 @@ impl<L: Renewable> Renewer<L> {
 
     /// Record a batch's verdicts.
     fn apply(&self, batch: &[Due<L>], verdicts: Vec<Renewal>) {
-        let mut entries = self.entries();
+        let mut st = self.entries();
+        let entries = &mut st.map;
         let now = Instant::now();
         let mut verdicts = verdicts.into_iter();
         for d in batch {
@@ -169,13 +198,16 @@ impl<L: Renewable> Renewer<L> {
     }
 }
 
+/// How long the loop sleeps with no lease to renew.
+const IDLE: Duration = Duration::from_secs(1);
+
 async fn run<L: Renewable>(renewer: Weak<Renewer<L>>, shutdown: CancellationToken) {
     loop {
         let Some(r) = renewer.upgrade() else { return };
         let now = Instant::now();
-        let (due, earliest) = r.collect_due(now);
+        let (due, earliest) = r.collect_due(now, IDLE);
         if due.is_empty() {
-            let wait = earliest.unwrap_or(now + Duration::from_secs(1));
+            let wait = earliest.unwrap_or(now + IDLE);
             let notified = r.wake.notified();
             tokio::select! {
                 _ = shutdown.cancelled() => return,
