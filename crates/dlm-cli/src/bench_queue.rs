@@ -1,9 +1,11 @@
 //! `dlm bench queue`: the queue's throughput and an idle worker's pick-up
 //! latency, in three phases on a fresh queue `bench:<random>`.
 //!
-//! * `enqueue`: N tasks with payload `{"i":<n>}`, B per enqueue call, a few
-//!   calls in flight at once; also the Redis memory per waiting task
-//!   (`used_memory` after − before, / N).
+//! * `enqueue`: N tasks, B per enqueue call, a few calls in flight at once;
+//!   also the Redis memory per waiting task (`used_memory` after − before,
+//!   / N). Tasks are id-only (`t<n>`, no payload, as the source documents'
+//!   queue stores them) unless `--payload-bytes P` gives each a P-byte
+//!   payload (the task's number in decimal, zero-padded to P bytes).
 //! * `process`: one [`dlm::queue::Worker`] with concurrency C and a no-op
 //!   handler drains them (claim, run, ack each).
 //! * `idle-start`: with that worker idle (blocked waiting for work), enqueue
@@ -67,6 +69,10 @@ pub struct BenchQueueArgs {
     #[arg(long, value_name = "K", default_value_t = 0,
           value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub group_concurrency: u32,
+    /// Give each task a payload of this many bytes (0: id-only tasks, no payload).
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
+    pub payload_bytes: u32,
 }
 
 /// What each benchmark task carries besides its id and payload.
@@ -74,11 +80,22 @@ pub struct BenchQueueArgs {
 struct Shape {
     priorities: u16,
     groups: u32,
+    payload_bytes: u32,
+}
+
+/// Task `i`'s payload of `len` bytes: `i` in decimal, zero-padded on the
+/// left (its last `len` digits when it has more).
+fn payload(i: u64, len: usize) -> Vec<u8> {
+    let digits = format!("{i:0>len$}").into_bytes();
+    digits[digits.len() - len..].to_vec()
 }
 
 impl Shape {
     fn task(self, i: u64) -> NewTask {
-        let mut t = NewTask::new(format!("t{i}")).payload(format!("{{\"i\":{i}}}"));
+        let mut t = NewTask::new(format!("t{i}"));
+        if self.payload_bytes > 0 {
+            t = t.payload(payload(i, self.payload_bytes as usize));
+        }
         if self.priorities > 1 {
             t = t.priority((i % u64::from(self.priorities)) as u16);
         }
@@ -113,6 +130,8 @@ struct EnqueuePhase {
     mem_bytes_per_waiting_job: f64,
     priorities: u16,
     groups: u32,
+    /// Each task's payload size (0: id-only).
+    payload_bytes: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -131,6 +150,8 @@ struct ProcessPhase {
     priorities: u16,
     groups: u32,
     group_concurrency: u32,
+    /// Each task's payload size (0: id-only).
+    payload_bytes: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -317,7 +338,8 @@ async fn phases(
     let n = args.tasks;
     if !global.json {
         output::line_out(&format!(
-            "dlm bench queue: {n} tasks, batch {}, concurrency {}, priorities {}, groups {}, group concurrency {}, queue {name}\nredis-server {} ({})",
+            "dlm bench queue: {n} tasks, payload {} bytes, batch {}, concurrency {}, priorities {}, groups {}, group concurrency {}, queue {name}\nredis-server {} ({})",
+            args.payload_bytes,
             args.batch,
             args.concurrency,
             args.priorities,
@@ -339,6 +361,7 @@ async fn phases(
     let shape = Shape {
         priorities: args.priorities,
         groups: args.groups,
+        payload_bytes: args.payload_bytes,
     };
     let before = used_memory(raw, name).await?;
     let start = Instant::now();
@@ -357,6 +380,7 @@ async fn phases(
         mem_bytes_per_waiting_job: (after - before) as f64 / n as f64,
         priorities: args.priorities,
         groups: args.groups,
+        payload_bytes: args.payload_bytes,
     };
     output::emit(global.json, &enqueue, || {
         format!(
@@ -400,6 +424,7 @@ async fn phases(
         priorities: args.priorities,
         groups: args.groups,
         group_concurrency: args.group_concurrency,
+        payload_bytes: args.payload_bytes,
     };
     output::emit(global.json, &process, || {
         format!(
@@ -435,4 +460,16 @@ async fn phases(
         )
     })?;
     Ok(EXIT_OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::payload;
+
+    #[test]
+    fn payloads_have_the_asked_length() {
+        assert_eq!(payload(42, 5), b"00042");
+        assert_eq!(payload(123_456, 3), b"456");
+        assert_eq!(payload(7, 1024).len(), 1024);
+    }
 }

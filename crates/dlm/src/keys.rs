@@ -300,6 +300,8 @@ pub const DEFAULT_QUEUE_PREFIX: &str = "dlm:queue:";
 /// order every queue script expects them in KEYS. The last nine hold the
 /// queue's settings, priorities, groups, rate log and completed history;
 /// they exist only once a queue uses those features.
+/// Small payloads live apart, in [`QUEUE_PAYLOAD_BUCKETS`] bucket hashes
+/// next to `payload`.
 ///
 /// ```
 /// assert_eq!(dlm::keys::QUEUE_KEY_SUFFIXES[0], "waiting");
@@ -326,6 +328,31 @@ pub const QUEUE_KEY_SUFFIXES: [&str; 19] = [
     "rate",
     "completed",
 ];
+
+/// How many bucket hashes hold one queue's small payloads (payload and id
+/// both at most 64 bytes): `dlm:queue:{name}:payload:<bucket>`, where
+/// `<bucket>` is the first three hex digits of the SHA-1 of the task id
+/// (`000` ..= `fff`). A bucket holds about 1/4096 of the queue's small
+/// payloads, few enough to stay a compact listpack hash in Redis. Larger
+/// payloads (and those written before buckets) are in `:payload` itself;
+/// a task without a payload is stored in neither.
+///
+/// ```
+/// let keys = dlm::keys::queue_payload_bucket_keys("emails")?;
+/// assert_eq!(keys.len(), dlm::keys::QUEUE_PAYLOAD_BUCKETS);
+/// assert_eq!(keys[0xab], "dlm:queue:{emails}:payload:0ab");
+/// # Ok::<(), dlm::Error>(())
+/// ```
+pub const QUEUE_PAYLOAD_BUCKETS: usize = 4096;
+
+/// Every payload bucket key of queue `name` (see [`QUEUE_PAYLOAD_BUCKETS`]),
+/// for tools that delete a queue's keys.
+pub fn queue_payload_bucket_keys(name: &str) -> Result<Vec<String>> {
+    let payload = &queue_keys(name)?[1];
+    Ok((0..QUEUE_PAYLOAD_BUCKETS)
+        .map(|b| format!("{payload}:{b:03x}"))
+        .collect())
+}
 
 /// The keys of one queue, all under the `{name}` hash tag, in the order
 /// every queue script expects them in KEYS.
