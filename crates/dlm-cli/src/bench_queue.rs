@@ -73,6 +73,10 @@ pub struct BenchQueueArgs {
     #[arg(long, value_name = "N", default_value_t = 0,
           value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
     pub payload_bytes: u32,
+    /// Keep payloads of at most 64 bytes in the queue's compact buckets
+    /// (`Queue::compact_payloads`; default false: in its single payload hash).
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
+    pub compact_payloads: bool,
 }
 
 /// What each benchmark task carries besides its id and payload.
@@ -132,6 +136,8 @@ struct EnqueuePhase {
     groups: u32,
     /// Each task's payload size (0: id-only).
     payload_bytes: u32,
+    /// Small payloads in the compact buckets (`--compact-payloads`).
+    compact_payloads: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -318,7 +324,9 @@ pub async fn bench_queue(global: &Global, args: &BenchQueueArgs) -> Result<u8, C
     let client = connect(global, &target.url).await?;
     let mut raw = raw_connection(&target.url, global.timeout).await?;
     let name = format!("bench:{:016x}", SplitMix(seed(1)).next());
-    let queue = client.queue(name.clone());
+    let queue = client
+        .queue(name.clone())
+        .compact_payloads(args.compact_payloads);
     let result = phases(global, args, &queue, &mut raw, &target, version).await;
     // The benchmark's tasks are disposable, whatever happened.
     delete_queue_keys(&mut raw, &name).await;
@@ -381,6 +389,7 @@ async fn phases(
         priorities: args.priorities,
         groups: args.groups,
         payload_bytes: args.payload_bytes,
+        compact_payloads: args.compact_payloads,
     };
     output::emit(global.json, &enqueue, || {
         format!(

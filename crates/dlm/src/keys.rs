@@ -330,12 +330,12 @@ pub const QUEUE_KEY_SUFFIXES: [&str; 19] = [
 ];
 
 /// How many bucket hashes hold one queue's small payloads (payload and id
-/// both at most 64 bytes): `dlm:queue:{name}:payload:<bucket>`, where
-/// `<bucket>` is the first three hex digits of the SHA-1 of the task id
-/// (`000` ..= `fff`). A bucket holds about 1/4096 of the queue's small
-/// payloads, few enough to stay a compact listpack hash in Redis. Larger
-/// payloads (and those written before buckets) are in `:payload` itself;
-/// a task without a payload is stored in neither.
+/// both at most 64 bytes): `dlm:queue:{name}:payload:<bucket>`, `<bucket>`
+/// in three hex digits (`000` ..= `fff`, see [`queue_payload_bucket`]). A
+/// bucket holds about 1/4096 of the queue's small payloads, few enough to
+/// stay a compact listpack hash in Redis. Larger payloads (and those
+/// written before buckets) are in `:payload` itself; a task without a
+/// payload is stored in neither.
 ///
 /// ```
 /// let keys = dlm::keys::queue_payload_bucket_keys("emails")?;
@@ -344,6 +344,28 @@ pub const QUEUE_KEY_SUFFIXES: [&str; 19] = [
 /// # Ok::<(), dlm::Error>(())
 /// ```
 pub const QUEUE_PAYLOAD_BUCKETS: usize = 4096;
+
+/// The bucket key that holds the small payload of task `id` of queue
+/// `name` (payload.lua computes the same: `h = (h * 31 + byte) mod
+/// 1000003` over the id's bytes, bucket `h mod 4096`).
+///
+/// ```
+/// assert_eq!(
+///     dlm::keys::queue_payload_bucket("emails", "a")?,
+///     "dlm:queue:{emails}:payload:061", // b'a' = 97 = 0x61
+/// );
+/// # Ok::<(), dlm::Error>(())
+/// ```
+pub fn queue_payload_bucket(name: &str, id: &str) -> Result<String> {
+    let h = id
+        .bytes()
+        .fold(0u64, |h, b| (h * 31 + u64::from(b)) % 1_000_003);
+    Ok(format!(
+        "{}:{:03x}",
+        queue_keys(name)?[1],
+        h % QUEUE_PAYLOAD_BUCKETS as u64
+    ))
+}
 
 /// Every payload bucket key of queue `name` (see [`QUEUE_PAYLOAD_BUCKETS`]),
 /// for tools that delete a queue's keys.

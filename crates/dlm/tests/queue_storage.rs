@@ -29,18 +29,6 @@ async fn payload_keys(conn: &mut redis::aio::MultiplexedConnection, q: &str) -> 
     keys
 }
 
-/// The bucket a small payload of `id` lives in.
-async fn bucket(conn: &mut redis::aio::MultiplexedConnection, q: &str, id: &str) -> String {
-    let sha: String = redis::cmd("EVAL")
-        .arg("return redis.sha1hex(ARGV[1])")
-        .arg(0)
-        .arg(id)
-        .query_async(conn)
-        .await
-        .expect("sha1hex");
-    key(q, &format!("payload:{}", &sha[..3]))
-}
-
 async fn small_count(conn: &mut redis::aio::MultiplexedConnection, q: &str) -> i64 {
     let v: Option<i64> = conn.hget(key(q, "stats"), "small").await.expect("HGET");
     v.unwrap_or(0)
@@ -79,7 +67,7 @@ async fn payloads_of_every_size_round_trip_and_leave_nothing_behind() -> TestRes
     let s = server();
     let c = client(&s).await;
     let mut conn = raw(&s).await;
-    let q = c.queue("sizes");
+    let q = c.queue("sizes").compact_payloads(true);
     let binary: Vec<u8> = (0..=255u8).rev().collect();
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("empty", Vec::new()),
@@ -99,7 +87,7 @@ async fn payloads_of_every_size_round_trip_and_leave_nothing_behind() -> TestRes
 
     // Small ones (<= 64 bytes) in their bucket, as a listpack; larger in the single hash.
     for (id, p) in &cases {
-        let b = bucket(&mut conn, "sizes", id).await;
+        let b = dlm::keys::queue_payload_bucket("sizes", id)?;
         let in_bucket: Option<Vec<u8>> = conn.hget(&b, *id).await?;
         let in_hash: Option<Vec<u8>> = conn.hget(key("sizes", "payload"), *id).await?;
         if p.len() <= 64 {
@@ -177,7 +165,7 @@ async fn replacing_moves_a_payload_between_bucket_hash_and_none() -> TestResult 
     let s = server();
     let c = client(&s).await;
     let mut conn = raw(&s).await;
-    let q = c.queue("moves");
+    let q = c.queue("moves").compact_payloads(true);
     let big = vec![b'B'; 300];
     let steps: Vec<Option<Vec<u8>>> = vec![
         Some(b"small".to_vec()),
@@ -245,7 +233,7 @@ async fn tasks_in_the_earlier_layout_are_claimed_retried_and_deleted() -> TestRe
     let s = server();
     let c = client(&s).await;
     let mut conn = raw(&s).await;
-    let q = c.queue("old").max_attempts(3);
+    let q = c.queue("old").max_attempts(3).compact_payloads(true);
     // What the earlier version wrote: every payload (even a small one) in the
     // single hash, attempts after a failed try, an id-only task with nothing.
     let now: (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
@@ -341,5 +329,61 @@ async fn tasks_in_the_earlier_layout_are_claimed_retried_and_deleted() -> TestRe
     assert!(payload_keys(&mut conn, "old").await.is_empty());
     assert_eq!(small_count(&mut conn, "old").await, 0);
     assert_eq!(q.stats().await?.processed, 7 + 5);
+    Ok(())
+}
+
+#[tokio::test]
+async fn handles_with_compact_payloads_off_share_a_queue_with_compact_ones() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let mut conn = raw(&s).await;
+    let wide = c.queue("mix");
+    let compact = c.queue("mix").compact_payloads(true);
+    wide.enqueue([NewTask::new("w").payload("wide")], NOW, OnDuplicate::Keep)
+        .await?;
+    compact
+        .enqueue(
+            [NewTask::new("c").payload("compact")],
+            NOW,
+            OnDuplicate::Keep,
+        )
+        .await?;
+    let in_hash: Option<String> = conn.hget(key("mix", "payload"), "w").await?;
+    assert_eq!(in_hash.as_deref(), Some("wide"));
+    assert_eq!(small_count(&mut conn, "mix").await, 1);
+    // Replaced through the other kind of handle: it moves, never doubles.
+    compact
+        .enqueue(
+            [NewTask::new("w").payload("now compact")],
+            NOW,
+            OnDuplicate::Replace,
+        )
+        .await?;
+    let in_hash: Option<String> = conn.hget(key("mix", "payload"), "w").await?;
+    assert_eq!(in_hash, None);
+    assert_eq!(small_count(&mut conn, "mix").await, 2);
+    wide.enqueue(
+        [NewTask::new("c").payload("wide again")],
+        NOW,
+        OnDuplicate::Replace,
+    )
+    .await?;
+    assert_eq!(small_count(&mut conn, "mix").await, 1);
+    // Any handle reads both places.
+    let mut got: Vec<(String, Option<Vec<u8>>)> = Vec::new();
+    for l in wide.claim(10, LEASE).await? {
+        got.push((l.task().id.clone(), l.task().payload.clone()));
+        l.ack().await?;
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("c".to_string(), Some(b"wide again".to_vec())),
+            ("w".to_string(), Some(b"now compact".to_vec())),
+        ]
+    );
+    assert!(payload_keys(&mut conn, "mix").await.is_empty());
+    assert_eq!(small_count(&mut conn, "mix").await, 0);
     Ok(())
 }

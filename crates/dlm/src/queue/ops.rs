@@ -120,12 +120,15 @@ pub(crate) async fn enqueue(
     tasks: &[NewTask],
     delay: Duration,
     on_duplicate: OnDuplicate,
+    compact: bool,
 ) -> Result<Vec<Enqueued>> {
     let mut inv = invocation(&ENQUEUE, keys);
-    inv.arg(millis(delay)).arg(match on_duplicate {
-        OnDuplicate::Keep => "keep",
-        OnDuplicate::Replace => "replace",
-    });
+    inv.arg(millis(delay))
+        .arg(match on_duplicate {
+            OnDuplicate::Keep => "keep",
+            OnDuplicate::Replace => "replace",
+        })
+        .arg(if compact { "1" } else { "0" });
     for t in tasks {
         inv.arg(&t.id);
         match &t.payload {

@@ -24,7 +24,8 @@
 --  19 completed ZSET  id -> time acked (ms), only with keep_completed, capped
 -- ARGV[1]  delay in ms (>= 0)
 -- ARGV[2]  'keep' or 'replace'
--- ARGV[3..] per task five values: id, '1' with payload / '0' without, payload,
+-- ARGV[3]  '1': small payloads go to their bucket (compact), '0': to `payload`
+-- ARGV[4..] per task five values: id, '1' with payload / '0' without, payload,
 --          priority (integer, '0': none), group ('': none)
 -- A task with a priority or a group that is due now goes to `ready`; so does
 -- every task due now once the queue has such tasks (claim orders `ready`).
@@ -38,7 +39,8 @@ local featured = redis.call('EXISTS', KEYS[12], KEYS[13], KEYS[14]) > 0
 local out, added = {}, 0
 -- Payloads: see payload.lua (small ones in buckets, counted in stats `small`).
 local small, bucketed = small_count() > 0, 0
-for i = 3, #ARGV, 5 do
+local compact = ARGV[3] == '1'
+for i = 4, #ARGV, 5 do
   local id, prio, group = ARGV[i], ARGV[i + 3], ARGV[i + 4]
   local cur = redis.call('ZSCORE', KEYS[1], id)
   local ready, parked = false, false
@@ -96,7 +98,7 @@ for i = 3, #ARGV, 5 do
       redis.call('ZADD', KEYS[1], score, id)
     end
     local was_dead = redis.call('ZREM', KEYS[6], id) == 1
-    local delta = put_payload(id, ARGV[i + 1] == '1' and ARGV[i + 2], cur or flying or was_dead, small)
+    local delta = put_payload(id, ARGV[i + 1] == '1' and ARGV[i + 2], cur or flying or was_dead, small, compact)
     if delta > 0 then small = true end
     bucketed = bucketed + delta
     if not cur then

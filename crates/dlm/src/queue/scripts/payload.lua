@@ -5,9 +5,12 @@
 -- the caller by themselves. Where a task's payload lives:
 --   * none (an id-only task): nowhere. The task is its entry in the due-time
 --     set and nothing else.
---   * small (payload and id both at most 64 bytes): in one of 4096 bucket
---     hashes KEYS[2] .. ':' .. the first three hex digits of sha1(id), under
---     the queue's hash tag (same cluster slot). A bucket holds about
+--   * small (payload and id both at most 64 bytes, written by a producer
+--     with compact payloads on, Queue::compact_payloads): in one of 4096 bucket hashes
+--     KEYS[2] .. ':' .. bucket(id) in three hex digits, under the queue's
+--     hash tag (same cluster slot). bucket(id): h = 0, then for each byte
+--     b of the id h = (h * 31 + b) mod 1000003; bucket = h mod 4096
+--     (dlm::keys::queue_payload_bucket computes the same). A bucket holds about
 --     tasks / 4096 entries, so it stays a listpack (Redis' defaults:
 --     hash-max-listpack-entries 512, hash-max-listpack-value 64) and a
 --     payload costs its bytes plus about 4, not the ~70 bytes of a hashtable
@@ -19,7 +22,9 @@
 -- (id-only tasks, or large payloads only) never computes a bucket.
 local SMALL_PAYLOAD = 64
 local function bucket_of(id)
-  return KEYS[2] .. ':' .. string.sub(redis.sha1hex(id), 1, 3)
+  local h, b = 0, {string.byte(id, 1, -1)}
+  for i = 1, #b do h = (h * 31 + b[i]) % 1000003 end
+  return KEYS[2] .. ':' .. string.format('%03x', h % 4096)
 end
 local function small_count()
   return tonumber(redis.call('HGET', KEYS[9], 'small') or '0')
@@ -34,7 +39,7 @@ local function payloads_of(ids, small)
   end
   if small then
     for i, id in ipairs(ids) do
-      if not all[i] then all[i] = redis.call('HGET', bucket_of(id), id) end
+      if not all[i] and #id <= SMALL_PAYLOAD then all[i] = redis.call('HGET', bucket_of(id), id) end
     end
   end
   return all
@@ -47,20 +52,25 @@ local function drop_payloads(ids)
   end
   if small_count() > 0 then
     local n = 0
-    for _, id in ipairs(ids) do n = n + redis.call('HDEL', bucket_of(id), id) end
+    for _, id in ipairs(ids) do
+      if #id <= SMALL_PAYLOAD then n = n + redis.call('HDEL', bucket_of(id), id) end
+    end
     if n > 0 then redis.call('HINCRBY', KEYS[9], 'small', -n) end
   end
 end
 -- Store `p` (bytes; false: no payload) as id's payload. `old`: the id may
 -- have a payload already (it was waiting, in flight or dead), which goes;
--- `small`: whether any bucket entry may exist. Returns the change in the
--- number of bucket entries (the caller adds them up into KEYS[9] `small`).
-local function put_payload(id, p, old, small)
+-- `small`: whether any bucket entry may exist; `compact`: a small payload
+-- goes to its bucket (else to KEYS[2]). Returns the change in the number
+-- of bucket entries (the caller adds them up into KEYS[9] `small`).
+local function put_payload(id, p, old, small, compact)
   local n = 0
-  local in_bucket = p and #p <= SMALL_PAYLOAD and #id <= SMALL_PAYLOAD
+  local in_bucket = compact and p and #p <= SMALL_PAYLOAD and #id <= SMALL_PAYLOAD
   if old then
     if in_bucket or not p then redis.call('HDEL', KEYS[2], id) end
-    if small and not in_bucket then n = -redis.call('HDEL', bucket_of(id), id) end
+    if small and not in_bucket and #id <= SMALL_PAYLOAD then
+      n = -redis.call('HDEL', bucket_of(id), id)
+    end
   end
   if in_bucket then
     n = n + redis.call('HSET', bucket_of(id), id, p)
