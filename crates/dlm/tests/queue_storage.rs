@@ -387,3 +387,37 @@ async fn handles_with_compact_payloads_off_share_a_queue_with_compact_ones() -> 
     assert_eq!(small_count(&mut conn, "mix").await, 0);
     Ok(())
 }
+
+/// Compact payloads through every script that touches them, on `client`.
+async fn compact_round_trip(client: &dlm::Client) -> TestResult {
+    let q = client.queue("compact-everywhere").compact_payloads(true);
+    let tasks = (0..50).map(|i| NewTask::new(format!("k{i}")).payload(format!("p{i}")));
+    q.enqueue(tasks, NOW, OnDuplicate::Keep).await?;
+    assert_eq!(q.top(1).await?[0].payload.as_deref(), Some(&b"p0"[..]));
+    let page = q.tasks(TaskState::Waiting, 0, 1, 10).await?;
+    assert_eq!(page.tasks[0].payload_preview.as_deref(), Some(&b"p0"[..]));
+    assert_eq!(q.pop(1).await?[0].payload.as_deref(), Some(&b"p0"[..]));
+    let leases = q.claim(100, LEASE).await?;
+    assert_eq!(leases.len(), 49);
+    for l in leases {
+        let want = format!("p{}", &l.task().id[1..]);
+        assert_eq!(l.task().payload.as_deref(), Some(want.as_bytes()));
+        l.ack().await?;
+    }
+    assert!(q.stats().await?.is_drained());
+    Ok(())
+}
+
+#[tokio::test]
+async fn compact_payloads_on_a_cluster_and_as_a_least_privilege_user() -> TestResult {
+    let cluster = dlm_testkit::Cluster::start()?;
+    let c = dlm::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .connect_cluster(&cluster.urls())
+        .await?;
+    compact_round_trip(&c).await?;
+    let s = dlm_testkit::RedisServer::builder()
+        .acl_user("dlm", "s3cret", dlm::keys::ACL_RULES)
+        .start()?;
+    compact_round_trip(&dlm::Client::connect(&s.url_as("dlm", "s3cret")).await?).await
+}
