@@ -78,6 +78,9 @@ QUEUE_VARIANTS=(
   "groups100|--groups 100"
   "groups100-gc1|--groups 100 --group-concurrency 1"
   "cluster|--cluster"
+  "idonly|--payload-bytes 0"
+  "payload100|--payload-bytes 100"
+  "payload1024|--payload-bytes 1024"
 )
 if [ "${QUEUE:-1}" = 1 ]; then
   for entry in "${QUEUE_VARIANTS[@]}"; do

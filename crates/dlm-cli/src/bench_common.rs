@@ -23,28 +23,47 @@ fn failed(what: &'static str, detail: impl Into<String>) -> CliError {
     }
 }
 
-/// What each benchmark task carries besides its id and payload.
+/// What each benchmark task carries besides its id.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Shape {
     priorities: u16,
     groups: u32,
+    /// `None`: the payload `{"i":n}` (BullMQ's harness gives its jobs the
+    /// same shape); `Some(0)`: id-only; `Some(n)`: `n` bytes.
+    payload_bytes: Option<u32>,
 }
 
 impl Shape {
-    /// Plain tasks: no priority, no group.
+    /// Plain tasks: no priority, no group, the `{"i":n}` payload.
     pub(crate) const PLAIN: Shape = Shape {
         priorities: 1,
         groups: 0,
+        payload_bytes: None,
     };
 
     /// Task i gets priority `i % priorities` (1: none) and group
     /// `g<i % groups>` (0: none).
     pub(crate) fn new(priorities: u16, groups: u32) -> Shape {
-        Shape { priorities, groups }
+        Shape {
+            priorities,
+            groups,
+            payload_bytes: None,
+        }
+    }
+
+    /// Payloads of `bytes` bytes (`Some(0)`: id-only tasks).
+    pub(crate) fn payload_bytes(mut self, bytes: Option<u32>) -> Shape {
+        self.payload_bytes = bytes;
+        self
     }
 
     fn task(self, i: u64) -> NewTask {
-        let mut t = NewTask::new(format!("t{i}")).payload(format!("{{\"i\":{i}}}"));
+        let mut t = NewTask::new(format!("t{i}"));
+        match self.payload_bytes {
+            None => t = t.payload(format!("{{\"i\":{i}}}")),
+            Some(0) => {}
+            Some(len) => t = t.payload(payload(i, len as usize)),
+        }
         if self.priorities > 1 {
             t = t.priority((i % u64::from(self.priorities)) as u16);
         }
@@ -53,6 +72,13 @@ impl Shape {
         }
         t
     }
+}
+
+/// Task `i`'s payload of `len` bytes: `i` in decimal, zero-padded on the
+/// left (its last `len` digits when it has more).
+fn payload(i: u64, len: usize) -> Vec<u8> {
+    let digits = format!("{i:0>len$}").into_bytes();
+    digits[digits.len() - len..].to_vec()
 }
 
 /// Enqueue calls in flight at once in the `enqueue` phase.

@@ -1,9 +1,11 @@
 //! `dlm bench queue`: the queue's throughput and an idle worker's pick-up
 //! latency, in three phases on a fresh queue `bench:<random>`.
 //!
-//! * `enqueue`: N tasks with payload `{"i":<n>}`, B per enqueue call, a few
-//!   calls in flight at once; also the Redis memory per waiting task
-//!   (`used_memory` after − before, / N).
+//! * `enqueue`: N tasks, B per enqueue call, a few calls in flight at once;
+//!   also the Redis memory per waiting task (`used_memory` after − before,
+//!   / N). Tasks are id-only (`t<n>`, no payload, as the source documents'
+//!   queue stores them) unless `--payload-bytes P` gives each a P-byte
+//!   payload (the task's number in decimal, zero-padded to P bytes).
 //! * `process`: one [`dlm::queue::Worker`] with concurrency C and a no-op
 //!   handler drains them (claim, run, ack each).
 //! * `idle-start`: with that worker idle (blocked waiting for work), enqueue
@@ -67,6 +69,17 @@ pub struct BenchQueueArgs {
     #[arg(long, value_name = "K", default_value_t = 0,
           value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub group_concurrency: u32,
+    /// Give each task a payload of this many bytes (0: id-only tasks, no
+    /// payload). Without it, task i carries `{"i":i}`, the shape of the
+    /// data BullMQ's harness benchmark gives its jobs, so that the peer
+    /// harness compares like with like.
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
+    pub payload_bytes: Option<u32>,
+    /// Keep payloads of at most 64 bytes in the queue's compact buckets
+    /// (`Queue::compact_payloads`; default false: in its single payload hash).
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
+    pub compact_payloads: bool,
 }
 
 /// The longest wait for one task in the `idle-start` phase.
@@ -91,6 +104,10 @@ struct EnqueuePhase {
     mem_bytes_per_waiting_job: f64,
     priorities: u16,
     groups: u32,
+    /// Each task's payload size (0: id-only; null: `{"i":n}`, 7 to 12 bytes).
+    payload_bytes: Option<u32>,
+    /// Small payloads in the compact buckets (`--compact-payloads`).
+    compact_payloads: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -111,6 +128,8 @@ struct ProcessPhase {
     priorities: u16,
     groups: u32,
     group_concurrency: u32,
+    /// Each task's payload size (0: id-only; null: `{"i":n}`, 7 to 12 bytes).
+    payload_bytes: Option<u32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -247,6 +266,11 @@ fn variant(global: &Global, args: &BenchQueueArgs) -> Variant {
         .with(args.group_concurrency > 0, || {
             format!("gc{}", args.group_concurrency)
         })
+        .with(args.payload_bytes == Some(0), || "idonly".into())
+        .with(args.payload_bytes.is_some_and(|b| b > 0), || {
+            format!("payload{}", args.payload_bytes.unwrap_or(0))
+        })
+        .with(args.compact_payloads, || "compact".into())
 }
 
 /// `dlm bench queue`.
@@ -261,7 +285,9 @@ pub async fn bench_queue(global: &Global, args: &BenchQueueArgs) -> Result<u8, C
     let client = connect(global, &target.url).await?;
     let mut raw = raw_connection(&target.url, global.timeout).await?;
     let name = format!("bench:{:016x}", SplitMix(seed(1)).next());
-    let queue = client.queue(name.clone());
+    let queue = client
+        .queue(name.clone())
+        .compact_payloads(args.compact_payloads);
     let result = phases(global, args, &queue, &mut raw, &target, version).await;
     // The benchmark's tasks are disposable, whatever happened.
     delete_queue_keys(&mut raw, &name).await;
@@ -282,7 +308,12 @@ async fn phases(
     let variant = variant(global, args);
     if !global.json {
         output::line_out(&format!(
-            "dlm bench queue: {n} tasks, batch {}, concurrency {}, priorities {}, groups {}, group concurrency {}, queue {name}\nredis-server {} ({})",
+            "dlm bench queue: {n} tasks, payload {}, batch {}, concurrency {}, priorities {}, groups {}, group concurrency {}, queue {name}\nredis-server {} ({})",
+            match args.payload_bytes {
+                None => "{\"i\":n}".to_string(),
+                Some(0) => "none (id-only)".to_string(),
+                Some(b) => format!("{b} bytes"),
+            },
             args.batch,
             args.concurrency,
             args.priorities,
@@ -301,7 +332,7 @@ async fn phases(
             )
             .await?;
     }
-    let shape = Shape::new(args.priorities, args.groups);
+    let shape = Shape::new(args.priorities, args.groups).payload_bytes(args.payload_bytes);
     let before = used_memory(raw, name).await?;
     let start = Instant::now();
     enqueue_all(queue, n, u64::from(args.batch), shape, &|_| {}).await?;
@@ -320,6 +351,8 @@ async fn phases(
         mem_bytes_per_waiting_job: (after - before) as f64 / n as f64,
         priorities: args.priorities,
         groups: args.groups,
+        payload_bytes: args.payload_bytes,
+        compact_payloads: args.compact_payloads,
     };
     output::emit(global.json, &enqueue, || {
         format!(
@@ -364,6 +397,7 @@ async fn phases(
         priorities: args.priorities,
         groups: args.groups,
         group_concurrency: args.group_concurrency,
+        payload_bytes: args.payload_bytes,
     };
     output::emit(global.json, &process, || {
         format!(
@@ -400,4 +434,16 @@ async fn phases(
         )
     })?;
     Ok(EXIT_OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::payload;
+
+    #[test]
+    fn payloads_have_the_asked_length() {
+        assert_eq!(payload(42, 5), b"00042");
+        assert_eq!(payload(123_456, 3), b"456");
+        assert_eq!(payload(7, 1024).len(), 1024);
+    }
 }

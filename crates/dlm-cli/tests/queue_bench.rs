@@ -38,6 +38,8 @@ fn bench_queue_prints_three_sane_phases() -> TestResult {
         .ok_or("mem_bytes_per_waiting_job")?;
     assert!(mem > 20.0 && mem < 10_000.0, "{enqueue}");
     assert_eq!(process["concurrency"], 16, "{process}");
+    assert_eq!(enqueue["payload_bytes"], 0, "id-only by default: {enqueue}");
+    assert_eq!(process["payload_bytes"], 0, "{process}");
     assert_eq!(idle["samples"], 200, "{idle}");
     let p50 = idle["p50_us"].as_u64().ok_or("p50_us")?;
     let p99 = idle["p99_us"].as_u64().ok_or("p99_us")?;
@@ -62,5 +64,28 @@ fn bench_queue_prints_three_sane_phases() -> TestResult {
     for word in ["enqueue", "process", "idle-start"] {
         assert!(r.stdout.contains(word), "{}", r.stdout);
     }
+
+    // With payloads: reported, and each costs at least its bytes.
+    let r = run(&[
+        "--json",
+        "bench",
+        "queue",
+        "--tasks",
+        "300",
+        "--batch",
+        "100",
+        "--idle-samples",
+        "5",
+        "--payload-bytes",
+        "1024",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let lines = json_lines(&r);
+    assert_eq!(lines[0]["payload_bytes"], 1024, "{}", lines[0]);
+    assert_eq!(lines[1]["payload_bytes"], 1024, "{}", lines[1]);
+    let mem = lines[0]["mem_bytes_per_waiting_job"]
+        .as_f64()
+        .ok_or("mem_bytes_per_waiting_job")?;
+    assert!(mem > 1024.0, "{}", lines[0]);
     Ok(())
 }

@@ -335,6 +335,8 @@ pub const DEFAULT_QUEUE_PREFIX: &str = "dlm:queue:";
 /// order every queue script expects them in KEYS. The last nine hold the
 /// queue's settings, priorities, groups, rate log and completed history;
 /// they exist only once a queue uses those features.
+/// Small payloads live apart, in [`QUEUE_PAYLOAD_BUCKETS`] bucket hashes
+/// next to `payload`.
 ///
 /// ```
 /// assert_eq!(dlm::keys::QUEUE_KEY_SUFFIXES[0], "waiting");
@@ -361,6 +363,53 @@ pub const QUEUE_KEY_SUFFIXES: [&str; 19] = [
     "rate",
     "completed",
 ];
+
+/// How many bucket hashes hold one queue's small payloads (payload and id
+/// both at most 64 bytes): `dlm:queue:{name}:payload:<bucket>`, `<bucket>`
+/// in three hex digits (`000` ..= `fff`, see [`queue_payload_bucket`]). A
+/// bucket holds about 1/4096 of the queue's small payloads, few enough to
+/// stay a compact listpack hash in Redis. Larger payloads (and those
+/// written before buckets) are in `:payload` itself; a task without a
+/// payload is stored in neither.
+///
+/// ```
+/// let keys = dlm::keys::queue_payload_bucket_keys("emails")?;
+/// assert_eq!(keys.len(), dlm::keys::QUEUE_PAYLOAD_BUCKETS);
+/// assert_eq!(keys[0xab], "dlm:queue:{emails}:payload:0ab");
+/// # Ok::<(), dlm::Error>(())
+/// ```
+pub const QUEUE_PAYLOAD_BUCKETS: usize = 4096;
+
+/// The bucket key that holds the small payload of task `id` of queue
+/// `name` (payload.lua computes the same: `h = (h * 31 + byte) mod
+/// 1000003` over the id's bytes, bucket `h mod 4096`).
+///
+/// ```
+/// assert_eq!(
+///     dlm::keys::queue_payload_bucket("emails", "a")?,
+///     "dlm:queue:{emails}:payload:061", // b'a' = 97 = 0x61
+/// );
+/// # Ok::<(), dlm::Error>(())
+/// ```
+pub fn queue_payload_bucket(name: &str, id: &str) -> Result<String> {
+    let h = id
+        .bytes()
+        .fold(0u64, |h, b| (h * 31 + u64::from(b)) % 1_000_003);
+    Ok(format!(
+        "{}:{:03x}",
+        queue_keys(name)?[1],
+        h % QUEUE_PAYLOAD_BUCKETS as u64
+    ))
+}
+
+/// Every payload bucket key of queue `name` (see [`QUEUE_PAYLOAD_BUCKETS`]),
+/// for tools that delete a queue's keys.
+pub fn queue_payload_bucket_keys(name: &str) -> Result<Vec<String>> {
+    let payload = &queue_keys(name)?[1];
+    Ok((0..QUEUE_PAYLOAD_BUCKETS)
+        .map(|b| format!("{payload}:{b:03x}"))
+        .collect())
+}
 
 /// The keys of one queue, all under the `{name}` hash tag, in the order
 /// every queue script expects them in KEYS.

@@ -242,6 +242,16 @@ pub async fn delete_queue_keys(conn: &mut RawConnection, name: &str) {
     if let Err(e) = del.query_async::<i64>(conn).await {
         tracing::warn!(error = %e, "could not delete the disposable queue's keys");
     }
+    // The small payloads' buckets (empty, so gone, once the queue is drained).
+    let buckets = dlm::keys::queue_payload_bucket_keys(name).unwrap_or_default();
+    for chunk in buckets.chunks(1024) {
+        let mut del = redis::cmd("DEL");
+        del.arg(chunk);
+        if let Err(e) = del.query_async::<i64>(conn).await {
+            tracing::warn!(error = %e, "could not delete the disposable queue's payload buckets");
+            return;
+        }
+    }
 }
 
 /// A raw connection to `url` (see [`RawConnection`]).

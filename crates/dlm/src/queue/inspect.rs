@@ -16,7 +16,7 @@ use crate::queue::Queue;
 use crate::queue::ops::{array, bytes, int, invocation, text, unsigned};
 use crate::token::Fence;
 
-static TASKS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/tasks.lua")));
+crate::queue::ops::script!(TASKS, ["payload"], "tasks.lua");
 
 /// The most tasks one [`Queue::tasks`] call returns.
 pub const MAX_PAGE: usize = 200;

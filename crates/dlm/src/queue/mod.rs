@@ -12,7 +12,11 @@
 //! are fired by the workers themselves (see [`Repeat`]).
 //!
 //! Keys of queue `Q` (all under the `{Q}` hash tag, so one Redis Cluster slot):
-//! `dlm:queue:{Q}:waiting` (ZSET id → due ms), `:payload` (HASH), `:inflight`
+//! `dlm:queue:{Q}:waiting` (ZSET id → due ms), `:payload` (HASH id →
+//! payload over 64 bytes; small payloads sit in the 4096 listpack hashes
+//! `:payload:000` ..= `:payload:fff`, see [`Queue::compact_payloads`] and
+//! [`crate::keys::queue_payload_bucket`]; an id-only task is its `:waiting`
+//! entry and nothing else), `:inflight`
 //! (ZSET id → lease deadline), `:lease` (HASH id → fencing token),
 //! `:attempts`, `:dead`, `:errors`, `:fence`, `:stats`, `:signal` (wake-ups);
 //! and, only once a queue uses them, `:config` (its settings), `:prio`,
@@ -106,6 +110,8 @@ pub struct Queue {
     max_payload: usize,
     max_attempts: u32,
     backoff: Backoff,
+    /// Small payloads go to the compact buckets (see [`Queue::compact_payloads`]).
+    compact_payloads: bool,
     /// The keys of its metrics, labelled with its name once.
     metrics: Arc<QueueMetrics>,
 }
@@ -200,6 +206,7 @@ impl Queue {
             max_payload: DEFAULT_MAX_PAYLOAD,
             max_attempts: 5,
             backoff: Backoff::default(),
+            compact_payloads: false,
         }
     }
 
@@ -213,6 +220,30 @@ impl Queue {
     /// (default 5; 1 ..= 1000). Used by claim (expired leases), nack and the worker.
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts;
+        self
+    }
+
+    /// Whether this handle's enqueues keep small payloads (payload and id
+    /// both at most 64 bytes) in the queue's compact bucket hashes (default
+    /// `false`: in the single `:payload` hash). On: about 37 bytes less
+    /// Redis memory per such task (136 instead of 173 bytes for an 11-byte
+    /// payload), for about 5 µs more Redis CPU per task (a bucket costs one
+    /// command per task to write, read and delete, where the single hash
+    /// serves a whole batch in one), which lowered the processing rate of
+    /// `dlm bench queue --payload-bytes 11` by about a quarter on 2 cores
+    /// (BENCHMARKS.md, issue 16). Readers find a payload wherever it is, so
+    /// handles with either setting share a queue. Id-only tasks and larger
+    /// payloads are stored the same either way.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// // Memory first for a big backlog of small payloads.
+    /// let queue = client.queue("events").compact_payloads(true);
+    /// queue.push(dlm::queue::NewTask::new("e:1").payload("{}")).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn compact_payloads(mut self, on: bool) -> Self {
+        self.compact_payloads = on;
         self
     }
 
@@ -284,7 +315,15 @@ impl Queue {
                 ));
             }
         }
-        ops::enqueue(backend, &keys, &tasks, delay, on_duplicate).await
+        ops::enqueue(
+            backend,
+            &keys,
+            &tasks,
+            delay,
+            on_duplicate,
+            self.compact_payloads,
+        )
+        .await
     }
 
     /// Enqueue one task, due now, keeping an existing one with the same id.

@@ -19,30 +19,32 @@ macro_rules! script {
         static $name: LazyLock<Script> =
             LazyLock::new(|| Script::new(include_str!(concat!("scripts/", $file))));
     };
-    // With the group and priority helpers of groups.lua in front.
-    ($name:ident, groups, $file:literal) => {
+    // With helpers in front: groups.lua (groups and priorities) and/or
+    // payload.lua (where payloads live: the single hash or its buckets).
+    ($name:ident, [$($helper:literal),+], $file:literal) => {
         static $name: LazyLock<Script> = LazyLock::new(|| {
             Script::new(concat!(
-                include_str!("scripts/groups.lua"),
+                $(include_str!(concat!("scripts/", $helper, ".lua")),)+
                 include_str!(concat!("scripts/", $file))
             ))
         });
     };
 }
+pub(crate) use script;
 
-script!(ENQUEUE, groups, "enqueue.lua");
-script!(TOP, "top.lua");
-script!(POP, "pop.lua");
-script!(REMOVE_IF_SCORE, "remove_if_score.lua");
-script!(CLAIM, groups, "claim.lua");
-script!(ACK, groups, "ack.lua");
-script!(NACK, groups, "nack.lua");
+script!(ENQUEUE, ["groups", "payload"], "enqueue.lua");
+script!(TOP, ["payload"], "top.lua");
+script!(POP, ["payload"], "pop.lua");
+script!(REMOVE_IF_SCORE, ["payload"], "remove_if_score.lua");
+script!(CLAIM, ["groups", "payload"], "claim.lua");
+script!(ACK, ["groups", "payload"], "ack.lua");
+script!(NACK, ["groups"], "nack.lua");
 script!(EXTEND, "extend.lua");
-script!(ABANDON, groups, "abandon.lua");
+script!(ABANDON, ["groups"], "abandon.lua");
 script!(STATS, "stats.lua");
-script!(DEAD, "dead.lua");
+script!(DEAD, ["payload"], "dead.lua");
 script!(RETRY_DEAD, "retry_dead.lua");
-script!(PURGE_DEAD, "purge_dead.lua");
+script!(PURGE_DEAD, ["payload"], "purge_dead.lua");
 script!(CONFIG, "config.lua");
 script!(COMPLETED, "completed.lua");
 
@@ -118,12 +120,15 @@ pub(crate) async fn enqueue(
     tasks: &[NewTask],
     delay: Duration,
     on_duplicate: OnDuplicate,
+    compact: bool,
 ) -> Result<Vec<Enqueued>> {
     let mut inv = invocation(&ENQUEUE, keys);
-    inv.arg(millis(delay)).arg(match on_duplicate {
-        OnDuplicate::Keep => "keep",
-        OnDuplicate::Replace => "replace",
-    });
+    inv.arg(millis(delay))
+        .arg(match on_duplicate {
+            OnDuplicate::Keep => "keep",
+            OnDuplicate::Replace => "replace",
+        })
+        .arg(if compact { "1" } else { "0" });
     for t in tasks {
         inv.arg(&t.id);
         match &t.payload {

@@ -2,14 +2,14 @@
 -- max attempts), then lease up to ARGV[1] due tasks, earliest first.
 -- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
---   2 payload   HASH  id -> payload bytes (absent: no payload)
+--   2 payload   HASH  id -> payload over 64 bytes (small ones: buckets, see payload.lua)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
 --   4 lease     HASH  id -> fencing token of the current lease
 --   5 attempts  HASH  id -> times claimed
 --   6 dead      ZSET  id -> time it died (ms)
 --   7 errors    HASH  id -> last error text
 --   8 fence     STRING  lease fencing counter (INCR)
---   9 stats     HASH  processed, failed
+--   9 stats     HASH  processed, failed, small (payloads kept in buckets)
 --  10 signal    LIST  wake-up markers for idle workers (at most 64)
 --  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
 --  12 prio      HASH  id -> priority (only tasks with one other than 0)
@@ -144,7 +144,7 @@ if n > 0 then
   -- A few commands for the whole batch, not a few per task; in chunks, as
   -- Lua's unpack() is limited to a few thousand values.
   local first_fence = redis.call('INCRBY', KEYS[8], n) - n + 1
-  local payloads = hmget(KEYS[2], ids)
+  local payloads = payloads_of(ids, small_count() > 0)
   local attempts = hmget(KEYS[5], ids)
   local leases, flying, counts, log = {}, {}, {}, {}
   local deadline = now + lease_ms

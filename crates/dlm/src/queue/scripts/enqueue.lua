@@ -2,14 +2,14 @@
 -- kept (mode 'keep') or replaced (mode 'replace': new due time and payload).
 -- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
---   2 payload   HASH  id -> payload bytes (absent: no payload)
+--   2 payload   HASH  id -> payload over 64 bytes (small ones: buckets, see payload.lua)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
 --   4 lease     HASH  id -> fencing token of the current lease
 --   5 attempts  HASH  id -> times claimed
 --   6 dead      ZSET  id -> time it died (ms)
 --   7 errors    HASH  id -> last error text
 --   8 fence     STRING  lease fencing counter (INCR)
---   9 stats     HASH  processed, failed
+--   9 stats     HASH  processed, failed, small (payloads kept in buckets)
 --  10 signal    LIST  wake-up markers for idle workers (at most 64)
 --  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
 --  12 prio      HASH  id -> priority (only tasks with one other than 0)
@@ -24,7 +24,8 @@
 --  19 completed ZSET  id -> time acked (ms), only with keep_completed, capped
 -- ARGV[1]  delay in ms (>= 0)
 -- ARGV[2]  'keep' or 'replace'
--- ARGV[3..] per task five values: id, '1' with payload / '0' without, payload,
+-- ARGV[3]  '1': small payloads go to their bucket (compact), '0': to `payload`
+-- ARGV[4..] per task five values: id, '1' with payload / '0' without, payload,
 --          priority (integer, '0': none), group ('': none)
 -- A task with a priority or a group that is due now goes to `ready`; so does
 -- every task due now once the queue has such tasks (claim orders `ready`).
@@ -36,7 +37,10 @@ local score = now + tonumber(ARGV[1])
 local replace = ARGV[2] == 'replace'
 local featured = redis.call('EXISTS', KEYS[12], KEYS[13], KEYS[14]) > 0
 local out, added = {}, 0
-for i = 3, #ARGV, 5 do
+-- Payloads: see payload.lua (small ones in buckets, counted in stats `small`).
+local small, bucketed = small_count() > 0, 0
+local compact = ARGV[3] == '1'
+for i = 4, #ARGV, 5 do
   local id, prio, group = ARGV[i], ARGV[i + 3], ARGV[i + 4]
   local cur = redis.call('ZSCORE', KEYS[1], id)
   local ready, parked = false, false
@@ -93,20 +97,19 @@ for i = 3, #ARGV, 5 do
     else
       redis.call('ZADD', KEYS[1], score, id)
     end
-    if ARGV[i + 1] == '1' then
-      redis.call('HSET', KEYS[2], id, ARGV[i + 2])
-    else
-      redis.call('HDEL', KEYS[2], id)
-    end
+    local was_dead = redis.call('ZREM', KEYS[6], id) == 1
+    local delta = put_payload(id, ARGV[i + 1] == '1' and ARGV[i + 2], cur or flying or was_dead, small, compact)
+    if delta > 0 then small = true end
+    bucketed = bucketed + delta
     if not cur then
       redis.call('HDEL', KEYS[5], id)
     end
-    redis.call('ZREM', KEYS[6], id)
     redis.call('HDEL', KEYS[7], id)
     if cur or flying then out[#out + 1] = 2 else out[#out + 1] = 1 end
     out[#out + 1] = score
     added = added + 1
   end
 end
+if bucketed ~= 0 then redis.call('HINCRBY', KEYS[9], 'small', bucketed) end
 if added > 0 then wake(added) end
 return out

@@ -2,14 +2,14 @@
 -- Two concurrent pops never return the same task (the script is atomic).
 -- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
---   2 payload   HASH  id -> payload bytes (absent: no payload)
+--   2 payload   HASH  id -> payload over 64 bytes (small ones: buckets, see payload.lua)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
 --   4 lease     HASH  id -> fencing token of the current lease
 --   5 attempts  HASH  id -> times claimed
 --   6 dead      ZSET  id -> time it died (ms)
 --   7 errors    HASH  id -> last error text
 --   8 fence     STRING  lease fencing counter (INCR)
---   9 stats     HASH  processed, failed
+--   9 stats     HASH  processed, failed, small (payloads kept in buckets)
 --  10 signal    LIST  wake-up markers for idle workers (at most 64)
 --  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
 --  12 prio      HASH  id -> priority (only tasks with one other than 0)
@@ -27,18 +27,21 @@
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local r = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
-local out = {}
-for i = 1, #r, 2 do
-  local id = r[i]
+local ids = {}
+for i = 1, #r, 2 do ids[#ids + 1] = r[i] end
+local payloads = payloads_of(ids, small_count() > 0)
+local out, gone = {}, {}
+for k, id in ipairs(ids) do
   out[#out + 1] = id
-  out[#out + 1] = tonumber(r[i + 1])
-  out[#out + 1] = redis.call('HGET', KEYS[2], id)
+  out[#out + 1] = tonumber(r[2 * k])
+  out[#out + 1] = payloads[k]
   redis.call('ZREM', KEYS[1], id)
   if not redis.call('ZSCORE', KEYS[3], id) then
-    redis.call('HDEL', KEYS[2], id)
+    gone[#gone + 1] = id
     redis.call('HDEL', KEYS[5], id)
     redis.call('HDEL', KEYS[12], id)
     redis.call('HDEL', KEYS[13], id)
   end
 end
+drop_payloads(gone)
 return out

@@ -1,14 +1,14 @@
 -- purge_dead: delete every dead task with its payload and error.
 -- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
---   2 payload   HASH  id -> payload bytes (absent: no payload)
+--   2 payload   HASH  id -> payload over 64 bytes (small ones: buckets, see payload.lua)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
 --   4 lease     HASH  id -> fencing token of the current lease
 --   5 attempts  HASH  id -> times claimed
 --   6 dead      ZSET  id -> time it died (ms)
 --   7 errors    HASH  id -> last error text
 --   8 fence     STRING  lease fencing counter (INCR)
---   9 stats     HASH  processed, failed
+--   9 stats     HASH  processed, failed, small (payloads kept in buckets)
 --  10 signal    LIST  wake-up markers for idle workers (at most 64)
 --  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
 --  12 prio      HASH  id -> priority (only tasks with one other than 0)
@@ -24,14 +24,16 @@
 -- ARGV[1]  how many at most in this call (the caller loops until 0)
 -- Returns  how many were deleted
 local ids = redis.call('ZRANGE', KEYS[6], 0, tonumber(ARGV[1]) - 1)
+local gone = {}
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[6], id)
   redis.call('HDEL', KEYS[7], id)
   if not redis.call('ZSCORE', KEYS[1], id) and not redis.call('ZSCORE', KEYS[3], id) then
-    redis.call('HDEL', KEYS[2], id)
+    gone[#gone + 1] = id
     redis.call('HDEL', KEYS[5], id)
     redis.call('HDEL', KEYS[12], id)
     redis.call('HDEL', KEYS[13], id)
   end
 end
+drop_payloads(gone)
 return #ids

@@ -2,14 +2,14 @@
 -- time still equals the one read (it was not re-enqueued since).
 -- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
---   2 payload   HASH  id -> payload bytes (absent: no payload)
+--   2 payload   HASH  id -> payload over 64 bytes (small ones: buckets, see payload.lua)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
 --   4 lease     HASH  id -> fencing token of the current lease
 --   5 attempts  HASH  id -> times claimed
 --   6 dead      ZSET  id -> time it died (ms)
 --   7 errors    HASH  id -> last error text
 --   8 fence     STRING  lease fencing counter (INCR)
---   9 stats     HASH  processed, failed
+--   9 stats     HASH  processed, failed, small (payloads kept in buckets)
 --  10 signal    LIST  wake-up markers for idle workers (at most 64)
 --  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
 --  12 prio      HASH  id -> priority (only tasks with one other than 0)
@@ -36,7 +36,7 @@ if tonumber(cur) ~= tonumber(ARGV[2]) then
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-  redis.call('HDEL', KEYS[2], ARGV[1])
+  drop_payloads({ARGV[1]})
   redis.call('HDEL', KEYS[5], ARGV[1])
   redis.call('HDEL', KEYS[12], ARGV[1])
   redis.call('HDEL', KEYS[13], ARGV[1])
