@@ -163,7 +163,14 @@ impl Variant {
 
 #[cfg(test)]
 mod tests {
-    use super::Variant;
+    use super::{Variant, payload};
+
+    #[test]
+    fn payloads_have_the_asked_length() {
+        assert_eq!(payload(42, 5), b"00042");
+        assert_eq!(payload(123_456, 3), b"456");
+        assert_eq!(payload(7, 1024).len(), 1024);
+    }
 
     #[test]
     fn the_default_is_plain_dlm() {
