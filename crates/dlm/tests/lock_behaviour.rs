@@ -967,3 +967,34 @@ async fn a_short_lease_taken_after_a_long_one_is_still_renewed() -> TestResult {
     long.release().await?;
     Ok(())
 }
+
+/// Tasks of one client take turns on one lock: hand-overs, and every
+/// sixteenth release a real one. No waiter of another client left a marker,
+/// so that release publishes nothing: the releasing client must wake its
+/// own waiters itself, or they sleep until their retry (20 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_are_woken_by_a_real_release_without_a_message() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let opts = ttl(10_000)
+        .wait(Duration::from_secs(60))
+        .retry_interval(Duration::from_secs(20));
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (lock, opts) = (c.lock("turns"), opts.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                lock.acquire(&opts).await?.release().await?;
+            }
+            Ok::<(), dlm::Error>(())
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .map_err(|_| "a waiter slept until its retry: nobody woke it")???;
+    }
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    Ok(())
+}

@@ -256,6 +256,20 @@ async fn release_held(held: &Held) -> Result<ReleaseOutcome> {
     if let Some(r) = hand_over(held).await? {
         return Ok(r);
     }
+    let released = release_everywhere(held).await;
+    // The release publishes a wake-up only when a waiter left its marker in
+    // Redis; this client's own waiters (which queue behind one another
+    // without trying Redis) are woken here, without a round trip.
+    if let (Ok(r), Some(wakeups)) = (&released, &held.locks.wakeups)
+        && r.outcome == Outcome::Done
+    {
+        wakeups.wake_local(&held.keys.channel);
+    }
+    released
+}
+
+/// Release a held lock on every node (no hand-over).
+async fn release_everywhere(held: &Held) -> Result<ReleaseOutcome> {
     let nodes = &held.locks.nodes;
     match nodes.release(&held.name, &held.keys, &held.token).await {
         // The connection broke (Redis restarted, a reset): the release may
