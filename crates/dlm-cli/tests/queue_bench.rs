@@ -38,8 +38,17 @@ fn bench_queue_prints_three_sane_phases() -> TestResult {
         .ok_or("mem_bytes_per_waiting_job")?;
     assert!(mem > 20.0 && mem < 10_000.0, "{enqueue}");
     assert_eq!(process["concurrency"], 16, "{process}");
-    assert_eq!(enqueue["payload_bytes"], 0, "id-only by default: {enqueue}");
-    assert_eq!(process["payload_bytes"], 0, "{process}");
+    // By default each task carries `{"i":n}` (BullMQ's bench job's shape): null.
+    assert_eq!(
+        enqueue["payload_bytes"],
+        serde_json::Value::Null,
+        "{enqueue}"
+    );
+    assert_eq!(
+        process["payload_bytes"],
+        serde_json::Value::Null,
+        "{process}"
+    );
     assert_eq!(idle["samples"], 200, "{idle}");
     let p50 = idle["p50_us"].as_u64().ok_or("p50_us")?;
     let p99 = idle["p99_us"].as_u64().ok_or("p99_us")?;
@@ -87,5 +96,25 @@ fn bench_queue_prints_three_sane_phases() -> TestResult {
         .as_f64()
         .ok_or("mem_bytes_per_waiting_job")?;
     assert!(mem > 1024.0, "{}", lines[0]);
+    assert_eq!(lines[0]["impl"], "dlm-payload1024", "{}", lines[0]);
+
+    // Id-only tasks: labelled, and cheaper than the default shape.
+    let r = run(&[
+        "--json",
+        "bench",
+        "queue",
+        "--tasks",
+        "300",
+        "--batch",
+        "100",
+        "--idle-samples",
+        "5",
+        "--payload-bytes",
+        "0",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let lines = json_lines(&r);
+    assert_eq!(lines[0]["payload_bytes"], 0, "{}", lines[0]);
+    assert_eq!(lines[0]["impl"], "dlm-idonly", "{}", lines[0]);
     Ok(())
 }
