@@ -132,8 +132,12 @@
 //! its lease ran out, and offers fencing where it can be made correct.
 //!
 //! ## Waiting
-//! [`LockOptions::wait`] keeps trying until a deadline. A release publishes on
-//! the lock's channel; a waiting client wakes one local waiter at once (FIFO).
+//! [`LockOptions::wait`] keeps trying until a deadline. A busy attempt that
+//! will wait marks the lock as waited for (`dlm:lock:{NAME}:waiters`), and a
+//! release publishes on the lock's channel only when it finds that mark (so
+//! uncontended locks cost no `PUBLISH`, which Redis Cluster would broadcast to
+//! every node); a waiting client wakes one local waiter at once (FIFO), and a
+//! releasing client wakes its own waiters without a message.
 //! A jittered retry interval (default 50 ms) covers lost messages and crashed
 //! holders (a waiter also retries when the holder's TTL runs out).
 //! On one Redis, a guard released while a task of the same client waits for
