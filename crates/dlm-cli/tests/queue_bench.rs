@@ -75,21 +75,7 @@ fn bench_queue_prints_three_sane_phases() -> TestResult {
     }
 
     // With payloads: reported, and each costs at least its bytes.
-    let r = run(&[
-        "--json",
-        "bench",
-        "queue",
-        "--tasks",
-        "300",
-        "--batch",
-        "100",
-        "--idle-samples",
-        "5",
-        "--payload-bytes",
-        "1024",
-    ]);
-    assert_eq!(r.code(), 0, "{}", r.stderr);
-    let lines = json_lines(&r);
+    let lines = small_run_with_payload("1024")?;
     assert_eq!(lines[0]["payload_bytes"], 1024, "{}", lines[0]);
     assert_eq!(lines[1]["payload_bytes"], 1024, "{}", lines[1]);
     let mem = lines[0]["mem_bytes_per_waiting_job"]
@@ -98,7 +84,15 @@ fn bench_queue_prints_three_sane_phases() -> TestResult {
     assert!(mem > 1024.0, "{}", lines[0]);
     assert_eq!(lines[0]["impl"], "dlm-payload1024", "{}", lines[0]);
 
-    // Id-only tasks: labelled, and cheaper than the default shape.
+    // Id-only tasks: reported and labelled.
+    let lines = small_run_with_payload("0")?;
+    assert_eq!(lines[0]["payload_bytes"], 0, "{}", lines[0]);
+    assert_eq!(lines[0]["impl"], "dlm-idonly", "{}", lines[0]);
+    Ok(())
+}
+
+/// The JSON lines of a 300-task `bench queue --payload-bytes BYTES` run.
+fn small_run_with_payload(bytes: &str) -> Result<Vec<serde_json::Value>, String> {
     let r = run(&[
         "--json",
         "bench",
@@ -110,11 +104,10 @@ fn bench_queue_prints_three_sane_phases() -> TestResult {
         "--idle-samples",
         "5",
         "--payload-bytes",
-        "0",
+        bytes,
     ]);
-    assert_eq!(r.code(), 0, "{}", r.stderr);
-    let lines = json_lines(&r);
-    assert_eq!(lines[0]["payload_bytes"], 0, "{}", lines[0]);
-    assert_eq!(lines[0]["impl"], "dlm-idonly", "{}", lines[0]);
-    Ok(())
+    if r.code() != 0 {
+        return Err(r.stderr);
+    }
+    Ok(json_lines(&r))
 }
