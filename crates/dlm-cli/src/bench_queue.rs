@@ -102,6 +102,8 @@ struct EnqueuePhase {
     secs: f64,
     ops_per_s: f64,
     mem_bytes_per_waiting_job: f64,
+    /// Redis's CPU time (`INFO CPU`) over the phase, in microseconds per task.
+    redis_cpu_us_per_op: Option<f64>,
     priorities: u16,
     groups: u32,
     /// Each task's payload size (0: id-only; null: `{"i":n}`, 7 to 12 bytes).
@@ -124,6 +126,8 @@ struct ProcessPhase {
     ops: u64,
     secs: f64,
     ops_per_s: f64,
+    /// Redis's CPU time (`INFO CPU`) over the phase, in microseconds per task.
+    redis_cpu_us_per_op: Option<f64>,
     concurrency: u32,
     priorities: u16,
     groups: u32,
@@ -333,10 +337,14 @@ async fn phases(
             .await?;
     }
     let shape = Shape::new(args.priorities, args.groups).payload_bytes(args.payload_bytes);
+    let cpu_urls = crate::global::target::cpu_urls(target);
+    let cpu = || crate::global::target::redis_cpu_seconds(&cpu_urls, global.timeout);
     let before = used_memory(raw, name).await?;
+    let cpu_before = cpu().await;
     let start = Instant::now();
     enqueue_all(queue, n, u64::from(args.batch), shape, &|_| {}).await?;
     let secs = start.elapsed().as_secs_f64();
+    let cpu_used = cpu().await.zip(cpu_before).map(|(a, b)| a - b);
     let after = used_memory(raw, name).await?;
     let enqueue = EnqueuePhase {
         implementation: variant.implementation(),
@@ -349,6 +357,7 @@ async fn phases(
         secs,
         ops_per_s: rate(n, secs),
         mem_bytes_per_waiting_job: (after - before) as f64 / n as f64,
+        redis_cpu_us_per_op: crate::global::target::us_per_op(cpu_used, n),
         priorities: args.priorities,
         groups: args.groups,
         payload_bytes: args.payload_bytes,
@@ -363,6 +372,7 @@ async fn phases(
         )
     })?;
 
+    let cpu_before = cpu().await;
     let start = Instant::now();
     let report = queue
         .worker(
@@ -377,6 +387,7 @@ async fn phases(
         )
         .await?;
     let secs = start.elapsed().as_secs_f64();
+    let cpu_used = cpu().await.zip(cpu_before).map(|(a, b)| a - b);
     if report.acked != n {
         return Err(CliError::No(format!(
             "the worker acked {} of {n} tasks: {report:?}",
@@ -393,6 +404,7 @@ async fn phases(
         ops: n,
         secs,
         ops_per_s: rate(n, secs),
+        redis_cpu_us_per_op: crate::global::target::us_per_op(cpu_used, n),
         concurrency: args.concurrency,
         priorities: args.priorities,
         groups: args.groups,

@@ -119,6 +119,15 @@ pub struct Cli {
     )]
     pub key: Option<PathBuf>,
 
+    /// Worker threads of dlm's async runtime (1..=256). Default 1: dlm's
+    /// work is waiting on Redis, and on a small machine that Redis shares,
+    /// a second thread mostly adds wake-ups: the lock bench at 64 tasks on 2
+    /// cores ran 1.5x the cycles at 0.8x the Redis CPU per cycle with one
+    /// thread (BENCHMARKS.md). Env: DLM_THREADS.
+    #[arg(long, value_name = "N", global = true, env = "DLM_THREADS", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -155,6 +164,7 @@ impl Cli {
             node_timeout: self.node_timeout,
             topology: self.topology()?,
             tls: self.tls()?,
+            threads: usize::from(self.threads),
         })
     }
 

@@ -87,6 +87,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
     }
     let global = cli.global()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(global.threads)
         .enable_all()
         .build()
         .map_err(CliError::io("starting the async runtime"))?;

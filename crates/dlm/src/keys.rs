@@ -7,15 +7,22 @@
 //! | the lock (value = owner token, TTL = lease) | `dlm:lock:{NAME}` |
 //! | its wake-up channel (published on release while someone waits) | `dlm:lock:{NAME}:released` |
 //! | the waiters' marker (set by a busy attempt that will wait, deleted by the release that publishes) | `dlm:lock:{NAME}:waiters` |
-//! | the fencing counter of its hash slot (never expires) | `dlm:lock:fence:{S}` |
+//! | its fencing counter on one Redis (standalone, Sentinel, a Redlock master; never expires) | `dlm:lock:fence` |
+//! | its fencing counter on a Redis Cluster: its hash slot's (never expires) | `dlm:lock:fence:{S}` |
 //!
 //! The lock key and channel carry the hash tag `{NAME}`. Fencing counters are
-//! kept **per Redis Cluster hash slot**, not per name: `S` is a short tag that
-//! hashes to the lock key's slot, so the acquire script still touches a
-//! single slot, there are never more than 16 384 counter keys however many
-//! distinct names are locked (a counter per name would leave one key behind
-//! for every name ever used), and the fence of each lock still strictly
-//! increases (the counters only grow; locks in one slot share the sequence).
+//! never kept per name (a counter per name would leave one key behind for
+//! every name ever used). On one Redis, every lock under a prefix shares one
+//! counter: concurrent acquires take their fences with one `INCRBY` in one
+//! `MULTI`, and one hot key stays in the CPU's cache where 16 384 did not.
+//! On a Redis Cluster, a lock and its counter must share a hash slot, so the
+//! counters are kept **per slot**: `S` is a short tag that hashes to the lock
+//! key's slot, and there are never more than 16 384 of them. The fence of
+//! each lock strictly increases either way (the counters only grow; locks
+//! sharing a counter share its sequence), and every fence is above
+//! [`FENCE_FLOOR`] (2^48): dlm 0.1 kept per-slot counters on one Redis
+//! too, whose values stay far below it, so an upgraded client never hands
+//! out a fence lower than one an older version handed out for the same lock.
 //! With a raw key ([`crate::Lock::raw_key`]) the lock key is exactly `NAME`,
 //! as redis-py, node-redlock and redsync use it, and the channel becomes
 //! `dlm:released:{T}:NAME` where `T` is the part of `NAME` Redis Cluster
@@ -45,7 +52,7 @@ pub const DEFAULT_LOCK_PREFIX: &str = "dlm:lock:";
 /// assert!(!dlm::keys::ACL_RULES.contains("+@all"));
 /// ```
 pub const ACL_RULES: &str = "resetkeys ~dlm:* resetchannels &dlm:* -@all \
-+evalsha +eval +script|load +get +set +del +pexpire +pttl +incr +incrby +decrby \
++evalsha +eval +script|load +get +mget +set +del +multi +exec +pexpire +pttl +incr +incrby +decrby \
 +hget +hmget +hset +hdel +hincrby +hexists +hlen +lpush +ltrim +blpop +zadd +zcard +zcount \
 +zmscore +zrange +zrangebyscore +zrangebylex +zrevrange +zrem +zremrangebyrank +zremrangebyscore +zscore \
 +pexpireat +rpush +lpop +lindex +lpos +lrem +exists +time +wait +publish +scan \
@@ -105,8 +112,49 @@ pub fn lock_key(prefix: &str, name: &str, raw: bool) -> Result<String> {
     Ok(lock_keys(prefix, name, raw)?.lock)
 }
 
-/// The keys of lock `name` under `prefix` (`raw` = the key is exactly `name`).
+/// Every fence a lock's counter hands out is above this (2^48): a counter
+/// below it (new, or written by a dlm older than the shared counter) is
+/// raised past it by the first grant that sees it. Per-slot counters of
+/// older versions stay far below it (it takes 2^48 grants in one slot to
+/// reach), so no fence handed out now is lower than one an older version
+/// handed out for the same lock; and it leaves 2^53 - 2^48 fences that
+/// still read exactly as a JSON number.
+///
+/// ```
+/// assert_eq!(dlm::keys::FENCE_FLOOR, 1 << 48);
+/// ```
+pub const FENCE_FLOOR: u64 = 1 << 48;
+
+/// Where a lock's fencing counter lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FenceLayout {
+    /// One counter per hash slot (`PREFIXfence:{S}`): a Redis Cluster, where
+    /// a lock and its counter must share a slot.
+    PerSlot,
+    /// One counter for every lock under the prefix (`PREFIXfence`): one
+    /// Redis (standalone, Sentinel, each Redlock node). Concurrent acquires
+    /// take their fences with one `INCRBY` per batch, and the counter stays
+    /// in the CPU's cache where 16 384 counters did not.
+    Shared,
+}
+
+/// The keys of lock `name` under `prefix` (`raw` = the key is exactly `name`),
+/// with per-slot fencing counters.
 pub(crate) fn lock_keys(prefix: &str, name: &str, raw: bool) -> Result<LockKeys> {
+    lock_keys_in(prefix, name, raw, FenceLayout::PerSlot)
+}
+
+/// The keys of lock `name` under `prefix`, its fencing counter as `layout` says.
+pub(crate) fn lock_keys_in(
+    prefix: &str,
+    name: &str,
+    raw: bool,
+    layout: FenceLayout,
+) -> Result<LockKeys> {
+    let fence = |lock: &str| match layout {
+        FenceLayout::PerSlot => fence_key(prefix, lock),
+        FenceLayout::Shared => concat(&[prefix, "fence"]),
+    };
     validate_name("lock name", name)?;
     if raw {
         let tag = cluster_tag(name);
@@ -120,7 +168,7 @@ pub(crate) fn lock_keys(prefix: &str, name: &str, raw: bool) -> Result<LockKeys>
         }
         return Ok(LockKeys {
             lock: name.to_string(),
-            fence: fence_key(prefix, name),
+            fence: fence(name),
             channel: format!("dlm:released:{{{tag}}}:{name}"),
             waiters: format!("{prefix}waiters:{{{tag}}}:{name}"),
         });
@@ -134,7 +182,7 @@ pub(crate) fn lock_keys(prefix: &str, name: &str, raw: bool) -> Result<LockKeys>
     // Built with exact capacities: this runs once per acquire.
     let lock = concat(&[prefix, "{", name, "}"]);
     Ok(LockKeys {
-        fence: fence_key(prefix, &lock),
+        fence: fence(&lock),
         channel: concat(&[&lock, ":released"]),
         waiters: concat(&[&lock, ":waiters"]),
         lock,

@@ -37,10 +37,13 @@
 //! ## Keys
 //! The lock `NAME` is the key `dlm:lock:{NAME}` (prefix configurable with
 //! [`ClientBuilder::key_prefix`]) and its release channel
-//! `dlm:lock:{NAME}:released`. Fencing counters live per Redis Cluster hash
-//! slot (`dlm:lock:fence:{S}` with `S` a tag of the lock key's slot), so every
-//! script touches one slot and locking ever more distinct names leaves no
-//! key behind per name (at most 16 384 counters). With
+//! `dlm:lock:{NAME}:released`. On one Redis every lock under a prefix takes
+//! its fencing tokens from one counter (`dlm:lock:fence`), so concurrent
+//! acquires take theirs with one `INCRBY`; on a Redis Cluster the counters
+//! live per hash slot (`dlm:lock:fence:{S}` with `S` a tag of the lock key's
+//! slot), so every call touches one slot. Either way, locking ever more
+//! distinct names leaves no key behind per name, and every fence is above
+//! 2^48 ([`keys::FENCE_FLOOR`]). With
 //! [`Lock::raw_key`] the key is exactly `NAME`, which shares the lock with
 //! redis-py's `Lock`, node-redlock or redsync on the same key. See [`keys`].
 //!

@@ -45,7 +45,15 @@ static GLOBAL: Counting = Counting;
 /// parser (4) and request plumbing (6), the key strings (4), the guard's
 /// state (4), the two reply channels (2), name, token and keys (3), the
 /// batch queue (2). Raise it only on purpose, with the reason.
-const BUDGET_PER_CYCLE: f64 = 33.0;
+///
+/// Issue 22 raised it to 49 (48 measured): an acquire on one Redis is a `MULTI; INCRBY;
+/// SET NX PX; EXEC` transaction, which redis-rs builds as a pipeline of
+/// commands (a buffer pair per command, `MULTI` and `EXEC` built on every
+/// send, a `QUEUED` string per reply): 16 allocations more on the client,
+/// against about 2 µs less of Redis's CPU per cycle (BENCHMARKS.md). Redis
+/// is the resource every service shares; the client's CPU per cycle stays
+/// below rslock's.
+const BUDGET_PER_CYCLE: f64 = 49.0;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_cycle_allocates_within_its_budget() -> TestResult {

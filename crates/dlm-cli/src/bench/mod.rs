@@ -152,6 +152,10 @@ pub struct BenchReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_ops_per_worker: Option<u64>,
     redis_version: Option<String>,
+    /// Redis's CPU time (`INFO CPU`, every node's) over the measured
+    /// window, in microseconds per operation counted in `ops`: what a shared
+    /// Redis pays for each acquire+release cycle (`None`: not measured).
+    redis_cpu_us_per_op: Option<f64>,
     /// Independent Redis nodes locked on (more than 1: Redlock).
     nodes: usize,
     /// Of them, frozen (SIGSTOP) during the run (`--frozen`).
@@ -442,6 +446,12 @@ pub(crate) async fn measure(
         violations: AtomicU64::new(0),
         handoff: Handoff::default(),
     });
+    let cpu = crate::global::target::cpu_window(
+        crate::global::target::cpu_urls(target),
+        global.timeout,
+        shared.measure_from.into(),
+        shared.measure_until.into(),
+    );
     let workers: Vec<_> = (0..args.concurrency as usize)
         .map(|id| tokio::spawn(worker(id, shared.clone())))
         .collect();
@@ -467,6 +477,8 @@ pub(crate) async fn measure(
         shared.violations.load(Ordering::Relaxed),
         version,
     );
+    report.redis_cpu_us_per_op =
+        crate::global::target::us_per_op(cpu.await.ok().flatten(), report.ops);
     report.nodes = target.urls.len();
     report.frozen = frozen;
     report.replicas = args.replicas;

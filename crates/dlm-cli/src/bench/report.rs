@@ -64,6 +64,7 @@ pub(super) fn summarize(
         min_ops_per_worker: min_ops,
         max_ops_per_worker: max_ops,
         redis_version,
+        redis_cpu_us_per_op: None,
         nodes: 1,
         frozen: 0,
         topology: "standalone",

@@ -32,6 +32,8 @@ pub struct Global {
     pub topology: Topology,
     /// TLS certificates for `rediss://` URLs, when given.
     pub tls: Option<dlm::TlsConfig>,
+    /// Worker threads of the async runtime.
+    pub threads: usize,
 }
 
 /// What the `--redis` URLs name.

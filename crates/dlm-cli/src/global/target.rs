@@ -275,7 +275,7 @@ pub async fn raw_connection(url: &str, timeout: Duration) -> Result<RawConnectio
 }
 
 /// A plain multiplexed connection to the one server at `url`.
-async fn plain_connection(
+pub(crate) async fn plain_connection(
     url: &str,
     timeout: Duration,
 ) -> Result<redis::aio::MultiplexedConnection, CliError> {
@@ -312,6 +312,67 @@ pub async fn redis_version(url: &str, timeout: Duration) -> Option<String> {
         .map(|v| v.trim().to_string())
 }
 
+/// Redis's own CPU time (`INFO CPU`: `used_cpu_sys + used_cpu_user`, in
+/// seconds) summed over the servers at `urls`; `None` when one of them does
+/// not say (it is unreachable, or INFO is not allowed).
+pub(crate) async fn redis_cpu_seconds(urls: &[String], timeout: Duration) -> Option<f64> {
+    let mut total = 0.0;
+    for url in urls {
+        let mut conn = plain_connection(url, timeout).await.ok()?;
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        total += parse_cpu(&info)?;
+    }
+    Some(total)
+}
+
+/// `used_cpu_sys + used_cpu_user` of one `INFO CPU` reply.
+fn parse_cpu(info: &str) -> Option<f64> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    Some(field("used_cpu_sys")? + field("used_cpu_user")?)
+}
+
+/// The URLs of every server of a benchmark's target whose CPU counts: each
+/// node of a private cluster, else the `--redis` URLs (or private servers).
+pub(crate) fn cpu_urls(target: &Target) -> Vec<String> {
+    match &target.cluster {
+        Some(cluster) => cluster.urls(),
+        None => target.urls.clone(),
+    }
+}
+
+/// Measure Redis CPU over the window `from .. until` in a task of its own:
+/// read at `from`, read at `until`; the task returns the seconds used
+/// (`None` if a reading failed, e.g. a frozen node did not answer in
+/// `timeout`).
+pub(crate) fn cpu_window(
+    urls: Vec<String>,
+    timeout: Duration,
+    from: tokio::time::Instant,
+    until: tokio::time::Instant,
+) -> tokio::task::JoinHandle<Option<f64>> {
+    tokio::spawn(async move {
+        let read = || tokio::time::timeout(timeout, redis_cpu_seconds(&urls, timeout));
+        tokio::time::sleep_until(from).await;
+        let start = read().await.ok().flatten();
+        tokio::time::sleep_until(until).await;
+        let end = read().await.ok().flatten();
+        Some(end? - start?).filter(|used| *used >= 0.0)
+    })
+}
+
+/// Microseconds of Redis CPU per operation: `used` seconds over `ops`.
+pub(crate) fn us_per_op(used: Option<f64>, ops: u64) -> Option<f64> {
+    used.filter(|_| ops > 0).map(|s| s * 1e6 / ops as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::redact;
@@ -323,5 +384,17 @@ mod tests {
         assert_eq!(redact("rediss://u:p@w@h/0"), "rediss://u:***@h/0");
         assert_eq!(redact("redis://token@h"), "redis://***@h");
         assert_eq!(redact("notaurl"), "notaurl");
+    }
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::parse_cpu;
+
+    #[test]
+    fn info_cpu_is_read_as_seconds() {
+        let info = "# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:0.250000\r\nused_cpu_sys_children:9.0\r\n";
+        assert_eq!(parse_cpu(info), Some(1.75));
+        assert_eq!(parse_cpu("# CPU\r\nused_cpu_sys:1.0\r\n"), None);
     }
 }

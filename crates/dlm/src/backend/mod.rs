@@ -311,6 +311,25 @@ impl Backend {
         .await
     }
 
+    /// Run `pipe` as one `MULTI ... EXEC` transaction within `timeout` (at
+    /// most the client's deadline): the replies of its commands, in order.
+    /// A command that failed inside the transaction fails the call.
+    pub(crate) async fn transaction_within(
+        &self,
+        timeout: Duration,
+        pipe: &redis::Pipeline,
+    ) -> Result<Vec<Value>> {
+        let mut conn = self.conn.handle();
+        let replies: Vec<Value> =
+            deadline(timeout.min(self.timeout), pipe.query_async(&mut conn)).await?;
+        if let Some(Value::ServerError(e)) =
+            replies.iter().find(|v| matches!(v, Value::ServerError(_)))
+        {
+            return Err(Error::from(redis::RedisError::from(e.clone())));
+        }
+        Ok(replies)
+    }
+
     /// Run one command within the client's deadline.
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
         self.query_within(self.timeout, cmd).await

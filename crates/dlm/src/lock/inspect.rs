@@ -9,7 +9,6 @@ use futures_util::future::join_all;
 
 use crate::backend::{Backend, glob_escape};
 use crate::error::{Error, Result};
-use crate::keys::lock_keys;
 use crate::lock::{Lock, Locks};
 use crate::token::Fence;
 
@@ -67,7 +66,7 @@ impl Locks {
         names.sort();
         names.dedup();
         let looks = names.into_iter().map(|name| async move {
-            let keys = lock_keys(&self.prefix, &name, false)?;
+            let keys = self.lock_keys(&name, false)?;
             let status = self.nodes.status(&name, &keys).await?;
             Ok::<_, Error>(status.held.then_some(HeldLock {
                 key: keys.lock,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::Backend;
+use crate::keys::{FenceLayout, LockKeys, lock_keys_in};
 use crate::lock::Outcome;
 use crate::lock::guard::Held;
 use crate::lock::nodes::Nodes;
@@ -32,6 +33,8 @@ pub struct ReleaseAll {
 pub(crate) struct Locks {
     pub(crate) nodes: Nodes,
     pub(crate) prefix: String,
+    /// Where the fencing counters live on these nodes.
+    pub(crate) fence_layout: FenceLayout,
     pub(crate) wakeups: Option<Arc<Wakeups>>,
     /// Batched watchdog renewals.
     pub(crate) renewer: Arc<Renewer<Held>>,
@@ -65,15 +68,30 @@ impl Locks {
             Nodes::Quorum(q) => q.background.clone(),
             Nodes::Single(_) => TaskTracker::new(),
         };
+        // A lock and its counter share a slot on a Redis Cluster; one Redis
+        // (standalone, Sentinel, each Redlock master) shares one counter.
+        let fence_layout = match &nodes {
+            Nodes::Single(node) if node.backend.batch_by_slot() => FenceLayout::PerSlot,
+            Nodes::Quorum(q) if q.backends.iter().any(|n| n.backend.batch_by_slot()) => {
+                FenceLayout::PerSlot
+            }
+            _ => FenceLayout::Shared,
+        };
         Arc::new(Locks {
             nodes,
             prefix,
+            fence_layout,
             wakeups,
             renewer: Renewer::new(),
             registry: Registry::default(),
             background,
             lock_names,
         })
+    }
+
+    /// The keys of lock `name` (`raw`: the key is exactly `name`) on these nodes.
+    pub(crate) fn lock_keys(&self, name: &str, raw: bool) -> crate::error::Result<LockKeys> {
+        lock_keys_in(&self.prefix, name, raw, self.fence_layout)
     }
 
     /// The one Redis, when there is only one (not Redlock).

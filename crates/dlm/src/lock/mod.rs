@@ -44,7 +44,7 @@ pub(crate) fn preloaded_scripts() -> Vec<&'static redis::Script> {
 }
 
 use crate::error::{Error, Result};
-use crate::keys::{LockKeys, lock_keys};
+use crate::keys::LockKeys;
 use crate::metrics::{AcquireOutcome, LockLabel};
 use crate::services::jittered;
 use crate::services::lease::{LeaseState, drift};
@@ -155,13 +155,14 @@ impl Lock {
         Ok(self.keys()?.lock)
     }
 
-    /// The key of the fencing counter this lock's tokens come from (shared
-    /// by the locks of its hash slot under the same prefix; see
-    /// [`crate::keys`]). For tools that clean up after themselves.
+    /// The key of the fencing counter this lock's tokens come from (on one
+    /// Redis shared by every lock under the same prefix, on a Redis Cluster
+    /// by the locks of its hash slot; see [`crate::keys`]). For tools that
+    /// clean up after themselves.
     ///
     /// ```no_run
     /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
-    /// assert!(client.lock("jobs").fence_key()?.starts_with("dlm:lock:fence:{"));
+    /// assert!(client.lock("jobs").fence_key()?.starts_with("dlm:lock:fence"));
     /// # Ok(()) }
     /// ```
     pub fn fence_key(&self) -> Result<String> {
@@ -169,7 +170,7 @@ impl Lock {
     }
 
     fn keys(&self) -> Result<LockKeys> {
-        lock_keys(&self.locks.prefix, &self.name, self.raw)
+        self.locks.lock_keys(&self.name, self.raw)
     }
 
     /// Acquire the lock, waiting up to `opts.wait` for it.
@@ -302,6 +303,7 @@ impl Lock {
                     opts.ttl,
                     marker,
                     opts.node_timeout,
+                    attempts == 1,
                 )
                 .await;
             pending.armed = pending.unsure;

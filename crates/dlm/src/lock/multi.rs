@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, millis};
 use crate::error::{Error, Result};
-use crate::keys::{LockKeys, lock_keys, slot};
+use crate::keys::{LockKeys, slot};
 use crate::lock::guard::LockGuard;
 use crate::lock::locks::Locks;
 use crate::lock::nodes::Grant;
@@ -31,8 +31,12 @@ use crate::services::options::LockOptions;
 use crate::services::wakeups as wait;
 use crate::token::{Fence, Token};
 
-static ACQUIRE_ALL: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire_all.lua")));
+static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/acquire_all.lua")
+    ))
+});
 
 /// The multi-lock's script.
 pub(crate) fn scripts() -> Vec<&'static Script> {
@@ -102,7 +106,7 @@ impl MultiLock {
         }
         let mut seen = std::collections::HashSet::new();
         for name in &names {
-            lock_keys(&locks.prefix, name, false)?;
+            locks.lock_keys(name, false)?;
             if !seen.insert(name.as_str()) {
                 return Err(Error::invalid(
                     "lock names",
@@ -124,7 +128,7 @@ impl MultiLock {
     fn keys(&self) -> Result<Vec<Arc<LockKeys>>> {
         self.names
             .iter()
-            .map(|n| lock_keys(&self.locks.prefix, n, false).map(Arc::new))
+            .map(|n| self.locks.lock_keys(n, false).map(Arc::new))
             .collect()
     }
 

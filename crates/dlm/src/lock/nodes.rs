@@ -186,6 +186,8 @@ impl Nodes {
     /// its grants on the nodes that answered before it returns; nodes whose
     /// answer is still out or was lost are released in the background (so a
     /// Redlock caller uses a fresh token for its next attempt).
+    // One attempt's whole description; a struct for it would only be unpacked here.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire(
         &self,
         name: &str,
@@ -194,12 +196,14 @@ impl Nodes {
         ttl: Duration,
         marker: Duration,
         node_timeout: Option<Duration>,
+        first: bool,
     ) -> Result<Try> {
         let start = Instant::now();
         let valid_until = start + ttl.saturating_sub(drift(ttl));
         let q = match self {
             Nodes::Single(b) => {
-                let attempt = ops::acquire(b, keys, token, ttl, marker, b.backend.timeout()).await;
+                let attempt =
+                    ops::acquire(b, keys, token, ttl, marker, b.backend.timeout(), first).await;
                 return attempt.map(|a| match a {
                     Attempt::Acquired(fence) => Try::Acquired(Grant {
                         fence: Some(fence),
@@ -219,7 +223,7 @@ impl Nodes {
             .map(|(i, b)| {
                 let (b, keys, token) = (b.clone(), keys.clone(), token.clone());
                 async move {
-                    let r = ops::acquire(&b, &keys, &token, ttl, marker, timeout).await;
+                    let r = ops::acquire(&b, &keys, &token, ttl, marker, timeout, first).await;
                     // A request that timed out before its node's connection was
                     // up was never sent: that node cannot hold our token.
                     let sent = r.is_ok() || b.backend.is_up();

@@ -15,8 +15,12 @@ use crate::token::{Fence, Token};
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
 static EXTEND_OR_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/extend_or_acquire.lua")));
-static RELEASE_TO: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release_to.lua")));
+static RELEASE_TO: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/release_to.lua")
+    ))
+});
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/status.lua")));
 
 /// The scripts Redlock nodes run per lock (extend, status).
@@ -44,9 +48,10 @@ pub(crate) async fn acquire(
     ttl: Duration,
     marker: Duration,
     timeout: Duration,
+    first: bool,
 ) -> Result<Attempt> {
     let timeout = timeout.min(node.backend.timeout());
-    node.acquire(keys, token, ttl, marker, timeout).await
+    node.acquire(keys, token, ttl, marker, timeout, first).await
 }
 
 /// Decode one lock's `ok, n` pair of acquire_many.lua.

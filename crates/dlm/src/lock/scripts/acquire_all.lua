@@ -1,10 +1,11 @@
 -- acquire_all: take several locks of one hash slot for one owner token, all or none (a
 -- multi-lock). A lock already holding the token (an earlier attempt whose reply was lost)
--- counts as ours: its TTL is reset and its slot's current counter returned as its fence.
+-- counts as ours: its TTL is reset and a fresh fence taken. A fence is always above 2^48 (see
+-- fence.lua, which this script starts with).
 -- A busy lock's waiters marker is set when the caller will wait for its release message
 -- (see acquire_many.lua and release_many.lua).
 -- KEYS[3i-2]  the lock key of lock i (all keys of one call share one hash slot)
--- KEYS[3i-1]  the fencing counter of that key's hash slot
+-- KEYS[3i-1]  its fencing counter (one Redis: shared; Redis Cluster: its hash slot's)
 -- KEYS[3i]    the waiters marker of lock i
 -- ARGV[1]     the owner token
 -- ARGV[2]     the TTL of every lock in milliseconds (relative, never a timestamp)
@@ -13,7 +14,6 @@
 --             {0, i, pttl}                lock i is held by another owner (pttl: its remaining
 --                                         TTL in ms, -1 without expiry); nothing was taken
 local n = #KEYS / 3
-local mine = {}
 for i = 1, n do
   local v = redis.call('GET', KEYS[3 * i - 2])
   if v and v ~= ARGV[1] then
@@ -22,15 +22,10 @@ for i = 1, n do
     end
     return {0, i, redis.call('PTTL', KEYS[3 * i - 2])}
   end
-  mine[i] = (v == ARGV[1])
 end
 local out = {1}
 for i = 1, n do
   redis.call('SET', KEYS[3 * i - 2], ARGV[1], 'PX', ARGV[2])
-  if mine[i] then
-    out[i + 1] = tonumber(redis.call('GET', KEYS[3 * i - 1]) or '0')
-  else
-    out[i + 1] = redis.call('INCR', KEYS[3 * i - 1])
-  end
+  out[i + 1] = fence(KEYS[3 * i - 1])
 end
 return out
