@@ -151,11 +151,12 @@ fn acquire_json_has_the_fields_and_raw_key_uses_the_name() -> TestResult {
         v["token"].as_str().ok_or("token")?
     );
 
-    // Never held: free, no TTL, no fence.
+    // Never held: free, no TTL. Its fence is its counter's last one, and on
+    // one Redis every lock shares the counter: the one `report` took.
     let st = status_json(&server, "never");
     assert_eq!(st["held"], false);
     assert!(st["ttl_ms"].is_null());
-    assert!(st["fence"].is_null());
+    assert!(above_floor(&st["fence"]), "{st}");
     Ok(())
 }
 

@@ -496,10 +496,11 @@ mod tests {
     #[test]
     fn reserved_fences_count_only_above_the_floor() {
         let floor = FENCE_FLOOR as i64;
+        assert_eq!(first_fence(floor + 8, 8), Some(FENCE_FLOOR + 1));
         assert_eq!(
-            first_fence(floor + 8, 8),
+            first_fence(floor + 7, 8),
             None,
-            "the floor itself is not a fence"
+            "the floor itself is no fence"
         );
         assert_eq!(first_fence(floor + 9, 8), Some(FENCE_FLOOR + 2));
         assert_eq!(first_fence(8, 8), None, "a new counter");

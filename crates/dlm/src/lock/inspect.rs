@@ -25,7 +25,7 @@ pub struct HeldLock {
     pub key: String,
     /// Its remaining TTL (`None`: the key has no expiry).
     pub ttl: Option<Duration>,
-    /// The last fencing token handed out for its hash slot: at least the
+    /// The last fencing token its counter handed out: at least the
     /// holder's (see [`crate::keys`]).
     pub fence: Option<Fence>,
 }

@@ -171,9 +171,10 @@ pub struct LockStatus {
     pub held: bool,
     /// Its remaining TTL, when held with an expiry.
     pub ttl: Option<Duration>,
-    /// The last fencing token handed out for the lock's hash slot: at least
-    /// this lock's last one (`None`: none yet, or a Redlock client, which
-    /// hands out none). See [`crate::keys`].
+    /// The last fencing token the lock's counter handed out (on one Redis
+    /// the counter every lock under the prefix shares, on a Cluster its hash
+    /// slot's): at least this lock's last one (`None`: none yet, or a
+    /// Redlock client, which hands out none). See [`crate::keys`].
     pub fence: Option<Fence>,
 }
 
