@@ -56,7 +56,11 @@ d["stamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 d["load"] = load
 print(json.dumps(d))
 PY
-    tail -1 "$OUT.tmp" | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(f"{d[\"line\"]:>14} C={d[\"concurrency\"]:<5} {d[\"ops_per_s\"]:>9.0f} cycles/s  redis {d[\"redis_cpu_proc_us_per_cycle\"]:.2f} us/cycle  p99 {d[\"p99_us\"]} us", file=sys.stderr)'
+    tail -1 "$OUT.tmp" | python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+print("%14s C=%-5d %9.0f cycles/s  redis %.2f us/cycle  p99 %s us" % (d["line"], d["concurrency"],
+      d["ops_per_s"], d["redis_cpu_proc_us_per_cycle"], d["p99_us"]), file=sys.stderr)'
   }
   echo "bench-vs-peers-curve: load $(cut -d' ' -f1-3 /proc/loadavg); $SECS s per point" >&2
   for c in $CONCS; do

@@ -4,6 +4,7 @@ import json
 import sys
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -28,6 +29,8 @@ top.set_ylabel("acquire+release cycles/s (thousands)")
 top.set_title("Distinct keys: dlm and rslock on one redis-server (2 shared cores)")
 bottom.set_ylabel("redis-server CPU per cycle (µs)")
 bottom.set_yscale("log")
+bottom.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+bottom.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.0f"))
 bottom.set_xlabel("concurrent tasks (C)")
 bottom.set_xscale("log", base=2)
 xs = sorted({r["concurrency"] for r in rows})
