@@ -220,3 +220,75 @@ async fn a_retried_acquire_whose_first_reply_was_lost_holds_the_lock() -> TestRe
     g.release().await?;
     Ok(())
 }
+
+/// A least-privilege user made with the ACL rules of dlm 0.1, which allow
+/// neither `MULTI`/`EXEC` nor `MGET`: acquires fall back to the script
+/// (finding the keys a refused transaction's `SET`s may have taken already
+/// theirs), releases read with `GET`, and nothing is lost or held twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_with_the_older_acl_rules_still_locks_and_releases() -> TestResult {
+    let older = dlm::keys::ACL_RULES
+        .replace(" +mget", "")
+        .replace(" +multi +exec", "");
+    assert!(!older.contains("+multi") && !older.contains("+mget"));
+    let s = dlm_testkit::RedisServer::builder()
+        .acl_user("dlm", "s3cret", &older)
+        .start()?;
+    let c = dlm::Client::builder()
+        .timeout(Duration::from_millis(1500))
+        .connect(&s.url_as("dlm", "s3cret"))
+        .await?;
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut fences = Vec::new();
+            for i in 0..20 {
+                let g = c
+                    .lock(format!("old-acl-{t}-{i}"))
+                    .acquire(&ttl(5_000))
+                    .await?;
+                fences.push(g.fence().ok_or("a fence")?.get());
+                g.release().await?;
+            }
+            let g = c
+                .lock("old-acl-shared")
+                .acquire(&ttl(5_000).wait(Duration::from_secs(20)))
+                .await?;
+            fences.push(g.fence().ok_or("a fence")?.get());
+            g.release().await?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(fences)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    let n = all.len();
+    assert!(all.iter().all(|f| *f > FENCE_FLOOR));
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), n, "a fence handed out twice");
+    let mut admin = raw(&s).await;
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("dlm:lock:{old-acl*")
+        .query_async(&mut admin)
+        .await?;
+    assert!(left.is_empty(), "every lock released: {left:?}");
+    // The transaction was tried, refused, and not sent again.
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await?;
+    let refused: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_multi:"))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("rejected_calls=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        (1..=8).contains(&refused),
+        "MULTI refused {refused} times: {stats}"
+    );
+    Ok(())
+}

@@ -115,6 +115,9 @@ pub(crate) struct Backend {
     timeout: Duration,
     /// The connection may be a cluster: multi-key scripts group keys by slot.
     by_slot: bool,
+    /// The server refused `MULTI`/`EXEC` to this user once: do not send
+    /// transactions again on this deployment.
+    no_transactions: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -134,6 +137,7 @@ impl Backend {
             conn: Arc::new(conn),
             timeout,
             by_slot: true,
+            no_transactions: Arc::default(),
         }
     }
 
@@ -156,6 +160,7 @@ impl Backend {
             conn: Arc::new(deferred::Deferred::new(state.clone())),
             timeout,
             by_slot: true,
+            no_transactions: Arc::default(),
         };
         (backend, state)
     }
@@ -177,6 +182,7 @@ impl Backend {
             conn: Arc::new(deferred),
             timeout,
             by_slot: true,
+            no_transactions: Arc::default(),
         }
     }
 
@@ -204,6 +210,7 @@ impl Backend {
             conn: Arc::new(deferred::Deferred::new(state)),
             timeout,
             by_slot: true,
+            no_transactions: Arc::default(),
         }
     }
 
@@ -311,23 +318,74 @@ impl Backend {
         .await
     }
 
-    /// Run `pipe` as one `MULTI ... EXEC` transaction within `timeout` (at
-    /// most the client's deadline): the replies of its commands, in order.
-    /// A command that failed inside the transaction fails the call.
+    /// Run `pipe`, a transaction that the caller opened with `MULTI` and
+    /// closed with `EXEC` (built with [`transaction`]), within `timeout` (at
+    /// most the client's deadline): the replies of the commands between, in
+    /// order, from `EXEC`. A command the server refused to queue (a cluster
+    /// node's MOVED), an aborted transaction or a failed command fails the
+    /// call. `Ok(None)`: the server refused `MULTI` to this user (an ACL made
+    /// before dlm used transactions), so the commands between ran one by one,
+    /// not atomically; later calls on this deployment answer `Ok(None)`
+    /// without sending anything.
+    ///
+    /// (`MULTI` and `EXEC` are sent as plain commands of a pipeline, not as
+    /// redis-rs's atomic pipeline, whose reply accounting underflows when
+    /// `MULTI` itself is refused.)
     pub(crate) async fn transaction_within(
         &self,
         timeout: Duration,
         pipe: &redis::Pipeline,
-    ) -> Result<Vec<Value>> {
+    ) -> Result<Option<Vec<Value>>> {
+        use std::sync::atomic::Ordering;
+        if self.no_transactions.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
         let mut conn = self.conn.handle();
         let replies: Vec<Value> =
             deadline(timeout.min(self.timeout), pipe.query_async(&mut conn)).await?;
-        if let Some(Value::ServerError(e)) =
-            replies.iter().find(|v| matches!(v, Value::ServerError(_)))
-        {
-            return Err(Error::from(redis::RedisError::from(e.clone())));
+        let mut replies = replies.into_iter();
+        match replies.next() {
+            Some(Value::Okay) => {}
+            Some(Value::ServerError(e))
+                if matches!(e.kind(), Some(redis::ServerErrorKind::NoPerm)) =>
+            {
+                if !self.no_transactions.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        error = %e.details().unwrap_or_default(),
+                        "this Redis user may not run MULTI/EXEC (an ACL made before dlm used \
+                         them): lock acquires fall back to a script; add +multi +exec \
+                         (dlm::keys::ACL_RULES) for the faster path"
+                    );
+                }
+                return Ok(None);
+            }
+            Some(Value::ServerError(e)) => {
+                return Err(Error::from(redis::RedisError::from(e)));
+            }
+            other => {
+                return Err(Error::protocol(format!("MULTI replied {other:?}")));
+            }
         }
-        Ok(replies)
+        let Some(exec) = replies.next_back() else {
+            return Err(Error::protocol("a transaction without its EXEC reply"));
+        };
+        // A command the server would not queue (MOVED, ASK, a syntax error)
+        // aborts the transaction: its own error says the most.
+        if let Some(Value::ServerError(e)) = replies.find(|v| matches!(v, Value::ServerError(_))) {
+            return Err(Error::from(redis::RedisError::from(e)));
+        }
+        match exec {
+            Value::Array(values) => {
+                if let Some(Value::ServerError(e)) =
+                    values.iter().find(|v| matches!(v, Value::ServerError(_)))
+                {
+                    return Err(Error::from(redis::RedisError::from(e.clone())));
+                }
+                Ok(Some(values))
+            }
+            Value::ServerError(e) => Err(Error::from(redis::RedisError::from(e))),
+            other => Err(Error::protocol(format!("EXEC replied {other:?}"))),
+        }
     }
 
     /// Run one command within the client's deadline.
@@ -344,6 +402,21 @@ impl Backend {
         let mut conn = self.conn.handle();
         deadline(timeout.min(self.timeout), cmd.query_async(&mut conn)).await
     }
+}
+
+/// A transaction of `commands` commands to come, for
+/// [`Backend::transaction_within`]: `MULTI` is in it; add the commands, then
+/// `EXEC` with [`end_transaction`].
+pub(crate) fn transaction(commands: usize) -> redis::Pipeline {
+    let mut pipe = redis::Pipeline::with_capacity(commands + 2);
+    pipe.ignore_errors();
+    pipe.cmd("MULTI");
+    pipe
+}
+
+/// Close a transaction begun with [`transaction`].
+pub(crate) fn end_transaction(pipe: &mut redis::Pipeline) {
+    pipe.cmd("EXEC");
 }
 
 /// The start of an `EVALSHA` of `script` with `keys` keys, its keys and

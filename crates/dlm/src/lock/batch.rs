@@ -13,7 +13,7 @@ use futures_util::future::join_all;
 use redis::{Script, Value};
 use tokio::sync::oneshot;
 
-use crate::backend::{Backend, evalsha, millis};
+use crate::backend::{Backend, end_transaction, evalsha, millis, transaction};
 use crate::error::{Error, Result};
 use crate::keys::{FENCE_FLOOR, LockKeys, slot};
 use crate::lock::Outcome;
@@ -355,8 +355,7 @@ async fn acquire_transaction(backend: &Backend, jobs: Vec<Job>) -> Vec<Job> {
     let Some(Job::Acquire { keys: first, .. }) = jobs.first() else {
         return jobs;
     };
-    let mut pipe = redis::Pipeline::with_capacity(1 + jobs.len());
-    pipe.atomic();
+    let mut pipe = transaction(1 + jobs.len());
     pipe.cmd("INCRBY").arg(&first.fence).arg(jobs.len());
     for job in &jobs {
         if let Job::Acquire {
@@ -371,22 +370,25 @@ async fn acquire_transaction(backend: &Backend, jobs: Vec<Job>) -> Vec<Job> {
                 .arg(millis(*ttl));
         }
     }
+    end_transaction(&mut pipe);
     let reply = backend
         .transaction_within(max_timeout(&jobs), &pipe)
         .await
-        .and_then(|values| {
-            if values.len() == 1 + jobs.len() {
-                Ok(values)
-            } else {
-                Err(Error::protocol(format!(
-                    "the acquire transaction returned {} replies for {}",
-                    values.len(),
-                    1 + jobs.len()
-                )))
-            }
+        .and_then(|values| match values {
+            Some(values) if values.len() != 1 + jobs.len() => Err(Error::protocol(format!(
+                "the acquire transaction returned {} replies for {}",
+                values.len(),
+                1 + jobs.len()
+            ))),
+            other => Ok(other),
         });
     let values = match reply {
-        Ok(values) => values,
+        Ok(Some(values)) => values,
+        // The user may not run MULTI/EXEC: its commands may have run one by
+        // one (SETs granted, outside a transaction). The script decides
+        // every job, finding those keys already ours (TTL reset, a fence
+        // taken atomically with it).
+        Ok(None) => return jobs,
         Err(e) => {
             for job in jobs {
                 if let Job::Acquire { reply, .. } = job {

@@ -28,7 +28,14 @@ if #KEYS == 2 then
   end
   return {-1}
 end
-local values = redis.call('MGET', unpack(KEYS))
+local values = redis.pcall('MGET', unpack(KEYS))
+if values.err then
+  -- A user whose ACL predates dlm's use of MGET (dlm::keys::ACL_RULES): one GET per key.
+  values = {}
+  for i = 1, #KEYS do
+    values[i] = redis.call('GET', KEYS[i])
+  end
+end
 local out, gone = {}, {}
 for i = 1, #KEYS / 2 do
   local v = values[2 * i - 1]
