@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The CPU profile of a lock cycle (distinct keys, 64 tasks, tokio's default
-# runtime): top 10 symbols of the dlm process and of the private redis-server
+# The CPU profile of a lock cycle (distinct keys, 64 tasks, the CLI's default
+# runtime: one thread since issue 22, DLM_THREADS=2 for two): top 10 symbols of the dlm
+# process and of the private redis-server
 # it starts, with `perf` (apt-get install -y linux-perf). Used for the
 # before/after tables of BENCHMARKS.md.
 #   scripts/profile-lock.sh [DLM_BIN] [SECONDS]
