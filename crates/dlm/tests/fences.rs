@@ -60,33 +60,11 @@ async fn the_fences_of_one_lock_grow_in_grant_order_across_batches_and_clients()
 async fn concurrent_grants_never_share_a_fence() -> TestResult {
     let s = server();
     let c = client(&s).await;
-    let mut tasks = Vec::new();
-    for t in 0..64 {
-        let c = c.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut fences = Vec::new();
-            for i in 0..50 {
-                let g = c
-                    .lock(format!("distinct-{t}-{i}"))
-                    .acquire(&ttl(5_000))
-                    .await?;
-                fences.push(g.fence().ok_or("a fence")?.get());
-                g.release().await?;
-            }
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(fences)
-        }));
-    }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await??);
-    }
-    let n = all.len();
-    all.sort_unstable();
-    all.dedup();
-    assert_eq!(all.len(), n, "a fence handed out twice");
+    let all = fences_of_distinct_locks(&c, "distinct", 64, 50, None).await?;
+    assert_distinct_above_the_floor(&all);
     let counter: u64 = raw(&s).await.get(c.lock("x").fence_key()?).await?;
     assert!(
-        all.last().is_some_and(|f| *f <= counter),
+        all.iter().max().is_some_and(|f| *f <= counter),
         "from the one counter"
     );
     Ok(())
@@ -238,37 +216,8 @@ async fn a_user_with_the_older_acl_rules_still_locks_and_releases() -> TestResul
         .timeout(Duration::from_millis(1500))
         .connect(&s.url_as("dlm", "s3cret"))
         .await?;
-    let mut tasks = Vec::new();
-    for t in 0..16 {
-        let c = c.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut fences = Vec::new();
-            for i in 0..20 {
-                let g = c
-                    .lock(format!("old-acl-{t}-{i}"))
-                    .acquire(&ttl(5_000))
-                    .await?;
-                fences.push(g.fence().ok_or("a fence")?.get());
-                g.release().await?;
-            }
-            let g = c
-                .lock("old-acl-shared")
-                .acquire(&ttl(5_000).wait(Duration::from_secs(20)))
-                .await?;
-            fences.push(g.fence().ok_or("a fence")?.get());
-            g.release().await?;
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(fences)
-        }));
-    }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await??);
-    }
-    let n = all.len();
-    assert!(all.iter().all(|f| *f > FENCE_FLOOR));
-    all.sort_unstable();
-    all.dedup();
-    assert_eq!(all.len(), n, "a fence handed out twice");
+    let all = fences_of_distinct_locks(&c, "old-acl", 16, 20, Some("old-acl-shared")).await?;
+    assert_distinct_above_the_floor(&all);
     let mut admin = raw(&s).await;
     let left: Vec<String> = redis::cmd("KEYS")
         .arg("dlm:lock:{old-acl*")
@@ -291,4 +240,49 @@ async fn a_user_with_the_older_acl_rules_still_locks_and_releases() -> TestResul
         "MULTI refused {refused} times: {stats}"
     );
     Ok(())
+}
+
+/// `tasks` tasks each acquire and release `per_task` locks of their own
+/// (named from `prefix`), then, with `shared`, that one lock once each:
+/// every fence they got.
+async fn fences_of_distinct_locks(
+    c: &dlm::Client,
+    prefix: &str,
+    tasks: usize,
+    per_task: usize,
+    shared: Option<&str>,
+) -> Result<Vec<u64>, Box<dyn std::error::Error + Send + Sync>> {
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let (c, prefix, shared) = (c.clone(), prefix.to_string(), shared.map(str::to_string));
+        handles.push(tokio::spawn(async move {
+            let mut names: Vec<String> =
+                (0..per_task).map(|i| format!("{prefix}-{t}-{i}")).collect();
+            names.extend(shared);
+            let mut fences = Vec::new();
+            for name in names {
+                let g = c
+                    .lock(name)
+                    .acquire(&ttl(5_000).wait(Duration::from_secs(20)))
+                    .await?;
+                fences.push(g.fence().ok_or("a fence")?.get());
+                g.release().await?;
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(fences)
+        }));
+    }
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await??);
+    }
+    Ok(all)
+}
+
+/// Every fence above the floor, none handed out twice.
+fn assert_distinct_above_the_floor(fences: &[u64]) {
+    assert!(fences.iter().all(|f| *f > FENCE_FLOOR), "above the floor");
+    let mut sorted = fences.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), fences.len(), "a fence handed out twice");
 }
