@@ -257,7 +257,11 @@ impl From<redis::RedisError> for Error {
             Error::Unavailable {
                 source: Box::new(e),
             }
-        } else if redirected(&e) {
+        } else if matches!(
+            e.kind(),
+            redis::ErrorKind::Server(redis::ServerErrorKind::Moved)
+                | redis::ErrorKind::Server(redis::ServerErrorKind::Ask)
+        ) {
             // A cluster node answered a client that was not told it is one.
             Error::Backend {
                 source: format!(
@@ -271,20 +275,6 @@ impl From<redis::RedisError> for Error {
                 source: Box::new(e),
             }
         }
-    }
-}
-
-/// A cluster node's MOVED or ASK, also inside an aborted transaction (whose
-/// commands the node refused to queue for another node's keys).
-fn redirected(e: &redis::RedisError) -> bool {
-    use redis::{ErrorKind as K, ServerErrorKind as S};
-    match e.kind() {
-        K::Server(S::Moved | S::Ask) => true,
-        K::Server(S::ExecAbort) => e.clone().into_server_errors().is_some_and(|errs| {
-            errs.iter()
-                .any(|(_, inner)| matches!(inner.kind(), Some(S::Moved | S::Ask)))
-        }),
-        _ => false,
     }
 }
 

@@ -275,7 +275,7 @@ pub async fn raw_connection(url: &str, timeout: Duration) -> Result<RawConnectio
 }
 
 /// A plain multiplexed connection to the one server at `url`.
-pub(crate) async fn plain_connection(
+async fn plain_connection(
     url: &str,
     timeout: Duration,
 ) -> Result<redis::aio::MultiplexedConnection, CliError> {
@@ -299,15 +299,21 @@ pub(crate) async fn plain_connection(
     }
 }
 
-/// The server's `redis_version` from `INFO server`, if it can be had.
-pub async fn redis_version(url: &str, timeout: Duration) -> Option<String> {
+/// One `INFO` section of the server at `url`, if it can be had.
+async fn info(url: &str, timeout: Duration, section: &str) -> Option<String> {
     let mut conn = plain_connection(url, timeout).await.ok()?;
-    let info: String = redis::cmd("INFO")
-        .arg("server")
+    redis::cmd("INFO")
+        .arg(section)
         .query_async(&mut conn)
         .await
-        .ok()?;
-    info.lines()
+        .ok()
+}
+
+/// The server's `redis_version` from `INFO server`, if it can be had.
+pub async fn redis_version(url: &str, timeout: Duration) -> Option<String> {
+    info(url, timeout, "server")
+        .await?
+        .lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
         .map(|v| v.trim().to_string())
 }
@@ -318,13 +324,7 @@ pub async fn redis_version(url: &str, timeout: Duration) -> Option<String> {
 pub(crate) async fn redis_cpu_seconds(urls: &[String], timeout: Duration) -> Option<f64> {
     let mut total = 0.0;
     for url in urls {
-        let mut conn = plain_connection(url, timeout).await.ok()?;
-        let info: String = redis::cmd("INFO")
-            .arg("cpu")
-            .query_async(&mut conn)
-            .await
-            .ok()?;
-        total += parse_cpu(&info)?;
+        total += parse_cpu(&info(url, timeout, "cpu").await?)?;
     }
     Some(total)
 }

@@ -323,10 +323,11 @@ impl Backend {
     /// most the client's deadline): the replies of the commands between, in
     /// order, from `EXEC`. A command the server refused to queue (a cluster
     /// node's MOVED), an aborted transaction or a failed command fails the
-    /// call. `Ok(None)`: the server refused `MULTI` to this user (an ACL made
-    /// before dlm used transactions), so the commands between ran one by one,
-    /// not atomically; later calls on this deployment answer `Ok(None)`
-    /// without sending anything.
+    /// call. `Ok(None)`: the server refused `MULTI`, so the commands between
+    /// ran one by one, not atomically, and the caller must decide their
+    /// outcome another way; when the refusal was this user's ACL (made before
+    /// dlm used transactions), later calls on this deployment answer
+    /// `Ok(None)` without sending anything.
     ///
     /// (`MULTI` and `EXEC` are sent as plain commands of a pipeline, not as
     /// redis-rs's atomic pipeline, whose reply accounting underflows when
@@ -359,8 +360,12 @@ impl Backend {
                 }
                 return Ok(None);
             }
+            // Refused for another reason (LOADING, ...): the commands after
+            // it ran one by one this time, so their outcome is the caller's
+            // to decide again, by other means.
             Some(Value::ServerError(e)) => {
-                return Err(Error::from(redis::RedisError::from(e)));
+                tracing::debug!(error = %e.details().unwrap_or_default(), "MULTI refused");
+                return Ok(None);
             }
             other => {
                 return Err(Error::protocol(format!("MULTI replied {other:?}")));

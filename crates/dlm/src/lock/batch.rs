@@ -330,11 +330,10 @@ async fn send_acquires(backend: &Backend, jobs: Vec<Job>) {
         acquire_script(backend, undecided).await;
         return;
     }
-    let (fast, mut slow): (Vec<Job>, Vec<Job>) = jobs
+    let (mut fast, mut slow): (Vec<Job>, Vec<Job>) = jobs
         .into_iter()
         .partition(|j| matches!(j, Job::Acquire { first: true, .. }));
     // One transaction per counter (locks under other prefixes).
-    let mut fast = fast;
     while !fast.is_empty() {
         let fence = match fast.first() {
             Some(Job::Acquire { keys, .. }) => keys.clone(),
@@ -384,10 +383,10 @@ async fn acquire_transaction(backend: &Backend, jobs: Vec<Job>) -> Vec<Job> {
         });
     let values = match reply {
         Ok(Some(values)) => values,
-        // The user may not run MULTI/EXEC: its commands may have run one by
-        // one (SETs granted, outside a transaction). The script decides
-        // every job, finding those keys already ours (TTL reset, a fence
-        // taken atomically with it).
+        // MULTI was refused (this user's ACL, or the server's state): its
+        // commands may have run one by one (SETs granted, outside a
+        // transaction). The script decides every job, finding those keys
+        // already ours (TTL reset, a fence taken atomically with it).
         Ok(None) => return jobs,
         Err(e) => {
             for job in jobs {
