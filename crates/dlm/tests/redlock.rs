@@ -440,3 +440,42 @@ async fn a_busy_lock_with_a_node_down_is_busy_not_no_quorum() -> TestResult {
         .await?;
     Ok(())
 }
+
+/// A Redlock acquire decides on the first majority and lets the other
+/// nodes' requests finish in the background; the release that follows at
+/// once must still find and delete the lock on every node. On fresh fencing
+/// counters each node's acquire takes two calls (the transaction, then the
+/// script that raises the counter past the floor): the second must not take
+/// the lock again after the release has run between them, which left it
+/// held for nobody on that node until its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_immediate_release_leaves_no_node_holding_the_lock() -> TestResult {
+    let nodes = five();
+    let c = redlock(&nodes).await;
+    for round in 0..40 {
+        for n in &nodes {
+            n.command(&["FLUSHALL"])?;
+        }
+        let lock = c.lock(format!("released-{round}"));
+        lock.acquire(&ttl(30_000)).await?.release().await?;
+        let key = lock.key()?;
+        let mut left = Vec::new();
+        for _ in 0..50 {
+            left = nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| !key_on(n, &key).is_empty())
+                .map(|(i, _)| i)
+                .collect();
+            if left.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            left.is_empty(),
+            "round {round}: still held on nodes {left:?}"
+        );
+    }
+    Ok(())
+}

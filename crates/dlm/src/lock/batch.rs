@@ -27,12 +27,18 @@ static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| {
         include_str!("scripts/acquire_many.lua")
     ))
 });
+static SETTLE_MANY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/settle_many.lua")
+    ))
+});
 static RELEASE_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release_many.lua")));
 
 /// The scripts of batched acquire and release.
 pub(crate) fn scripts() -> Vec<&'static Script> {
-    vec![&ACQUIRE_MANY, &RELEASE_MANY]
+    vec![&ACQUIRE_MANY, &SETTLE_MANY, &RELEASE_MANY]
 }
 
 /// One Redis deployment a lock lives on: its connection and its batcher of
@@ -250,15 +256,16 @@ async fn send_phase(backend: &Backend, jobs: Vec<Job>) {
     join_all(groups.into_values().map(|group| send_group(backend, group))).await;
 }
 
-/// One `acquire_many.lua` call for `jobs`, all acquires (of one slot on a
-/// possible cluster).
-async fn acquire_script(backend: &Backend, jobs: Vec<Job>) {
+/// One call of `script` (`acquire_many.lua`, or `settle_many.lua`, which
+/// takes the same keys and arguments and answers alike) for `jobs`, all
+/// acquires (of one slot on a possible cluster).
+async fn acquire_script(backend: &Backend, script: &Script, jobs: Vec<Job>) {
     if jobs.is_empty() {
         return;
     }
     let timeout = max_timeout(&jobs);
     let bytes: usize = jobs.iter().map(Job::bytes).sum();
-    let mut cmd = evalsha(&ACQUIRE_MANY, 3 * jobs.len(), 3 * jobs.len(), bytes);
+    let mut cmd = evalsha(script, 3 * jobs.len(), 3 * jobs.len(), bytes);
     for job in &jobs {
         if let Job::Acquire { keys, .. } = job {
             cmd.arg(&keys.lock).arg(&keys.fence).arg(&keys.waiters);
@@ -274,14 +281,14 @@ async fn acquire_script(backend: &Backend, jobs: Vec<Job>) {
                 .arg(millis(*marker));
         }
     }
-    let reply: Result<Vec<i64>> = backend.evalsha_within(timeout, &ACQUIRE_MANY, &cmd).await;
+    let reply: Result<Vec<i64>> = backend.evalsha_within(timeout, script, &cmd).await;
     let mut codes = checked(reply, 2 * jobs.len());
     for job in jobs {
         if let Job::Acquire { reply, .. } = job {
             let r = match &mut codes {
                 Ok(c) => match (c.next(), c.next()) {
                     (Some(ok), Some(n)) => acquire_reply(ok, n),
-                    _ => Err(Error::protocol("short acquire_many reply")),
+                    _ => Err(Error::protocol("short acquire reply")),
                 },
                 Err(e) => Err(e.share()),
             };
@@ -308,13 +315,15 @@ fn max_timeout(jobs: &[Job]) -> Duration {
 /// all above every fence taken before it and below every fence taken after
 /// it: the granted locks take them in batch order, and the fence of each
 /// lock grows in grant order. What the transaction did not decide goes on
-/// to `acquire_many.lua`, in the same call: a `SET NX` that found the key
-/// taken (busy, whose caller needs the holder's TTL and maybe the waiters
-/// marker, or ours already after a lost reply, whose TTL the script resets),
+/// to `settle_many.lua`, in the same call: a `SET NX` that found the key
+/// taken (the caller needs the holder's TTL, and maybe the waiters marker),
 /// and the grants of a counter that was below [`FENCE_FLOOR`] (new, or left
-/// by an older dlm): the script finds them ours and takes fresh fences
-/// above the floor, atomically with resetting their TTL. Retries, which
-/// found the lock busy before, go to the script at once.
+/// by an older dlm), which the script finds ours and gives fresh fences
+/// above the floor, atomically with resetting their TTL. That script never
+/// takes a free lock: a release of the same token may have run between the
+/// two calls (a Redlock that decided on other nodes, a caller that gave
+/// up), and taking the lock again would leave it held for nobody. Retries,
+/// which found the lock busy before, go to `acquire_many.lua` at once.
 async fn send_acquires(backend: &Backend, jobs: Vec<Job>) {
     let first_counter = |j: &Job| match (j, jobs.first()) {
         (Job::Acquire { keys, .. }, Some(Job::Acquire { keys: k0, .. })) => keys.fence == k0.fence,
@@ -327,13 +336,14 @@ async fn send_acquires(backend: &Backend, jobs: Vec<Job>) {
         .all(|j| matches!(j, Job::Acquire { first: true, .. }) && first_counter(j));
     if simple {
         let undecided = acquire_transaction(backend, jobs).await;
-        acquire_script(backend, undecided).await;
+        acquire_script(backend, &SETTLE_MANY, undecided).await;
         return;
     }
-    let (mut fast, mut slow): (Vec<Job>, Vec<Job>) = jobs
+    let (mut fast, slow): (Vec<Job>, Vec<Job>) = jobs
         .into_iter()
         .partition(|j| matches!(j, Job::Acquire { first: true, .. }));
     // One transaction per counter (locks under other prefixes).
+    let mut undecided = Vec::new();
     while !fast.is_empty() {
         let fence = match fast.first() {
             Some(Job::Acquire { keys, .. }) => keys.clone(),
@@ -342,10 +352,14 @@ async fn send_acquires(backend: &Backend, jobs: Vec<Job>) {
         let (same, rest): (Vec<Job>, Vec<Job>) = fast
             .into_iter()
             .partition(|j| matches!(j, Job::Acquire { keys, .. } if keys.fence == fence.fence));
-        slow.extend(acquire_transaction(backend, same).await);
+        undecided.extend(acquire_transaction(backend, same).await);
         fast = rest;
     }
-    acquire_script(backend, slow).await;
+    futures_util::future::join(
+        acquire_script(backend, &SETTLE_MANY, undecided),
+        acquire_script(backend, &ACQUIRE_MANY, slow),
+    )
+    .await;
 }
 
 /// The transaction of [`send_acquires`] for jobs that share one counter:
@@ -385,8 +399,8 @@ async fn acquire_transaction(backend: &Backend, jobs: Vec<Job>) -> Vec<Job> {
         Ok(Some(values)) => values,
         // MULTI was refused (this user's ACL, or the server's state): its
         // commands may have run one by one (SETs granted, outside a
-        // transaction). The script decides every job, finding those keys
-        // already ours (TTL reset, a fence taken atomically with it).
+        // transaction). `settle_many.lua` decides every job, finding those
+        // keys already ours (TTL reset, a fence taken atomically with it).
         Ok(None) => return jobs,
         Err(e) => {
             for job in jobs {
@@ -455,7 +469,7 @@ async fn send_group(backend: &Backend, jobs: Vec<Job>) {
     }
     if matches!(jobs.first(), Some(Job::Acquire { .. })) {
         if backend.batch_by_slot() {
-            acquire_script(backend, jobs).await;
+            acquire_script(backend, &ACQUIRE_MANY, jobs).await;
         } else {
             send_acquires(backend, jobs).await;
         }

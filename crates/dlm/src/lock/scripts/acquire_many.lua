@@ -8,8 +8,9 @@
 -- A busy attempt whose caller will wait for the release message sets the lock's waiters
 -- marker, so that the release publishes one (release_many.lua); the caller tries again at
 -- least once per marker lifetime, so a marker never lapses while it still waits.
--- On one Redis the client first tries a plain MULTI of INCRBY and SET NX PX (lock/batch.rs);
--- this script decides what that could not: busy locks, lost replies, Redis Cluster.
+-- On one Redis a first attempt is a plain MULTI of INCRBY and SET NX PX (lock/batch.rs), whose
+-- leftovers settle_many.lua decides; this script makes the retries (after a busy attempt or a
+-- lost reply) and every attempt on a Redis Cluster.
 -- KEYS[3i-2]  the lock key of lock i
 -- KEYS[3i-1]  its fencing counter (one Redis: shared; Redis Cluster: its hash slot's, and the
 --             caller groups the locks of one call by hash slot)
