@@ -166,11 +166,11 @@ fn dlm_redis_url_with_commas_is_a_redlock_too() {
     }
 }
 
-/// `dlm` over these nodes with the default 2 s `--timeout`: the per-node
-/// timeout must come from the TTL, not from the call timeout.
+/// `dlm` over these nodes with a 30 s `--timeout`: the per-node timeout
+/// must come from the TTL, not from the call timeout.
 fn dlm_timed(nodes: &[RedisServer], args: &[&str]) -> (i32, String, String, Duration) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlm"));
-    cmd.env_remove("DLM_REDIS_URL");
+    cmd.env_remove("DLM_REDIS_URL").args(["--timeout", "30s"]);
     for n in nodes {
         cmd.args(["--redis", &n.url()]);
     }
@@ -185,15 +185,23 @@ fn dlm_timed(nodes: &[RedisServer], args: &[&str]) -> (i32, String, String, Dura
     )
 }
 
-/// Frozen nodes (SIGSTOP: they accept connections and never answer) cost a
-/// short-lived command at most one per-node timeout (1% of a 10 s TTL:
-/// 100 ms), not the 2 s call timeout: the nodes connect in parallel, each
-/// request is decided by the fastest majority, and the command waits for
-/// background requests only as long as is useful.
+/// Frozen nodes (SIGSTOP: they accept connections and never answer) do not
+/// cost a short-lived command the call timeout: the nodes connect in
+/// parallel, each request is decided by the fastest majority, and the
+/// command waits for background requests only as long as is useful.
+///
+/// The call timeout here is 30 s, so a command that waited for a frozen
+/// node would take 30 s; the assertions allow 10 s, a margin no loaded
+/// machine eats. How fast it really is (one per-node timeout, 1% of the
+/// TTL, plus process start-up) is a measurement, not a test: `dlm bench
+/// redlock --frozen N` and BENCHMARKS.md ("A frozen node, CLI") report it.
+/// The bound used to be asserted here as 300 ms of wall-clock time, which
+/// failed now and then on a loaded 2-core machine.
 #[test]
 fn frozen_nodes_cost_lock_commands_at_most_one_node_timeout() {
     let nodes = RedisServer::start_many(5).expect("5 servers");
-    let fast = Duration::from_millis(300);
+    // Far below the 30 s call timeout, far above any real figure.
+    let fast = Duration::from_secs(10);
     for frozen in 1..=2 {
         nodes[5 - frozen].pause().expect("SIGSTOP");
         let name = format!("frozen-{frozen}");
@@ -226,8 +234,8 @@ fn frozen_nodes_cost_lock_commands_at_most_one_node_timeout() {
         assert!(took < fast, "status with {frozen} frozen took {took:?}");
     }
 
-    // No majority: exit 3 within the wait plus one per-node timeout (and the
-    // few milliseconds a process needs to start).
+    // No majority: exit 3 after the wait plus one per-node timeout, not
+    // after the 30 s call timeout.
     nodes[2].pause().expect("SIGSTOP");
     for wait in [Duration::ZERO, Duration::from_millis(400)] {
         let w = format!("{}ms", wait.as_millis());
@@ -245,8 +253,8 @@ fn frozen_nodes_cost_lock_commands_at_most_one_node_timeout() {
         );
         assert_eq!(code, 3, "{err}");
         assert!(err.contains("no quorum"), "{err}");
-        let bound = wait + Duration::from_millis(100) + Duration::from_millis(200);
-        assert!(took < bound, "wait {wait:?}: took {took:?}");
+        assert!(took >= wait, "wait {wait:?}: took {took:?}");
+        assert!(took < fast, "wait {wait:?}: took {took:?}");
     }
     for n in &nodes[..2] {
         assert_eq!(
@@ -256,7 +264,8 @@ fn frozen_nodes_cost_lock_commands_at_most_one_node_timeout() {
         );
     }
 
-    // An explicit --node-timeout wins over the TTL's.
+    // An explicit --node-timeout wins over the TTL's: with a 20 min TTL the
+    // TTL's per-node timeout would be 12 s; 20 ms is asked for.
     let (code, _, err, took) = dlm_timed(
         &nodes,
         &[
@@ -266,11 +275,11 @@ fn frozen_nodes_cost_lock_commands_at_most_one_node_timeout() {
             "acquire",
             "no-majority",
             "--ttl",
-            "10s",
+            "20m",
         ],
     );
     assert_eq!(code, 3, "{err}");
-    assert!(took < Duration::from_millis(220), "took {took:?}");
+    assert!(took < Duration::from_secs(6), "took {took:?}");
     for n in &nodes[2..] {
         n.resume().expect("SIGCONT");
     }

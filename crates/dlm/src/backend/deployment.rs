@@ -127,6 +127,23 @@ impl std::fmt::Debug for Topology {
 /// How often a Sentinel client asks whether its master is still the master.
 const SENTINEL_RECHECK: Duration = Duration::from_secs(1);
 
+/// How the cluster client waits before retrying a request that a node
+/// answered with TRYAGAIN, CLUSTERDOWN or MASTERDOWN (a slot migrating with
+/// a multi-key request split across the two nodes, a failover): between
+/// `CLUSTER_RETRY_MIN_WAIT` and `min(CLUSTER_RETRY_MAX_WAIT, 10 ms * 2^n)`
+/// before retry `n`. redis-rs waits at least 1.28 s by default, which is
+/// more than a whole call deadline of 1 s: one TRYAGAIN during a slot
+/// migration then surfaced as a timeout although the migration finished
+/// a few milliseconds later. Every call still ends at its own deadline.
+#[cfg(feature = "cluster")]
+const CLUSTER_RETRY_MIN_WAIT: Duration = Duration::from_millis(5);
+/// The longest wait between two retries of one cluster request.
+#[cfg(feature = "cluster")]
+const CLUSTER_RETRY_MAX_WAIT: Duration = Duration::from_millis(250);
+/// Retries of one cluster request (each call also ends at its deadline).
+#[cfg(feature = "cluster")]
+const CLUSTER_RETRIES: u32 = 32;
+
 /// Where the data lives (built once per client; its size does not matter).
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Deployment {
@@ -227,7 +244,11 @@ impl Deployment {
             .collect::<RedisResult<Vec<_>>>()
             .map_err(invalid_url)?;
         #[allow(unused_mut)] // without `tls`, nothing to add
-        let mut builder = ClusterClient::builder(infos);
+        let mut builder = ClusterClient::builder(infos)
+            .retries(CLUSTER_RETRIES)
+            .min_retry_wait(CLUSTER_RETRY_MIN_WAIT.as_millis() as u64)
+            .max_retry_wait(CLUSTER_RETRY_MAX_WAIT.as_millis() as u64)
+            .retry_wait_formula(10, 2);
         #[cfg(feature = "tls")]
         if let Some(certs) = tls {
             builder = builder.certs(certs.clone());
