@@ -350,10 +350,13 @@ pub enum QueueCommand {
     /// or in flight; kept as it was) or `replaced ID SCORE` (with --replace).
     /// SCORE is the due time in ms since the epoch (Redis clock).
     Push(PushArgs),
-    /// Show up to N due tasks without taking them (JSON lines, always).
+    /// Show up to N due tasks without taking them, in the order a worker
+    /// claims them: priority, then due time; tasks parked behind their
+    /// group's limit last (JSON lines, always).
     Peek(ListArgs),
-    /// Take up to N due tasks out of the queue, without a lease (JSON lines,
-    /// always). A popped task is gone: use `queue work` for at-least-once.
+    /// Take up to N due tasks out of the queue, in peek's order, without a
+    /// lease (JSON lines, always). A popped task is gone: use `queue work`
+    /// for at-least-once.
     Pop(ListArgs),
     /// Remove a waiting task only if its due time still equals SCORE (as
     /// peek printed it). Exit 1 when it was re-enqueued since or is absent.

@@ -155,12 +155,78 @@ fn push_peek_pop_remove_stats_round_trip() -> TestResult {
         ("waiting", 0),
         ("delayed", 1),
         ("inflight", 0),
+        ("in_flight", 0),
         ("dead", 0),
         ("processed", 0),
         ("failed", 0),
     ] {
         assert_eq!(s[field], want, "{field} in {s}");
     }
+    Ok(())
+}
+
+/// The ids of `peek`/`pop`'s JSON lines.
+fn ids(r: &Run) -> Vec<String> {
+    json_lines(r)
+        .iter()
+        .map(|v| v["id"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The seeds' API (peek, pop, remove-if-score) sees the tasks that have a
+/// priority or a group, in the order a worker would claim them; it used to
+/// look only where plain tasks wait and printed nothing for these.
+#[test]
+fn peek_pop_and_remove_see_tasks_with_a_priority_or_a_group() -> TestResult {
+    let server = server();
+    for (queue, feature) in [("q1", ["--priority", "5"]), ("q2", ["--group", "A"])] {
+        let r = q(&server, &["push", queue, "a", feature[0], feature[1]]);
+        assert_eq!(r.code(), 0, "{}", r.stderr);
+        let r = q(&server, &["push", queue, "b"]);
+        assert_eq!(r.code(), 0, "{}", r.stderr);
+        assert_eq!(queue_stats(&server, queue)["waiting"], 2);
+        let peeked = ids(&q(&server, &["peek", queue, "--count", "10"]));
+        let popped = ids(&q(&server, &["pop", queue, "--count", "5"]));
+        // A priority goes first; within one priority, the earlier due time.
+        assert_eq!(peeked, ["a", "b"], "{queue}");
+        assert_eq!(popped, peeked, "{queue}: pop takes what peek shows");
+        assert_eq!(queue_stats(&server, queue)["waiting"], 0);
+    }
+
+    // remove --score with the score push printed, for a prioritized task.
+    let r = run_on(
+        &server,
+        &["--json", "queue", "push", "q3", "p", "--priority", "3"],
+    );
+    let score = json_lines(&r)[0]["score"].as_u64().ok_or("score")?;
+    let r = q(
+        &server,
+        &["remove", "q3", "p", "--score", &(score + 1).to_string()],
+    );
+    assert_ne!(r.code(), 0, "another score does not remove it");
+    let r = q(
+        &server,
+        &["remove", "q3", "p", "--score", &score.to_string()],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    assert_eq!(queue_stats(&server, "q3")["waiting"], 0);
+
+    // A delayed prioritized task: seen once due, before and after a claim
+    // moved it to where due prioritized tasks wait, in priority order.
+    let r = q(
+        &server,
+        &["push", "q4", "late", "--priority", "9", "--delay", "300ms"],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let r = q(&server, &["push", "q4", "early", "--priority", "1"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert_eq!(
+        ids(&q(&server, &["peek", "q4", "--count", "10"])),
+        ["late", "early"]
+    );
+    assert_eq!(ids(&q(&server, &["pop", "q4", "--count", "1"])), ["late"]);
+    assert_eq!(ids(&q(&server, &["peek", "q4"])), ["early"]);
     Ok(())
 }
 

@@ -269,7 +269,77 @@ async fn bad_input(c: &Client) -> TestResult {
     Ok(())
 }
 
+/// The seeds' API (`top`, `pop`, `remove_if_score`) sees every due task,
+/// wherever it waits (plain, prioritized, in a group, parked behind its
+/// group's limit, delayed and now due), in the order claim takes them.
+async fn seed_api_sees_every_due_task(c: &Client) -> TestResult {
+    let q = c.queue("seed-api");
+    q.configure(&QueueSettings::default().group_concurrency(Some(1)))
+        .await?;
+    q.enqueue(
+        [NewTask::new("late").priority(7)],
+        Duration::from_millis(200),
+        OnDuplicate::Keep,
+    )
+    .await?;
+    for t in [
+        NewTask::new("plain"),
+        NewTask::new("g1").group("G"),
+        NewTask::new("g2").group("G").priority(2),
+        NewTask::new("high").priority(9),
+    ] {
+        q.enqueue([t], NOW, OnDuplicate::Keep).await?;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let top_ids = |e: Vec<dlm::queue::Entry>| e.into_iter().map(|e| e.id).collect::<Vec<_>>();
+    assert_eq!(top_ids(q.top(10).await?), ["high", "g2", "plain", "g1"]);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(
+        top_ids(q.top(10).await?),
+        ["high", "late", "g2", "plain", "g1"],
+        "a delayed task, once due, in its priority's place"
+    );
+    // Claims take what top showed, in its order; the last one parks `g1`
+    // and `g3` behind `g2`, which holds group G's only slot.
+    let got = claim_ids(&q, 1).await?;
+    assert_eq!(ids(&got), ["high"]);
+    let got2 = claim_ids(&q, 2).await?;
+    assert_eq!(ids(&got2), ["late", "g2"]);
+    q.enqueue([NewTask::new("g3").group("G")], NOW, OnDuplicate::Keep)
+        .await?;
+    assert_eq!(top_ids(q.top(10).await?), ["plain", "g1", "g3"]);
+    let got3 = claim_ids(&q, 10).await?;
+    assert_eq!(ids(&got3), ["plain"]);
+    let top = q.top(10).await?;
+    assert_eq!(
+        top_ids(top.clone()),
+        ["g1", "g3"],
+        "parked tasks are due too"
+    );
+    // remove_if_score with the due time top read, wherever the task is.
+    let g1 = top.iter().find(|e| e.id == "g1").ok_or("g1")?;
+    assert_eq!(
+        q.remove_if_score("g1", g1.score + 1).await?,
+        dlm::queue::Removed::ScoreChanged(g1.score)
+    );
+    assert_eq!(
+        q.remove_if_score("g1", g1.score).await?,
+        dlm::queue::Removed::Removed
+    );
+    assert_eq!(top_ids(q.pop(5).await?), ["g3"]);
+    assert!(q.top(10).await?.is_empty());
+    ack_all(got).await?;
+    ack_all(got2).await?;
+    ack_all(got3).await?;
+    let s = q.stats().await?;
+    assert_eq!((s.waiting, s.delayed, s.inflight), (0, 0, 0), "{s:?}");
+    q.configure(&QueueSettings::default().group_concurrency(None))
+        .await?;
+    Ok(())
+}
+
 async fn cases(c: &Client) -> TestResult {
+    seed_api_sees_every_due_task(c).await?;
     priorities(c).await?;
     groups(c).await?;
     group_slot_returns_on_expiry(c).await?;

@@ -268,7 +268,11 @@ struct StatsLine<'a> {
     queue: &'a str,
     waiting: u64,
     delayed: u64,
+    /// The first name of the tasks in flight, kept for the scripts that read it.
     inflight: u64,
+    /// The same count under the name `/api/queues`, the library and the
+    /// Python API use.
+    in_flight: u64,
     dead: u64,
     processed: u64,
     failed: u64,
@@ -283,6 +287,7 @@ pub async fn stats(global: &Global, args: &QueueArg) -> Result<u8, CliError> {
         waiting: s.waiting,
         delayed: s.delayed,
         inflight: s.inflight,
+        in_flight: s.inflight,
         dead: s.dead,
         processed: s.processed,
         failed: s.failed,

@@ -335,14 +335,33 @@ impl Queue {
             .ok_or_else(|| Error::protocol("enqueue returned nothing"))
     }
 
-    /// Up to `count` due tasks, earliest first, without moving them.
+    /// Up to `count` due tasks in the order a worker would claim them
+    /// (higher priority first, then the earlier due time), without moving
+    /// them. Every due task is seen wherever it waits: plain, prioritized or
+    /// grouped, and after the others the tasks parked behind their group's
+    /// concurrency limit (the first 1,000 of those), which a claim takes only
+    /// once their group has room. [`Entry::score`] is the due time, the one
+    /// [`Queue::remove_if_score`] compares.
+    ///
+    /// ```no_run
+    /// # async fn f(client: dlm::Client) -> dlm::Result<()> {
+    /// let q = client.queue("mail");
+    /// q.push(dlm::queue::NewTask::new("urgent").priority(9)).await?;
+    /// q.push("routine").await?;
+    /// let next: Vec<String> = q.top(10).await?.into_iter().map(|e| e.id).collect();
+    /// assert_eq!(next, ["urgent", "routine"]);
+    /// # Ok(()) }
+    /// ```
     pub async fn top(&self, count: usize) -> Result<Vec<Entry>> {
         check_count(count)?;
         let (backend, keys) = self.ready()?;
         ops::entries(backend, &keys, ops::Peek::Top, count).await
     }
 
-    /// Take up to `count` due tasks, earliest first, out of the queue. Two
+    /// Take up to `count` due tasks out of the queue: exactly the ones, in
+    /// the order, that [`Queue::top`] would show at that moment (priority,
+    /// then due time; parked tasks last: a pop is no claim, so a group's
+    /// concurrency limit and the rate limit do not hold it back). Two
     /// concurrent pops never return the same task. (No lease: a popped task
     /// is gone; use [`Queue::claim`] for at-least-once processing.)
     pub async fn pop(&self, count: usize) -> Result<Vec<Entry>> {
@@ -352,7 +371,8 @@ impl Queue {
     }
 
     /// The seeds' `dequeue(id, score)`: remove a waiting task only if its due
-    /// time still equals `score` (it was not re-enqueued since it was read).
+    /// time still equals `score` (it was not re-enqueued since it was read),
+    /// wherever it waits (with a priority, in a group, parked or delayed).
     pub async fn remove_if_score(&self, id: &str, score: u64) -> Result<Removed> {
         check_id(id)?;
         if score > MAX_EXACT_SCORE {

@@ -33,9 +33,13 @@ macro_rules! script {
 pub(crate) use script;
 
 script!(ENQUEUE, ["groups", "payload"], "enqueue.lua");
-script!(TOP, ["payload"], "top.lua");
-script!(POP, ["payload"], "pop.lua");
-script!(REMOVE_IF_SCORE, ["payload"], "remove_if_score.lua");
+script!(TOP, ["groups", "payload", "due"], "top.lua");
+script!(POP, ["groups", "payload", "due"], "pop.lua");
+script!(
+    REMOVE_IF_SCORE,
+    ["groups", "payload", "due"],
+    "remove_if_score.lua"
+);
 script!(CLAIM, ["groups", "payload"], "claim.lua");
 script!(ACK, ["groups", "payload"], "ack.lua");
 script!(NACK, ["groups"], "nack.lua");

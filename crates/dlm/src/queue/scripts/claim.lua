@@ -50,14 +50,6 @@ local function chunked(cmd, key, list)
     redis.call(cmd, key, unpack(list, i, math.min(i + 1999, #list)))
   end
 end
-local function hmget(key, list)
-  local all = {}
-  for i = 1, #list, 2000 do
-    local part = redis.call('HMGET', key, unpack(list, i, math.min(i + 1999, #list)))
-    for k = 1, #part do all[#all + 1] = part[k] end
-  end
-  return all
-end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
 release_all(groups_of(expired))
 local died = 0
@@ -89,7 +81,7 @@ if want > 0 and featured then
   if #due > 0 then
     local moved, pids, scored = {}, {}, {}
     for i = 1, #due / 2 do moved[i] = due[2 * i - 1] end
-    local ps = hmget(KEYS[12], moved)
+    local ps = hmget_many(KEYS[12], moved)
     for i, id in ipairs(moved) do
       scored[2 * i - 1] = ready_score(ps[i], tonumber(due[2 * i]))
       scored[2 * i] = id
@@ -101,7 +93,7 @@ if want > 0 and featured then
   local cids = {}
   for i = 1, #cand / 2 do cids[i] = cand[2 * i - 1] end
   local cgroups = groups_of(cids)
-  local cprios = hmget(KEYS[12], cids)
+  local cprios = hmget_many(KEYS[12], cids)
   local busy, started, gone = {}, {}, {}
   for i, id in ipairs(cids) do
     if #ids >= want then break end
@@ -145,7 +137,7 @@ if n > 0 then
   -- Lua's unpack() is limited to a few thousand values.
   local first_fence = redis.call('INCRBY', KEYS[8], n) - n + 1
   local payloads = payloads_of(ids, small_count() > 0)
-  local attempts = hmget(KEYS[5], ids)
+  local attempts = hmget_many(KEYS[5], ids)
   local leases, flying, counts, log = {}, {}, {}, {}
   local deadline = now + lease_ms
   for i = 1, n do

@@ -7,6 +7,15 @@
 -- due times below 2^42 ms (the year 2109) keep every score an exact double.
 local PRIO_UNIT = 4398046511104 -- 2^42
 local PARK_OFFSET = 4503599627370496 -- 2^52: parked scores are written positive
+-- HMGET of many fields, in chunks (Lua's unpack() takes a few thousand).
+local function hmget_many(key, fields)
+  local all = {}
+  for i = 1, #fields, 2000 do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 1999, #fields)))
+    for k = 1, #part do all[#all + 1] = part[k] end
+  end
+  return all
+end
 local function ready_score(prio, due)
   return due - (tonumber(prio) or 0) * PRIO_UNIT
 end

@@ -1,4 +1,5 @@
--- pop: take the due tasks (due time <= now), earliest first, out of the queue.
+-- pop: take the due tasks (due time <= now) out of the queue, in the order
+-- claim takes them (priority, then due time; see due.lua).
 -- Two concurrent pops never return the same task (the script is atomic).
 -- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
@@ -26,22 +27,16 @@
 -- Returns  per task three values: id, due time (ms), payload (nil: none)
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local r = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
+local tasks = due_tasks(tonumber(ARGV[1]), now)
 local ids = {}
-for i = 1, #r, 2 do ids[#ids + 1] = r[i] end
+for i, task in ipairs(tasks) do ids[i] = task.id end
 local payloads = payloads_of(ids, small_count() > 0)
-local out, gone = {}, {}
-for k, id in ipairs(ids) do
-  out[#out + 1] = id
-  out[#out + 1] = tonumber(r[2 * k])
+local out = {}
+for k, task in ipairs(tasks) do
+  out[#out + 1] = task.id
+  out[#out + 1] = task.due
   out[#out + 1] = payloads[k]
-  redis.call('ZREM', KEYS[1], id)
-  if not redis.call('ZSCORE', KEYS[3], id) then
-    gone[#gone + 1] = id
-    redis.call('HDEL', KEYS[5], id)
-    redis.call('HDEL', KEYS[12], id)
-    redis.call('HDEL', KEYS[13], id)
-  end
+  unwait(task.id, task.place, task.member)
 end
-drop_payloads(gone)
+forget_unless_flying(ids)
 return out

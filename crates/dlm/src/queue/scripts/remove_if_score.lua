@@ -1,5 +1,6 @@
 -- remove_if_score: the seeds' dequeue. Remove a waiting task only if its due
--- time still equals the one read (it was not re-enqueued since).
+-- time still equals the one read (it was not re-enqueued since), wherever it
+-- waits (see due.lua).
 -- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
 --   2 payload   HASH  id -> payload over 64 bytes (small ones: buckets, see payload.lua)
@@ -27,18 +28,13 @@
 -- Returns  {1, score}   removed
 --          {0, -1}      not waiting
 --          {-1, score}  waiting with another due time (score = the current one)
-local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not cur then
+local place, due, member = where_waits(ARGV[1])
+if not place then
   return {0, -1}
 end
-if tonumber(cur) ~= tonumber(ARGV[2]) then
-  return {-1, tonumber(cur)}
+if due ~= tonumber(ARGV[2]) then
+  return {-1, due}
 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-  drop_payloads({ARGV[1]})
-  redis.call('HDEL', KEYS[5], ARGV[1])
-  redis.call('HDEL', KEYS[12], ARGV[1])
-  redis.call('HDEL', KEYS[13], ARGV[1])
-end
-return {1, tonumber(cur)}
+unwait(ARGV[1], place, member)
+forget_unless_flying({ARGV[1]})
+return {1, due}

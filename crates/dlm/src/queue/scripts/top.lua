@@ -1,4 +1,5 @@
--- top: the due tasks (due time <= now), earliest first, without moving them.
+-- top: the due tasks (due time <= now) in the order claim takes them
+-- (priority, then due time; see due.lua), without moving them.
 -- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
 --   2 payload   HASH  id -> payload over 64 bytes (small ones: buckets, see payload.lua)
@@ -25,14 +26,14 @@
 -- Returns  per task three values: id, due time (ms), payload (nil: none)
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local r = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
+local tasks = due_tasks(tonumber(ARGV[1]), now)
 local ids = {}
-for i = 1, #r, 2 do ids[#ids + 1] = r[i] end
+for i, task in ipairs(tasks) do ids[i] = task.id end
 local payloads = payloads_of(ids, small_count() > 0)
 local out = {}
-for k, id in ipairs(ids) do
-  out[#out + 1] = id
-  out[#out + 1] = tonumber(r[2 * k])
+for k, task in ipairs(tasks) do
+  out[#out + 1] = task.id
+  out[#out + 1] = task.due
   out[#out + 1] = payloads[k]
 end
 return out
