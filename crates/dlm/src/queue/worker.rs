@@ -19,7 +19,18 @@ pub use crate::queue::worker_options::{WorkerOptions, WorkerReport};
 use crate::queue::{Nacked, Queue, Task};
 use crate::token::Fence;
 
-type Running = Arc<Mutex<HashMap<String, Fence>>>;
+/// A running task's lease, as the heartbeat sees it.
+#[derive(Debug, Clone, Copy)]
+struct RunningLease {
+    fence: Fence,
+    /// Its ack or nack is on its way: the heartbeat still renews the lease
+    /// (a settle retried through a blip must not let it run out), but a
+    /// renewal that finds it gone is no loss, as the settle may have been
+    /// applied already; the settle's own reply says whether it was lost.
+    settling: bool,
+}
+
+type Running = Arc<Mutex<HashMap<String, RunningLease>>>;
 
 /// Runs a handler for every task of a queue. Get one from [`Queue::worker`].
 ///
@@ -42,7 +53,7 @@ pub struct Worker {
     opts: WorkerOptions,
 }
 
-fn lock_running(r: &Running) -> std::sync::MutexGuard<'_, HashMap<String, Fence>> {
+fn lock_running(r: &Running) -> std::sync::MutexGuard<'_, HashMap<String, RunningLease>> {
     match r.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -133,7 +144,11 @@ impl Worker {
                 let Ok(permit) = permits.clone().try_acquire_owned() else {
                     break;
                 };
-                lock_running(&running).insert(task.id.clone(), task.fence);
+                let lease = RunningLease {
+                    fence: task.fence,
+                    settling: false,
+                };
+                lock_running(&running).insert(task.id.clone(), lease);
                 let (queue, handler, running) =
                     (self.queue.clone(), handler.clone(), running.clone());
                 let acks = acks.clone();
@@ -201,7 +216,10 @@ impl Worker {
         let _ = heartbeat.await;
         drop(acks);
         let _ = acker.await;
-        let left: Vec<(String, Fence)> = lock_running(&running).drain().collect();
+        let left: Vec<(String, Fence)> = lock_running(&running)
+            .drain()
+            .map(|(id, l)| (id, l.fence))
+            .collect();
         if !left.is_empty() {
             let refs: Vec<(&str, Fence)> = left.iter().map(|(id, f)| (id.as_str(), *f)).collect();
             match self.queue.abandon_many(&refs).await {
@@ -258,6 +276,9 @@ where
     // The handler is done: its slot can take the next task while the ack
     // is on its way (claims and acks overlap instead of taking turns).
     drop(permit);
+    if let Some(l) = lock_running(&running).get_mut(&task.id) {
+        l.settling = true;
+    }
     let outcome = settle(&queue, &acks, &task, error.as_deref()).await;
     lock_running(&running).remove(&task.id);
     outcome
@@ -384,18 +405,25 @@ async fn heartbeat(
         }
         let leases: Vec<(String, Fence)> = lock_running(&running)
             .iter()
-            .map(|(id, f)| (id.clone(), *f))
+            .map(|(id, l)| (id.clone(), l.fence))
             .collect();
         for chunk in leases.chunks(1000) {
             let refs: Vec<(&str, Fence)> = chunk.iter().map(|(id, f)| (id.as_str(), *f)).collect();
             match queue.extend_many(&refs, lease).await {
                 Ok(codes) => {
-                    // A task settled while the renewal was on its way is not a loss.
+                    // A task settled, or being settled, while the renewal
+                    // was on its way is no loss: its ack may have been
+                    // applied before the renewal although its reply has not
+                    // reached the task yet. A real loss of such a task is
+                    // reported by its settle.
                     let still = lock_running(&running);
                     let lost = chunk
                         .iter()
                         .zip(&codes)
-                        .filter(|((id, f), code)| **code != 1 && still.get(id) == Some(f))
+                        .filter(|((id, f), code)| {
+                            **code != 1
+                                && still.get(id).is_some_and(|l| l.fence == *f && !l.settling)
+                        })
                         .count();
                     if lost > 0 {
                         tracing::warn!(queue = %queue.name(), lost, "leases lost at renewal");
