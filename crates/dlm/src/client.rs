@@ -11,6 +11,7 @@ use redis::aio::ConnectionLike;
 
 use crate::backend::{Backend, Deployment, TlsConfig, Topology};
 use crate::consistency::{Stock, Versioned};
+use crate::election::{Election, ElectionShared};
 use crate::error::{Error, Result};
 use crate::fair::{FairLock, FairShared};
 use crate::keys::{DEFAULT_LOCK_PREFIX, validate_prefix};
@@ -35,6 +36,8 @@ struct ClientInner {
     fair: Arc<FairShared>,
     /// The read-write locks' registry and watchdog.
     rw: Arc<RwShared>,
+    /// The leaderships' registry and watchdog.
+    election: Arc<ElectionShared>,
     /// For dedicated connections (a worker's blocking wait, pub/sub), when known.
     deployment: Option<Arc<Deployment>>,
 }
@@ -93,6 +96,7 @@ fn preloaded_scripts() -> Vec<&'static redis::Script> {
     scripts.extend(crate::semaphore::preloaded_scripts());
     scripts.extend(crate::fair::preloaded_scripts());
     scripts.extend(crate::rwlock::preloaded_scripts());
+    scripts.extend(crate::election::preloaded_scripts());
     scripts
 }
 
@@ -456,7 +460,8 @@ impl ClientBuilder {
         Client {
             inner: Arc::new(ClientInner {
                 fair: Shared::new(backend.clone(), wakeups.clone(), background.clone()),
-                rw: Shared::new(backend, wakeups, background),
+                rw: Shared::new(backend.clone(), wakeups.clone(), background.clone()),
+                election: Shared::new(backend, wakeups, background),
                 locks,
                 semaphores,
                 deployment,
@@ -584,6 +589,22 @@ impl Client {
         RwLock::new(self.inner.rw.clone(), name.into())
     }
 
+    /// The leader election named `name`: candidates campaign, one leads
+    /// with a term that fences its writes (see [`Election`]; one Redis or a
+    /// cluster, not Redlock).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let opts = dlm::LockOptions::new(std::time::Duration::from_secs(10)).watchdog(true);
+    /// let leadership = client.election("scheduler").campaign("host-a", &opts).await?;
+    /// println!("term {}", leadership.term());
+    /// leadership.resign().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election::new(self.inner.election.clone(), name.into())
+    }
+
     /// The deadline of one call to Redis.
     pub fn timeout(&self) -> Duration {
         self.inner.locks.nodes.timeout()
@@ -619,12 +640,13 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn release_all(&self) -> ReleaseAll {
-        let (mut report, fair, rw) = tokio::join!(
+        let (mut report, fair, rw, election) = tokio::join!(
             self.inner.locks.release_all(),
             release_all(&self.inner.fair),
-            release_all(&self.inner.rw)
+            release_all(&self.inner.rw),
+            release_all(&self.inner.election)
         );
-        for (released, lost, failed) in [fair, rw] {
+        for (released, lost, failed) in [fair, rw, election] {
             report.released += released;
             report.already_lost += lost;
             report.failed += failed;

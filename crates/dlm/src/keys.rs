@@ -376,6 +376,35 @@ pub(crate) fn rw_keys(name: &str) -> Result<RwKeys> {
     })
 }
 
+/// The prefix of leader-election keys.
+pub const ELECTION_PREFIX: &str = "dlm:elect:";
+
+/// The keys of one leader election (all in the slot of `{NAME}`).
+///
+/// | what | key |
+/// |---|---|
+/// | the leader's lease (value = its owner token, TTL = lease) | `dlm:elect:{NAME}` |
+/// | the leader's id, term and token (a hash; stale once the lease is gone) | `dlm:elect:{NAME}:leader` |
+/// | the term counter (never expires: terms only grow) | `dlm:elect:{NAME}:term` |
+/// | published when the leader resigns (candidates wake up) | `dlm:elect:{NAME}:resigned` |
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ElectionKeys {
+    pub lease: String,
+    pub leader: String,
+    pub term: String,
+    pub resigned: String,
+}
+
+pub(crate) fn election_keys(name: &str) -> Result<ElectionKeys> {
+    let base = tagged(ELECTION_PREFIX, "election name", name)?;
+    Ok(ElectionKeys {
+        leader: format!("{base}:leader"),
+        term: format!("{base}:term"),
+        resigned: format!("{base}:resigned"),
+        lease: base,
+    })
+}
+
 /// The default prefix of queue keys.
 pub const DEFAULT_QUEUE_PREFIX: &str = "dlm:queue:";
 

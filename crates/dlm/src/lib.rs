@@ -153,6 +153,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod consistency;
+pub mod election;
 pub mod error;
 pub mod fair;
 pub mod guide;
@@ -173,6 +174,7 @@ mod token;
 
 pub use backend::{TlsConfig, Topology};
 pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT};
+pub use election::{Election, Leader, Leadership};
 pub use error::{BackendError, Error, Result};
 pub use fair::{FairGuard, FairLock};
 pub use fenced::MAX_FENCED_VALUE;

@@ -38,6 +38,7 @@ const LAYERS: &[Layer<'static>] = &[
             "semaphore",
             "fair",
             "rwlock",
+            "election",
             "ratelimit",
             "ids",
         ],

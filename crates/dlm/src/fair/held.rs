@@ -7,9 +7,8 @@ use crate::error::Result;
 use crate::fair::FairShared;
 use crate::fair::ops;
 use crate::keys::FairKeys;
-use crate::services::held::{Core, Lease, Shared, batch_backend, extend_token, renew_tokens};
+use crate::services::held::{Core, Lease, Shared, extend_token, token_renewable};
 use crate::services::options::Outcome;
-use crate::services::renew::{Due, Renewable, Renewal};
 
 /// A held fair lock.
 pub(crate) struct FairHeld {
@@ -24,26 +23,7 @@ impl FairHeld {
     }
 }
 
-impl Renewable for FairHeld {
-    fn key(&self) -> &str {
-        &self.keys.lock
-    }
-
-    fn active(&self) -> bool {
-        self.core.active()
-    }
-
-    fn by_slot(&self) -> bool {
-        self.shared.by_slot()
-    }
-
-    async fn renew(batch: &[Due<Self>]) -> Vec<Renewal> {
-        match batch_backend(batch) {
-            Some(backend) => renew_tokens(&backend, batch).await,
-            None => vec![Renewal::Lost; batch.len()],
-        }
-    }
-}
+token_renewable!(FairHeld, keys.lock);
 
 impl Lease for FairHeld {
     fn core(&self) -> &Core {

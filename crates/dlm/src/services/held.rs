@@ -72,6 +72,38 @@ pub(crate) async fn renew_tokens<L: Lease>(backend: &Backend, batch: &[Due<L>]) 
     verdicts(batch, reply, started)
 }
 
+/// [`Renewable`] for a held lease stored as "key = owner token" (the fair
+/// lock, a leadership), renewed by [`renew_tokens`]: `$held` has the fields
+/// `core: Core` and `shared: Arc<Shared<$held>>`, and `$key` is the path of
+/// its key field (e.g. `keys.lock`).
+macro_rules! token_renewable {
+    ($held:ty, $($key:ident).+) => {
+        impl $crate::services::renew::Renewable for $held {
+            fn key(&self) -> &str {
+                &self.$($key).+
+            }
+
+            fn active(&self) -> bool {
+                self.core.active()
+            }
+
+            fn by_slot(&self) -> bool {
+                self.shared.by_slot()
+            }
+
+            async fn renew(
+                batch: &[$crate::services::renew::Due<Self>],
+            ) -> Vec<$crate::services::renew::Renewal> {
+                match $crate::services::held::batch_backend(batch) {
+                    Some(backend) => $crate::services::held::renew_tokens(&backend, batch).await,
+                    None => vec![$crate::services::renew::Renewal::Lost; batch.len()],
+                }
+            }
+        }
+    };
+}
+pub(crate) use token_renewable;
+
 /// Per lease of `batch`, what a renewal script's reply codes (1 renewed, 0
 /// expired, -1 taken) mean; a failed or malformed reply is retried sooner
 /// unless the lease ran out meanwhile.

@@ -111,6 +111,17 @@ impl Deployment {
         Deployment::Cluster(dlm_testkit::Cluster::start().expect("start a Redis Cluster"))
     }
 
+    /// Run `args` on the server that holds `key` (behind dlm's back).
+    pub fn command_on(&self, key: &str, args: &[&str]) -> String {
+        let server = match self {
+            Deployment::Standalone(s) => s,
+            Deployment::Cluster(c) => c
+                .master_for_slot(dlm_testkit::key_slot(key))
+                .expect("a master for the key's slot"),
+        };
+        server.command(args).expect("a command behind dlm's back")
+    }
+
     /// A fresh client (its own connections and wake-ups: another process, in effect).
     pub async fn client(&self) -> dlm::Client {
         let builder = dlm::Client::builder().timeout(Duration::from_secs(2));
