@@ -13,6 +13,7 @@ use crate::bench_ids::BenchIdsArgs;
 use crate::bench_queue::BenchQueueArgs;
 use crate::check::CheckCommand;
 use crate::dispatch::DispatchArgs;
+use crate::elect_cmd::{ElectRunArgs, ElectStatusArgs};
 use crate::error::CliError;
 use crate::generate_cmd::CompletionsArgs;
 use crate::global::parse::parse_timeout;
@@ -252,11 +253,36 @@ pub enum Command {
     /// Run a command under a read share or the write lock of a read-write lock.
     #[command(subcommand)]
     Rwlock(RwlockCommand),
+    /// Leader election: run a command only while this process leads, or
+    /// show who leads.
+    #[command(subcommand)]
+    Elect(ElectCommand),
     /// Print the shell completion script for bash, zsh or fish to stdout,
     /// e.g. `dlm completions bash > ~/.local/share/bash-completion/completions/dlm`.
     Completions(CompletionsArgs),
     /// Print the man page (roff) to stdout, e.g. `dlm man > dlm.1; man ./dlm.1`.
     Man,
+}
+
+/// `dlm elect ...`
+#[derive(Debug, Subcommand)]
+pub enum ElectCommand {
+    /// Campaign until elected, then run CMD while leading.
+    ///
+    /// One leader at a time among every `dlm elect run NAME` (on any host):
+    /// the others wait, woken at once when the leader resigns, or when its
+    /// lease (--ttl) runs out if it died. CMD gets DLM_TERM (the term: a
+    /// fencing token, strictly increasing across leaders; also DLM_FENCE),
+    /// DLM_LEADER_ID and DLM_ELECTION. The leadership is renewed every TTL/3;
+    /// when it is lost, CMD gets SIGTERM (SIGKILL 10 s later) and dlm exits 4.
+    /// When CMD exits, dlm resigns and exits with CMD's code (128+N if signal
+    /// N killed it); SIGINT, SIGTERM and SIGHUP are forwarded to CMD, and
+    /// before election they end the campaign (exit 128+N).
+    Run(ElectRunArgs),
+    /// Show who leads: its id, term and lease left (exit 0 whether or not
+    /// anyone leads). JSON: {"name","leader","term","ttl_ms","last_term"},
+    /// leader, term and ttl_ms null when nobody leads.
+    Status(ElectStatusArgs),
 }
 
 /// `dlm rwlock ...`

@@ -12,6 +12,7 @@ mod check;
 mod cli;
 mod demo;
 mod dispatch;
+mod elect_cmd;
 mod error;
 mod generate_cmd;
 mod global;
@@ -37,7 +38,7 @@ use clap::CommandFactory;
 
 use crate::check::CheckCommand;
 use crate::cli::{
-    BenchCommand, Cli, Command, DemoCommand, LockCommand, QueueCommand, RwlockCommand,
+    BenchCommand, Cli, Command, DemoCommand, ElectCommand, LockCommand, QueueCommand, RwlockCommand,
 };
 use crate::error::CliError;
 use crate::global::Global;
@@ -133,6 +134,8 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Check(CheckCommand::Queue(a)) => check::check_queue(global, &a).await,
         Command::Serve(a) => serve::serve(global, &a).await,
         Command::Rwlock(RwlockCommand::Run(a)) => rwlock_cmd::run(global, &a).await,
+        Command::Elect(ElectCommand::Run(a)) => elect_cmd::run(global, &a).await,
+        Command::Elect(ElectCommand::Status(a)) => elect_cmd::status(global, &a).await,
         Command::Demo(DemoCommand::Lock) => demo::demo_lock(global).await,
         Command::Demo(DemoCommand::IncrementKey { key }) => demo::increment_key(global, &key).await,
         Command::Completions(a) => generate_cmd::completions(Cli::command(), &a),

@@ -146,7 +146,8 @@ pub async fn acquire_or_signal<T>(
     }
 }
 
-/// A guard [`run_guarded`] can run a command under (the read-write lock's).
+/// A guard [`run_guarded`] can run a command under (the read-write lock's,
+/// a leadership).
 pub trait Guarded {
     /// The primitive's name.
     fn lease_name(&self) -> &str;
@@ -158,6 +159,10 @@ pub trait Guarded {
     fn lease_lost(&self) -> dlm::LostSignal;
     /// Give it back, token-checked.
     fn give_back(self) -> impl std::future::Future<Output = dlm::Result<()>>;
+    /// More of the command's environment than `lock run`'s (none by default).
+    fn extra_env(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
 }
 
 /// The guards of the primitives on one Redis (always a fencing token).
@@ -194,7 +199,8 @@ pub async fn run_guarded<G: Guarded>(
     signals: &mut Signals,
 ) -> Result<u8, CliError> {
     let name = guard.lease_name().to_string();
-    let env = lease_env(&name, guard.lease_key(), Some(guard.lease_fence()));
+    let mut env = lease_env(&name, guard.lease_key(), Some(guard.lease_fence()));
+    env.extend(guard.extra_env());
     let lost = guard.lease_lost();
     let ended = match run_child(command, &env, lost.lost(), signals, &name).await {
         Ok(ended) => ended,

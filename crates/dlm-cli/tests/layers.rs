@@ -32,6 +32,7 @@ const LAYERS: &[Layer<'static>] = &[
         modules: &[
             "lock_cmd",
             "rwlock_cmd",
+            "elect_cmd",
             "queue_cmd",
             "work_cmd",
             "bench",
