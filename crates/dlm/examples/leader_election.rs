@@ -1,25 +1,25 @@
-//! Leader election on a lock: one leader among N processes, with the fence
-//! passed to everything the leader writes.
+//! Leader election (`client.election`): one leader among N processes, with
+//! its term passed as a fence to everything the leader writes.
 //!
 //! The pattern:
 //!
-//! 1. Every candidate loops on `client.lock("leader").acquire(&opts)` with a
-//!    short TTL, a `wait`, and the watchdog on: whoever gets the lock leads,
-//!    and the watchdog keeps the lease alive while the process is healthy.
-//!    If the process dies, the lease runs out after one TTL and another
-//!    candidate takes over.
-//! 2. The leader's term is identified by the lock's fencing token
-//!    (`guard.fence()`): it increases with every new holder. The leader
-//!    passes it to **every write** it makes (`Client::fenced_write` here; a
-//!    database column compared in the `UPDATE`'s `WHERE` works the same), so
-//!    storage refuses a write from an old leader that still believes it leads
-//!    (a GC pause, a partition, a process that was declared dead but was not).
-//!    Without the fence, two leaders can write at once for a moment, and no
-//!    lock alone can prevent it.
-//! 3. The leader stops leading as soon as `guard.lost()` fires (or
-//!    `guard.is_lost()` is true): the watchdog could not renew in time.
-//!    Stepping down on purpose is `guard.release()`, which wakes the waiting
+//! 1. Every candidate campaigns with `client.election("leader")
+//!    .campaign(id, &opts)`: whoever is elected leads, and the watchdog keeps
+//!    the leadership's lease alive while the process is healthy. If the
+//!    process dies, the lease runs out after one TTL and another candidate
+//!    takes over; a leader that steps down (`resign()`) wakes the waiting
 //!    candidates at once.
+//! 2. The leader's **term** (`leadership.term()`) grows with every new
+//!    leader. The leader passes it to **every write** it makes
+//!    (`Client::fenced_write` here; a database column compared in the
+//!    `UPDATE`'s `WHERE` works the same), so storage refuses a write from an
+//!    old leader that still believes it leads (a GC pause, a partition, a
+//!    process that was declared dead but was not). Without the term, two
+//!    leaders can write at once for a moment, and no election alone can
+//!    prevent it.
+//! 3. The leader stops leading as soon as `leadership.lost()` fires (or
+//!    `is_lost()` is true): the watchdog could not renew in time. Anyone can
+//!    ask `election.leader()` who leads, in which term, for how long yet.
 //!
 //! Here three candidates (each its own `Client`, standing in for three
 //! processes) run three terms: the first leader steps down, the second
@@ -99,23 +99,28 @@ async fn candidate(id: usize, client: Client, shared: Arc<Shared>) -> Result<(),
         if shared.terms.load(Ordering::SeqCst) >= TERMS {
             return Ok(());
         }
-        let guard = match client.lock("example:leader").acquire(&opts).await {
+        let me = format!("candidate-{id}");
+        let guard = match client.election("example:leader").campaign(&me, &opts).await {
             Ok(g) => g,
             Err(Error::Busy { .. }) => continue, // somebody leads; keep campaigning
             Err(e) => return Err(e.into()),
         };
         let term = shared.terms.fetch_add(1, Ordering::SeqCst) + 1;
         if term > TERMS {
-            guard.release().await?;
+            guard.resign().await?;
             return Ok(());
         }
-        let fence = guard.fence().ok_or("a single-Redis lock has a fence")?;
+        let fence = guard.term();
+        let leader = client.election("example:leader").leader().await?;
+        if leader.as_ref().map(|l| l.id.as_str()) != Some(me.as_str()) {
+            return Err("leader() names another leader".into());
+        }
         shared
             .log
             .lock()
             .map_err(|_| "poisoned")?
             .push((term, id, fence));
-        println!("term {term}: candidate {id} leads with fence {fence}");
+        println!("term {term}: candidate {id} leads with term {fence} (its fence)");
 
         // Lead: every write carries the fence. Hold longer than the TTL;
         // the watchdog renews the lease, and a lost lease ends the term.
@@ -164,7 +169,7 @@ async fn candidate(id: usize, client: Client, shared: Arc<Shared>) -> Result<(),
             return Ok(()); // a crashed process does not campaign again
         }
 
-        guard.release().await?;
+        guard.resign().await?;
         println!("term {term}: candidate {id} steps down");
         // Give the others a chance before campaigning again.
         tokio::time::sleep(Duration::from_millis(200)).await;
