@@ -25,7 +25,7 @@ use crate::queue_cmd::{
     UnscheduleArgs,
 };
 use crate::run_cmd::RunArgs;
-use crate::rwlock_cmd::RwRunArgs;
+use crate::rwlock_cmd::{RwRunArgs, RwStatusArgs};
 use crate::seckill::SeckillArgs;
 use crate::semaphore_cmd::SemaphoreCommand;
 use crate::serve::ServeArgs;
@@ -297,6 +297,10 @@ pub enum RwlockCommand {
     /// DLM_FENCE, DLM_LOCK_KEY and DLM_LOCK_NAME; SIGINT, SIGTERM and SIGHUP
     /// are forwarded to it.
     Run(RwRunArgs),
+    /// Show whether a writer holds the lock, how many readers share it and
+    /// how many writers wait (exit 0 either way). JSON: {"name","writer"
+    /// (true/false),"readers","waiting_writers","writer_ttl_ms","fence"}.
+    Status(RwStatusArgs),
 }
 
 /// `dlm lock ...`
@@ -317,7 +321,8 @@ pub enum LockCommand {
     /// success; exit 1 when it expired or another owner holds it).
     Extend(ExtendArgs),
     /// Show whether a lock is held, its remaining TTL and last fencing token
-    /// (exit 0 either way).
+    /// (exit 0 either way); with --fair, a fair lock's, with the waiters in
+    /// line (`waiting`).
     Status(StatusArgs),
     /// Run a command while holding a lock: a distributed flock(1).
     ///

@@ -65,6 +65,10 @@ pub struct StatusArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub target: LockName,
+    /// The lock is a fair lock (keys dlm:fair:{NAME}): also show how many
+    /// wait in line (`waiting` in JSON).
+    #[arg(long)]
+    pub fair: bool,
 }
 
 #[derive(Serialize)]
@@ -273,35 +277,54 @@ struct Status<'a> {
     held: bool,
     ttl_ms: Option<u64>,
     fence: Option<u64>,
+    /// With --fair: the waiters in line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiting: Option<u64>,
 }
 
 /// `dlm lock status`: exit 0 whether held or not.
 pub async fn status(global: &Global, args: &StatusArgs) -> Result<u8, CliError> {
     args.target.check()?;
+    if args.fair && args.target.raw_key {
+        return Err(CliError::Usage(
+            "--fair has its own keys: it cannot take --raw-key".into(),
+        ));
+    }
     let client = connect_nodes(&global.urls(), global).await?;
-    let lock = args.target.lock(&client);
-    let key = lock.key()?;
-    let st = lock.status().await?;
+    let (key, held, ttl, fence, waiting) = if args.fair {
+        let fair = client.fair_lock(args.target.name.clone());
+        let st = fair.status().await?;
+        (fair.key()?, st.held, st.ttl, st.fence, Some(st.waiting))
+    } else {
+        let lock = args.target.lock(&client);
+        let st = lock.status().await?;
+        (lock.key()?, st.held, st.ttl, st.fence, None)
+    };
     let out = Status {
         name: &args.target.name,
         key: &key,
-        held: st.held,
-        ttl_ms: st.ttl.map(ms),
-        fence: st.fence.map(dlm::Fence::get),
+        held,
+        ttl_ms: ttl.map(ms),
+        fence: fence.map(dlm::Fence::get),
+        waiting,
     };
     output::emit(global.json, &out, || {
         let fence = match out.fence {
             Some(f) => format!("last fence {f}"),
             None => "never acquired through dlm".into(),
         };
+        let line = out
+            .waiting
+            .map(|n| format!(", {n} waiting"))
+            .unwrap_or_default();
         if out.held {
             let ttl = match out.ttl_ms {
                 Some(t) => format!("expires in {t} ms"),
                 None => "no expiry".into(),
             };
-            format!("{}: held (key {}, {ttl}, {fence})", out.name, out.key)
+            format!("{}: held (key {}, {ttl}, {fence}{line})", out.name, out.key)
         } else {
-            format!("{}: free (key {}, {fence})", out.name, out.key)
+            format!("{}: free (key {}, {fence}{line})", out.name, out.key)
         }
     })?;
     Ok(EXIT_OK)

@@ -134,6 +134,7 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Check(CheckCommand::Queue(a)) => check::check_queue(global, &a).await,
         Command::Serve(a) => serve::serve(global, &a).await,
         Command::Rwlock(RwlockCommand::Run(a)) => rwlock_cmd::run(global, &a).await,
+        Command::Rwlock(RwlockCommand::Status(a)) => rwlock_cmd::status(global, &a).await,
         Command::Elect(ElectCommand::Run(a)) => elect_cmd::run(global, &a).await,
         Command::Elect(ElectCommand::Status(a)) => elect_cmd::status(global, &a).await,
         Command::Demo(DemoCommand::Lock) => demo::demo_lock(global).await,

@@ -1,3 +1,5 @@
+//! `dlm rwlock status NAME`: the writer, readers and waiting writers.
+//!
 //! `dlm rwlock run NAME (--read | --write) --ttl D [--wait D] -- CMD...`:
 //! run a command under a read share or the write lock of a read-write lock,
 //! with `lock run`'s runner (same environment, signal forwarding and exit
@@ -7,11 +9,13 @@
 use std::time::Duration;
 
 use clap::Args;
+use serde::Serialize;
 
-use crate::error::CliError;
+use crate::error::{CliError, EXIT_OK};
 use crate::global::Global;
 use crate::global::parse::{parse_name, parse_ttl, parse_wait};
 use crate::global::target::connect_nodes;
+use crate::output;
 use crate::run_cmd::{acquire_or_signal, run_guarded};
 use crate::signals::Signals;
 
@@ -39,6 +43,56 @@ pub struct RwRunArgs {
     /// The command and its arguments, after `--`.
     #[arg(value_name = "CMD", last = true, required = true, num_args = 1..)]
     pub command: Vec<String>,
+}
+
+/// `dlm rwlock status`
+#[derive(Debug, Clone, Args)]
+pub struct RwStatusArgs {
+    /// The read-write lock's name.
+    #[arg(value_name = "NAME", value_parser = parse_name)]
+    pub name: String,
+}
+
+/// `rwlock status --json`.
+#[derive(Serialize)]
+struct Status<'a> {
+    name: &'a str,
+    /// A writer holds it.
+    writer: bool,
+    readers: u64,
+    waiting_writers: u64,
+    /// The writer's lease left (null: no writer, or no expiry).
+    writer_ttl_ms: Option<u64>,
+    /// The last fencing token of the lock's slot (null: none yet).
+    fence: Option<u64>,
+}
+
+/// `dlm rwlock status` (exit 0 whether held or not).
+pub async fn status(global: &Global, args: &RwStatusArgs) -> Result<u8, CliError> {
+    let client = connect_nodes(&global.urls(), global).await?;
+    let s = client.rwlock(args.name.clone()).status().await?;
+    let out = Status {
+        name: &args.name,
+        writer: s.writer,
+        readers: s.readers,
+        waiting_writers: s.waiting_writers,
+        writer_ttl_ms: s
+            .writer_ttl
+            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        fence: s.fence.map(dlm::Fence::get),
+    };
+    output::emit(global.json, &out, || {
+        let who = if out.writer {
+            "a writer holds it".to_string()
+        } else {
+            format!("{} reader(s)", out.readers)
+        };
+        format!(
+            "{}: {who}, {} writer(s) waiting",
+            out.name, out.waiting_writers
+        )
+    })?;
+    Ok(EXIT_OK)
 }
 
 /// `dlm rwlock run`.

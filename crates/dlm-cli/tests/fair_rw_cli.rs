@@ -234,3 +234,79 @@ fn rwlock_run_exit_codes() -> TestResult {
     assert_eq!(r.code(), 4, "{}", r.stderr);
     Ok(())
 }
+
+/// `dlm --json ARGS` parsed (exit 0 expected).
+fn json_of(server: &RedisServer, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let r = run_on(server, &all);
+    assert_eq!(r.code(), 0, "{args:?}: {}", r.stderr);
+    serde_json::from_str(r.stdout.trim()).expect("JSON")
+}
+
+/// `lock status --fair` shows the holder and the line; `rwlock status`
+/// the writer, the readers and the waiting writers, in the JSON the
+/// issue names.
+#[test]
+fn fair_and_rwlock_status() -> TestResult {
+    let server = server();
+    let token = hold_fair(&server, "st");
+    let waiter = fair_run(&server, "st", "true");
+    wait_for_queue(&server, "st", 1);
+    let s = json_of(&server, &["lock", "status", "st", "--fair"]);
+    assert_eq!(
+        (s["held"].as_bool(), s["waiting"].as_u64()),
+        (Some(true), Some(1)),
+        "{s}"
+    );
+    assert_eq!(s["key"], "dlm:fair:{st}");
+    release_fair(&server, "st", &token);
+    assert_eq!(waiter.finish(Duration::from_secs(10)).code(), 0);
+    let s = json_of(&server, &["lock", "status", "st", "--fair"]);
+    assert_eq!(
+        (s["held"].as_bool(), s["waiting"].as_u64()),
+        (Some(false), Some(0)),
+        "{s}"
+    );
+
+    let s = json_of(&server, &["rwlock", "status", "doc"]);
+    for field in ["name", "writer", "readers", "waiting_writers"] {
+        assert!(s.get(field).is_some(), "{field} in {s}");
+    }
+    assert_eq!(
+        (s["writer"].as_bool(), s["readers"].as_u64()),
+        (Some(false), Some(0))
+    );
+    let dir = tempdir()?;
+    let (r1, r2) = (path_in(&dir, "r1"), path_in(&dir, "r2"));
+    let hold = |p: &std::path::Path| format!("echo up > {}; sleep 3", p.display());
+    let readers = [
+        rw_run(&server, "--read", &hold(&r1)),
+        rw_run(&server, "--read", &hold(&r2)),
+    ];
+    wait_for_file(&r1, Duration::from_secs(10));
+    wait_for_file(&r2, Duration::from_secs(10));
+    let writer = rw_run(&server, "--write", "true");
+    let start = Instant::now();
+    let s = loop {
+        let s = json_of(&server, &["rwlock", "status", "doc"]);
+        if s["waiting_writers"] == 1 || start.elapsed() > Duration::from_secs(5) {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        (
+            s["writer"].as_bool(),
+            s["readers"].as_u64(),
+            s["waiting_writers"].as_u64()
+        ),
+        (Some(false), Some(2), Some(1)),
+        "{s}"
+    );
+    for r in readers {
+        assert_eq!(r.finish(Duration::from_secs(20)).code(), 0);
+    }
+    assert_eq!(writer.finish(Duration::from_secs(20)).code(), 0);
+    Ok(())
+}

@@ -176,14 +176,14 @@ pub use backend::{TlsConfig, Topology};
 pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT};
 pub use election::{Election, Leader, Leadership};
 pub use error::{BackendError, Error, Result};
-pub use fair::{FairGuard, FairLock};
+pub use fair::{FairGuard, FairLock, FairStatus};
 pub use fenced::MAX_FENCED_VALUE;
 pub use lock::{
     HeldLock, Lock, LockContext, LockGuard, LockOptions, LockStatus, LostSignal, MAX_HELD_LOCKS,
     MAX_MULTI_LOCK, MAX_TTL, MAX_WAIT, MIN_TTL, MultiGuard, MultiLock, ReleaseAll, Released,
     any_lost,
 };
-pub use rwlock::{ReadGuard, RwLock, WriteGuard};
+pub use rwlock::{ReadGuard, RwLock, RwStatus, WriteGuard};
 pub use semaphore::{MAX_PERMITS, Semaphore, SemaphoreGuard, SemaphoreOptions, SemaphoreStatus};
 pub use token::{Fence, Token};
 pub use tokio_util::sync::CancellationToken;

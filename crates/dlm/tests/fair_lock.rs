@@ -192,7 +192,33 @@ async fn guard_semantics(d: &Deployment) -> TestResult {
     Ok(())
 }
 
+/// `status()`: the holder, its TTL and fence, and the waiters in line.
+async fn status_shows_holder_and_line(d: &Deployment) -> TestResult {
+    let (a, b) = (d.client().await, d.client().await);
+    let lock = a.fair_lock("status");
+    let free = lock.status().await?;
+    assert!(
+        !free.held && free.ttl.is_none() && free.waiting == 0,
+        "{free:?}"
+    );
+    let g = lock.acquire(&ttl(5000)).await?;
+    let waiter = tokio::spawn(async move {
+        let opts = ttl(5000).wait(Duration::from_secs(10));
+        b.fair_lock("status").acquire(&opts).await
+    });
+    wait_for_queue_len(d, "status", 1).await?;
+    let s = lock.status().await?;
+    assert!(s.held, "{s:?}");
+    assert!(s.ttl.is_some_and(|t| t <= Duration::from_secs(5)), "{s:?}");
+    assert_eq!((s.fence, s.waiting), (Some(g.fence()), 1), "{s:?}");
+    g.release().await?;
+    waiter.await??.release().await?;
+    assert_eq!(lock.status().await?.waiting, 0);
+    Ok(())
+}
+
 async fn all(d: Deployment) -> TestResult {
+    status_shows_holder_and_line(&d).await?;
     waiters_get_the_lock_in_arrival_order(&d).await?;
     a_dead_waiter_delays_the_next_by_at_most_its_queue_lease(&d).await?;
     try_once_and_giving_up(&d).await?;

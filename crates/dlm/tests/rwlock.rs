@@ -201,7 +201,48 @@ async fn downgrade_upgrade_and_dead_readers(d: &Deployment) -> TestResult {
     Ok(())
 }
 
+/// `status()`: the writer, the readers and the waiting writers.
+async fn status_shows_writer_readers_and_waiting_writers(d: &Deployment) -> TestResult {
+    let (a, b) = (d.client().await, d.client().await);
+    let rw = a.rwlock("status");
+    let s = rw.status().await?;
+    assert!(
+        !s.writer && s.readers == 0 && s.waiting_writers == 0,
+        "{s:?}"
+    );
+    let (r1, r2) = (rw.read(&ttl(5000)).await?, rw.read(&ttl(5000)).await?);
+    let writer = tokio::spawn(async move {
+        let opts = ttl(5000).wait(Duration::from_secs(10));
+        b.rwlock("status").write(&opts).await
+    });
+    let mut s = rw.status().await?;
+    for _ in 0..200 {
+        if s.waiting_writers == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        s = rw.status().await?;
+    }
+    assert_eq!(
+        (s.writer, s.readers, s.waiting_writers),
+        (false, 2, 1),
+        "{s:?}"
+    );
+    r1.release().await?;
+    r2.release().await?;
+    let w = writer.await??;
+    let s = rw.status().await?;
+    assert!(s.writer && s.writer_ttl.is_some(), "{s:?}");
+    assert_eq!(
+        (s.readers, s.waiting_writers, s.fence),
+        (0, 0, Some(w.fence()))
+    );
+    w.release().await?;
+    Ok(())
+}
+
 async fn all(d: Deployment) -> TestResult {
+    status_shows_writer_readers_and_waiting_writers(&d).await?;
     readers_share_writers_exclude(&d).await?;
     a_waiting_writer_goes_before_later_readers(&d).await?;
     downgrade_upgrade_and_dead_readers(&d).await?;

@@ -32,6 +32,27 @@ use crate::services::options::LockOptions;
 use crate::token::Token;
 
 pub(crate) use held::FairHeld;
+
+/// What an observer can see of a fair lock ([`FairLock::status`]).
+///
+/// ```no_run
+/// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+/// let s = client.fair_lock("printer").status().await?;
+/// println!("held: {} ({:?} left), {} in line", s.held, s.ttl, s.waiting);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FairStatus {
+    /// Somebody holds it.
+    pub held: bool,
+    /// The holder's remaining TTL (`None`: free, or no expiry).
+    pub ttl: Option<Duration>,
+    /// The last fencing token the lock's slot counter handed out (`None`: none yet).
+    pub fence: Option<crate::token::Fence>,
+    /// Waiters in line (with a live queue lease).
+    pub waiting: u64,
+}
 use ops::Attempt;
 
 /// How long a queued waiter keeps its place without refreshing it, unless
@@ -169,6 +190,28 @@ impl FairLock {
         let keys = fair_keys(&self.name)?;
         let (outcome, _) = ops::release(backend, &keys, token).await?;
         outcome.into_result(&self.name)
+    }
+
+    /// What an observer can see, in one read-only script: whether somebody
+    /// holds the lock (its TTL), the slot's last fencing token, and how many
+    /// waiters are queued (with a live queue lease).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let s = client.fair_lock("printer").status().await?;
+    /// println!("held: {}, {} waiting", s.held, s.waiting);
+    /// # Ok(()) }
+    /// ```
+    pub async fn status(&self) -> Result<FairStatus> {
+        let backend = self.shared.backend("fair lock")?;
+        let keys = fair_keys(&self.name)?;
+        let (holder, fence, waiting) = ops::status(backend, &keys).await?;
+        Ok(FairStatus {
+            held: holder.is_some(),
+            ttl: holder.flatten(),
+            fence: (fence > 0).then_some(crate::token::Fence::new(fence)),
+            waiting,
+        })
     }
 
     fn validate(&self, opts: &LockOptions) -> Result<()> {

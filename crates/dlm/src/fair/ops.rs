@@ -17,9 +17,10 @@ static ACQUIRE: LazyLock<Script> =
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 static CANCEL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/cancel.lua")));
+static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/status.lua")));
 
 pub(crate) fn scripts() -> Vec<&'static Script> {
-    vec![&ACQUIRE, &RELEASE, &CANCEL]
+    vec![&ACQUIRE, &RELEASE, &CANCEL, &STATUS]
 }
 
 /// What one acquire attempt found.
@@ -108,6 +109,38 @@ fn release_reply(v: Value) -> Result<(Outcome, Option<String>)> {
     Ok((outcome, Some(next).filter(|n| !n.is_empty())))
 }
 
+/// What status.lua read: the holder's TTL (`Some(None)`: held without
+/// expiry), the slot's last fence, the live waiters.
+pub(crate) type RawStatus = (Option<Option<Duration>>, u64, u64);
+
+/// One read-only look at the lock.
+pub(crate) async fn status(backend: &Backend, keys: &FairKeys) -> Result<RawStatus> {
+    status_reply(
+        backend
+            .eval(
+                STATUS
+                    .key(&keys.lock)
+                    .key(&keys.queue)
+                    .key(&keys.timeouts)
+                    .key(&keys.fence),
+            )
+            .await?,
+    )
+}
+
+/// status.lua: {held, pttl, fence, waiting}.
+fn status_reply(v: Value) -> Result<RawStatus> {
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    match redis::from_redis_value::<Vec<i64>>(v)?[..] {
+        [held, pttl, fence, waiting] => Ok((
+            (held == 1).then(|| u64::try_from(pttl).ok().map(Duration::from_millis)),
+            count(fence),
+            count(waiting),
+        )),
+        _ => Err(Error::protocol("fair status: unexpected reply")),
+    }
+}
+
 /// Leave the queue (and release a grant whose reply was lost).
 pub(crate) async fn cancel(backend: &Backend, keys: &FairKeys, token: &Token) -> Result<bool> {
     let removed: i64 = backend
@@ -129,6 +162,7 @@ mod tests {
     use crate::services::props::{Decoder, decoder_tests};
 
     const DECODERS: &[Decoder] = &[
+        ("fair status", |v| status_reply(v).is_ok()),
         ("fair acquire", |v| acquire_reply(v).is_ok()),
         ("fair release", |v| release_reply(v).is_ok()),
     ];

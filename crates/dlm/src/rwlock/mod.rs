@@ -30,9 +30,32 @@ use crate::error::{Error, Result};
 use crate::keys::rw_keys;
 use crate::services::held::{Guard, Lease, Pending, Shared, Turns, guard_api};
 use crate::services::options::{LockOptions, Outcome};
-use crate::token::Token;
+use crate::token::{Fence, Token};
 
 pub(crate) use held::RwHeld;
+
+/// What an observer can see of a read-write lock ([`RwLock::status`]).
+///
+/// ```no_run
+/// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+/// let s = client.rwlock("catalog").status().await?;
+/// if !s.writer && s.waiting_writers == 0 { println!("{} readers, open to more", s.readers) }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwStatus {
+    /// A writer holds the lock.
+    pub writer: bool,
+    /// The writer's remaining TTL (`None`: no writer, or no expiry).
+    pub writer_ttl: Option<Duration>,
+    /// Read shares whose lease has not run out.
+    pub readers: u64,
+    /// Writers waiting for the readers to leave (new readers wait behind them).
+    pub waiting_writers: u64,
+    /// The last fencing token the lock's slot counter handed out (`None`: none yet).
+    pub fence: Option<Fence>,
+}
 use ops::Mode;
 
 /// How long a waiting writer's marker (which keeps new readers out) lasts
@@ -197,6 +220,29 @@ impl RwLock {
     /// ```
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// What an observer can see, in one read-only script: whether a writer
+    /// holds the lock (and its TTL), how many read shares and waiting
+    /// writers are live.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let s = client.rwlock("catalog").status().await?;
+    /// println!("writer: {}, readers: {}, writers waiting: {}", s.writer, s.readers, s.waiting_writers);
+    /// # Ok(()) }
+    /// ```
+    pub async fn status(&self) -> Result<RwStatus> {
+        let backend = self.shared.backend("read-write lock")?;
+        let keys = rw_keys(&self.name)?;
+        let (writer, readers, waiting_writers, fence) = ops::status(backend, &keys).await?;
+        Ok(RwStatus {
+            writer: writer.is_some(),
+            writer_ttl: writer.flatten(),
+            readers,
+            waiting_writers,
+            fence: (fence > 0).then_some(Fence::new(fence)),
+        })
     }
 
     /// Take a read share, waiting up to `opts.wait` while a writer holds the

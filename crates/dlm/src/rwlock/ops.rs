@@ -21,9 +21,18 @@ static DOWNGRADE: LazyLock<Script> =
 pub(crate) static EXTEND_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/extend_many.lua")));
 static CANCEL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/cancel.lua")));
+static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/status.lua")));
 
 pub(crate) fn scripts() -> Vec<&'static Script> {
-    vec![&READ, &WRITE, &RELEASE, &DOWNGRADE, &EXTEND_MANY, &CANCEL]
+    vec![
+        &READ,
+        &WRITE,
+        &RELEASE,
+        &DOWNGRADE,
+        &EXTEND_MANY,
+        &CANCEL,
+        &STATUS,
+    ]
 }
 
 /// A read share or the write lock.
@@ -125,6 +134,39 @@ pub(crate) async fn downgrade(
     extend_code(code)
 }
 
+/// What status.lua read: the writer's TTL (`Some(None)`: held without
+/// expiry), live readers, live waiting writers, the slot's last fence.
+pub(crate) type RawStatus = (Option<Option<Duration>>, u64, u64, u64);
+
+/// One read-only look at the lock.
+pub(crate) async fn status(backend: &Backend, keys: &RwKeys) -> Result<RawStatus> {
+    status_reply(
+        backend
+            .eval(
+                STATUS
+                    .key(&keys.writer)
+                    .key(&keys.readers)
+                    .key(&keys.waiting)
+                    .key(&keys.fence),
+            )
+            .await?,
+    )
+}
+
+/// status.lua: {writer, pttl, readers, waiting_writers, fence}.
+fn status_reply(v: Value) -> Result<RawStatus> {
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    match redis::from_redis_value::<Vec<i64>>(v)?[..] {
+        [writer, pttl, readers, waiting, fence] => Ok((
+            (writer == 1).then(|| u64::try_from(pttl).ok().map(Duration::from_millis)),
+            count(readers),
+            count(waiting),
+            count(fence),
+        )),
+        _ => Err(Error::protocol("rw status: unexpected reply")),
+    }
+}
+
 pub(crate) async fn cancel(backend: &Backend, keys: &RwKeys, token: &Token) -> Result<()> {
     let _: i64 = backend
         .eval(
@@ -145,7 +187,10 @@ mod tests {
     use super::*;
     use crate::services::props::{Decoder, decoder_tests};
 
-    const DECODERS: &[Decoder] = &[("rw acquire", |v| acquire_reply(v).is_ok())];
+    const DECODERS: &[Decoder] = &[
+        ("rw status", |v| status_reply(v).is_ok()),
+        ("rw acquire", |v| acquire_reply(v).is_ok()),
+    ];
 
     decoder_tests!(fuzz_rw_replies, DECODERS);
 
