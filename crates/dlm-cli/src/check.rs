@@ -20,7 +20,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use dlm_testkit::history::{Clock, FencedRegister, Hold, QueueHistory, overlapping_holds};
+use dlm_testkit::history::{
+    Clock, FairWait, FencedRegister, Hold, PermitHold, QueueHistory, RwHold, out_of_order_grants,
+    over_capacity, overlapping_holds, peak_permits, writer_overlaps,
+};
 use serde::Serialize;
 
 use crate::error::{CliError, EXIT_NO, EXIT_OK};
@@ -33,8 +36,12 @@ use crate::rng::{SplitMix, seed};
 /// `dlm check ...`
 #[derive(Debug, Subcommand)]
 pub enum CheckCommand {
-    /// Check mutual exclusion: concurrent clients on one lock, every
-    /// believed-held interval recorded and checked for overlaps.
+    /// Check mutual exclusion: concurrent clients on one lock (--primitive
+    /// mutex, fair, rw, semaphore or election), every believed-held interval
+    /// recorded and checked: no overlaps (rw: no writer overlaps anyone;
+    /// semaphore: never more than --permits holders; fair: also grants in
+    /// queue order). Holds are mostly a few milliseconds, so a run makes
+    /// thousands of acquisitions; the distribution is printed.
     Lock(CheckLockArgs),
     /// Check the queue: every task handled to an ack, duplicates explained.
     Queue(CheckQueueArgs),
@@ -75,6 +82,14 @@ pub struct CheckLockArgs {
     /// it must notice by its own clock).
     #[arg(long, value_name = "D", default_value = "2s", value_parser = parse_ttl)]
     pub ttl: Duration,
+    /// Which primitive to check (default: the mutex).
+    #[arg(long, value_enum, default_value = "mutex")]
+    pub primitive: CheckPrimitive,
+    /// The semaphore's capacity with --primitive semaphore (each client
+    /// takes one permit).
+    #[arg(long, value_name = "N", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub permits: u32,
     /// Test only: break the lock behind the holders' backs (delete their
     /// key now and then), so that the checker must report overlaps.
     #[arg(long, hide = true)]
@@ -106,13 +121,23 @@ pub struct CheckQueueArgs {
 #[derive(Debug, Serialize)]
 struct LockReport {
     check: &'static str,
+    /// The primitive checked (`mutex` unless --primitive).
+    primitive: &'static str,
     operations: u64,
     acquisitions: u64,
     violations: u64,
     overlaps: u64,
+    /// Fair lock: grants out of queue order (0 for the others).
+    out_of_order_grants: u64,
+    /// Semaphore: the most holders at one instant (null for the others).
+    peak_holders: Option<u32>,
+    /// Semaphore: its capacity (null for the others).
+    permits: Option<u32>,
     stale_writes_accepted: u64,
     stale_writes_rejected: u64,
     errors: u64,
+    /// How long holders kept what they got.
+    hold_distribution: &'static str,
 }
 
 /// The queue check's verdict (one JSON object).
@@ -142,14 +167,267 @@ fn progress(json: bool, len: Duration, label: &str) -> Option<indicatif::Progres
     Some(bar)
 }
 
+/// The lock primitives `dlm check lock` can exercise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckPrimitive {
+    /// The mutex (`client.lock`), on any deployment including Redlock.
+    Mutex,
+    /// The fair lock: also checks that grants follow the queue order.
+    Fair,
+    /// The read-write lock: one acquisition in four is a writer; no writer
+    /// may overlap anyone.
+    Rw,
+    /// The semaphore (`--permits N`, one permit per holder): never more than
+    /// N holders at once.
+    Semaphore,
+    /// Leader election: one leader at a time, terms as fences.
+    Election,
+}
+
+impl CheckPrimitive {
+    fn label(self) -> &'static str {
+        match self {
+            CheckPrimitive::Mutex => "mutex",
+            CheckPrimitive::Fair => "fair",
+            CheckPrimitive::Rw => "rw",
+            CheckPrimitive::Semaphore => "semaphore",
+            CheckPrimitive::Election => "election",
+        }
+    }
+}
+
+/// How long each holder keeps what it got: mostly very short, so that a run
+/// makes thousands of acquisitions (races show up at hand-overs), with a few
+/// long holds that make waiters queue and leases near their end.
+pub const HOLD_DISTRIBUTION: &str = "90% 0-1 ms, 9.9% 1-10 ms, 0.1% 10 ms to TTL/4";
+
+/// One hold time drawn from [`HOLD_DISTRIBUTION`].
+fn hold_time(rng: &mut SplitMix, ttl: Duration) -> Duration {
+    let (roll, r) = (rng.next() % 1000, rng.next());
+    let ms = |lo: u64, hi: u64| Duration::from_micros(lo * 1000 + r % ((hi - lo).max(1) * 1000));
+    match roll {
+        0..900 => ms(0, 1),
+        900..999 => ms(1, 10),
+        _ => ms(10, (ttl.as_millis() as u64 / 4).max(11)),
+    }
+}
+
+/// What one acquisition of the checked primitive holds.
+enum Held {
+    Mutex(dlm::LockGuard),
+    Fair(dlm::FairGuard),
+    Read(dlm::ReadGuard),
+    Write(dlm::WriteGuard),
+    Permit(dlm::SemaphoreGuard),
+    Leader(dlm::Leadership),
+}
+
+impl Held {
+    fn fence(&self) -> Option<u64> {
+        match self {
+            Held::Mutex(g) => g.fence().map(dlm::Fence::get),
+            Held::Fair(g) => Some(g.fence().get()),
+            Held::Read(g) => Some(g.fence().get()),
+            Held::Write(g) => Some(g.fence().get()),
+            Held::Permit(g) => Some(g.fence().get()),
+            Held::Leader(g) => Some(g.term().get()),
+        }
+    }
+
+    fn remaining(&self) -> Duration {
+        match self {
+            Held::Mutex(g) => g.remaining(),
+            Held::Fair(g) => g.remaining(),
+            Held::Read(g) => g.remaining(),
+            Held::Write(g) => g.remaining(),
+            Held::Permit(g) => g.remaining(),
+            Held::Leader(g) => g.remaining(),
+        }
+    }
+
+    /// Nobody else may hold it meanwhile (all but a read share and a permit).
+    fn exclusive(&self) -> bool {
+        !matches!(self, Held::Read(_) | Held::Permit(_))
+    }
+
+    async fn release(self) -> dlm::Result<()> {
+        match self {
+            Held::Mutex(g) => g.release().await.map(|_| ()),
+            Held::Fair(g) => g.release().await,
+            Held::Read(g) => g.release().await,
+            Held::Write(g) => g.release().await,
+            Held::Permit(g) => g.release().await,
+            Held::Leader(g) => g.resign().await,
+        }
+    }
+}
+
+/// One acquisition of `args.primitive` named `name` by client `id`.
+async fn acquire(
+    client: &dlm::Client,
+    args: &CheckLockArgs,
+    name: &str,
+    id: usize,
+    rng: &mut SplitMix,
+) -> dlm::Result<Held> {
+    let opts = dlm::LockOptions::new(args.ttl).wait(args.ttl * 2);
+    Ok(match args.primitive {
+        CheckPrimitive::Mutex => Held::Mutex(client.lock(name).acquire(&opts).await?),
+        CheckPrimitive::Fair => Held::Fair(client.fair_lock(name).acquire(&opts).await?),
+        CheckPrimitive::Rw if rng.next().is_multiple_of(4) => {
+            Held::Write(client.rwlock(name).write(&opts).await?)
+        }
+        CheckPrimitive::Rw => Held::Read(client.rwlock(name).read(&opts).await?),
+        CheckPrimitive::Semaphore => {
+            let opts = dlm::SemaphoreOptions::new(args.ttl).wait(args.ttl * 2);
+            let sem = client.semaphore(name, args.permits);
+            Held::Permit(sem.acquire(1, &opts).await?)
+        }
+        CheckPrimitive::Election => {
+            let me = format!("check-client-{id}");
+            Held::Leader(client.election(name).campaign(&me, &opts).await?)
+        }
+    })
+}
+
+/// A hold as the checkers see it, with what kind it was.
+#[derive(Debug, Clone)]
+struct Record {
+    hold: Hold,
+    exclusive: bool,
+    asked: Duration,
+}
+
+/// The checked primitive's verdicts over its records.
+struct Verdict {
+    /// Overlaps that mutual exclusion forbids (semaphore: holders beyond N).
+    overlaps: Vec<String>,
+    /// Fair lock: grants out of queue order.
+    out_of_order: Vec<String>,
+    /// Semaphore: the most holders at once.
+    peak: Option<u32>,
+}
+
+/// How long before another a fair waiter must have asked to be sure it was
+/// queued first: far longer than one round trip.
+const FIFO_MARGIN: Duration = Duration::from_millis(200);
+
+fn judge(primitive: CheckPrimitive, permits: u32, records: &[Record]) -> Verdict {
+    let show = |a: &Hold, b: &Hold| {
+        format!(
+            "client {} held from {:?} to {:?} (fence {:?}) while client {} held from {:?} to {:?} (fence {:?})",
+            a.holder, a.from, a.until, a.fence, b.holder, b.from, b.until, b.fence
+        )
+    };
+    let mut verdict = Verdict {
+        overlaps: Vec::new(),
+        out_of_order: Vec::new(),
+        peak: None,
+    };
+    match primitive {
+        CheckPrimitive::Rw => {
+            let holds: Vec<RwHold> = records
+                .iter()
+                .map(|r| RwHold {
+                    hold: r.hold.clone(),
+                    writer: r.exclusive,
+                })
+                .collect();
+            verdict.overlaps = writer_overlaps(&holds)
+                .iter()
+                .map(|(a, b)| show(&a.hold, &b.hold))
+                .collect();
+        }
+        CheckPrimitive::Semaphore => {
+            let holds: Vec<PermitHold> = records
+                .iter()
+                .map(|r| PermitHold {
+                    holder: r.hold.holder,
+                    from: r.hold.from,
+                    until: r.hold.until,
+                    permits: 1,
+                })
+                .collect();
+            verdict.peak = Some(peak_permits(&holds).0);
+            verdict.overlaps = over_capacity(&holds, permits)
+                .iter()
+                .map(|h| {
+                    format!(
+                        "client {} started holding at {:?} while {permits} permit(s) were already held",
+                        h.holder, h.from
+                    )
+                })
+                .collect();
+        }
+        _ => {
+            let holds: Vec<Hold> = records.iter().map(|r| r.hold.clone()).collect();
+            verdict.overlaps = overlapping_holds(&holds)
+                .iter()
+                .map(|(a, b)| show(a, b))
+                .collect();
+        }
+    }
+    if primitive == CheckPrimitive::Fair {
+        let waits: Vec<FairWait> = records
+            .iter()
+            .map(|r| FairWait {
+                holder: r.hold.holder,
+                asked: r.asked,
+                granted: r.hold.from,
+            })
+            .collect();
+        verdict.out_of_order = out_of_order_grants(&waits, FIFO_MARGIN)
+            .iter()
+            .map(|(a, b)| {
+                format!(
+                    "client {} asked at {:?} and was served at {:?}, after client {} who asked at {:?} and was served at {:?}",
+                    a.holder, a.asked, a.granted, b.holder, b.asked, b.granted
+                )
+            })
+            .collect();
+    }
+    verdict
+}
+
+/// The check's own keys of a primitive with fixed prefixes (its per-slot
+/// fencing counters are shared with other locks and stay).
+fn primitive_keys(primitive: CheckPrimitive, name: &str) -> Vec<String> {
+    use dlm::keys::{DEFAULT_SEMAPHORE_PREFIX, ELECTION_PREFIX, FAIR_PREFIX, RW_PREFIX};
+    let tagged = |prefix: &str| format!("{prefix}{{{name}}}");
+    let with = |base: String, parts: &[&str]| {
+        let mut keys: Vec<String> = parts.iter().map(|p| format!("{base}{p}")).collect();
+        keys.push(base);
+        keys
+    };
+    match primitive {
+        CheckPrimitive::Mutex => Vec::new(),
+        CheckPrimitive::Fair => with(tagged(FAIR_PREFIX), &[":queue", ":timeouts"]),
+        CheckPrimitive::Rw => with(
+            tagged(RW_PREFIX),
+            &[":writer", ":readers", ":writers_waiting"],
+        ),
+        CheckPrimitive::Semaphore => with(tagged(DEFAULT_SEMAPHORE_PREFIX), &[":holders"]),
+        CheckPrimitive::Election => with(tagged(ELECTION_PREFIX), &[":leader", ":term"]),
+    }
+}
+
 /// `dlm check lock`
 pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, CliError> {
-    let name = format!("{:08x}", SplitMix(seed(7)).next() as u32);
+    let name = format!("check:{:08x}", SplitMix(seed(7)).next() as u32);
     // Reachable at the start, or exit 3.
     let probe = lock_client(global).await?;
     probe.lock(&name).status().await?;
+    if args.primitive != CheckPrimitive::Mutex
+        && global.urls().len() > 1
+        && global.topology == Topology::Plain
+    {
+        return Err(CliError::Usage(format!(
+            "--primitive {} needs one Redis deployment, not Redlock",
+            args.primitive.label()
+        )));
+    }
     let clock = Clock::new();
-    let holds = Arc::new(Mutex::new(Vec::new()));
+    let records = Arc::new(Mutex::new(Vec::new()));
     let register = Arc::new(FencedRegister::new(true));
     let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let ops = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -158,24 +436,25 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
     let mut tasks = Vec::new();
     for id in 0..args.clients as usize {
         let client = lock_client(global).await?;
-        let (holds, register, errors, ops, name) = (
-            holds.clone(),
+        let (records, register, errors, ops, name, args) = (
+            records.clone(),
             register.clone(),
             errors.clone(),
             ops.clone(),
             name.clone(),
+            args.clone(),
         );
-        let (ttl, breaker) = (args.ttl, args.break_lock && id == 0);
+        let breaker = args.break_lock && id == 0;
         tasks.push(tokio::spawn(async move {
             let lock = client.lock(&name);
             let mut rng = SplitMix(seed(id + 100));
             let mut held = 0u64;
             while clock.now() < end {
                 ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let opts = dlm::LockOptions::new(ttl).wait(ttl * 2);
-                let guard = match lock.acquire(&opts).await {
+                let asked = clock.now();
+                let guard = match acquire(&client, &args, &name, id, &mut rng).await {
                     Ok(g) => g,
-                    Err(dlm::Error::Busy { .. }) => continue,
+                    Err(dlm::Error::Busy { .. } | dlm::Error::NoPermits { .. }) => continue,
                     Err(_) => {
                         errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -184,30 +463,35 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
                 };
                 let from = clock.now();
                 let believed = from + guard.remaining();
-                let mut work = Duration::from_millis(rng.next() % (ttl.as_millis() as u64 / 4 + 1));
-                if breaker && held.is_multiple_of(2) {
+                let mut work = hold_time(&mut rng, args.ttl);
+                if let (true, Held::Mutex(g)) = (breaker && held.is_multiple_of(2), &guard) {
                     // Break it: release our token behind our own guard's
                     // back, and go on working as if we held it.
-                    let _ = lock.release_token(guard.token()).await;
-                    work = ttl / 4;
+                    let _ = lock.release_token(g.token()).await;
+                    work = args.ttl / 4;
                 }
                 held += 1;
                 tokio::time::sleep(work).await;
-                if let Some(fence) = guard.fence() {
-                    register.write(fence.get(), &id.to_string());
+                let fence = guard.fence();
+                let exclusive = guard.exclusive();
+                if let (Some(f), true) = (fence, exclusive) {
+                    register.write(f, &id.to_string());
                 }
                 let until = clock.now().min(believed);
-                let fence = guard.fence().map(dlm::Fence::get);
                 if guard.release().await.is_err() {
                     errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                if let Ok(mut h) = holds.lock() {
-                    h.push(Hold {
-                        holder: id,
-                        lock: String::new(),
-                        from,
-                        until,
-                        fence,
+                if let Ok(mut r) = records.lock() {
+                    r.push(Record {
+                        hold: Hold {
+                            holder: id,
+                            lock: String::new(),
+                            from,
+                            until,
+                            fence,
+                        },
+                        exclusive,
+                        asked,
                     });
                 }
             }
@@ -230,43 +514,61 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let holds = holds.lock().map(|h| h.clone()).unwrap_or_default();
-    let overlaps = overlapping_holds(&holds);
-    // The check's own keys: its lock (released) and its fencing counter.
-    if let Ok(fence_key) = probe.lock(&name).fence_key()
-        && !matches!(global.topology, Topology::Sentinel(_))
+    let records = records.lock().map(|r| r.clone()).unwrap_or_default();
+    let verdict = judge(args.primitive, args.permits, &records);
+    // The check's own keys: its lock's fencing counter (the mutex's prefix
+    // is the check's own), the other primitives' keys.
+    let mut own = primitive_keys(args.primitive, &name);
+    if let Ok(fence_key) = probe.lock(&name).fence_key() {
+        own.push(fence_key);
+    }
+    if !matches!(global.topology, Topology::Sentinel(_))
         && global.urls().len() == 1
         && let Ok(mut raw) = raw_connection(global.url(), global.timeout).await
     {
-        let _: redis::RedisResult<i64> = redis::cmd("DEL")
-            .arg(&fence_key)
-            .query_async(&mut raw)
-            .await;
+        for key in own {
+            let _: redis::RedisResult<i64> =
+                redis::cmd("DEL").arg(&key).query_async(&mut raw).await;
+        }
     }
     let reg = register.report();
+    let overlaps = verdict.overlaps.len() as u64;
+    let out_of_order = verdict.out_of_order.len() as u64;
     let report = LockReport {
         check: "lock",
+        primitive: args.primitive.label(),
         operations: ops.load(std::sync::atomic::Ordering::Relaxed),
-        acquisitions: holds.len() as u64,
-        violations: overlaps.len() as u64,
-        overlaps: overlaps.len() as u64,
+        acquisitions: records.len() as u64,
+        violations: overlaps + out_of_order,
+        overlaps,
+        out_of_order_grants: out_of_order,
+        peak_holders: verdict.peak,
+        permits: (args.primitive == CheckPrimitive::Semaphore).then_some(args.permits),
         stale_writes_accepted: reg.stale_accepted,
         stale_writes_rejected: reg.stale_rejected,
         errors: errors.load(std::sync::atomic::Ordering::Relaxed),
+        hold_distribution: HOLD_DISTRIBUTION,
     };
-    for (a, b) in overlaps.iter().take(20) {
-        output::error_line(&format!(
-            "overlap: client {} held from {:?} to {:?} (fence {:?}) while client {} held from {:?} to {:?} (fence {:?})",
-            a.holder, a.from, a.until, a.fence, b.holder, b.from, b.until, b.fence
-        ));
+    for line in verdict.overlaps.iter().take(20) {
+        output::error_line(&format!("overlap: {line}"));
+    }
+    for line in verdict.out_of_order.iter().take(20) {
+        output::error_line(&format!("out of order: {line}"));
     }
     output::emit(global.json, &report, || {
         format!(
-            "check lock: {} acquisitions by {} clients in {}: {} overlaps, stale writes accepted {}, refused {}, errors {}",
+            "check lock ({}): {} acquisitions by {} clients in {} (holds {}): {} overlaps{}, stale writes accepted {}, refused {}, errors {}",
+            report.primitive,
             report.acquisitions,
             args.clients,
             humantime::format_duration(args.duration),
+            HOLD_DISTRIBUTION,
             report.overlaps,
+            match (args.primitive, report.peak_holders) {
+                (CheckPrimitive::Fair, _) => format!(", {out_of_order} grants out of queue order"),
+                (_, Some(peak)) => format!(", at most {peak} of {} permits held", args.permits),
+                _ => String::new(),
+            },
             report.stale_writes_accepted,
             report.stale_writes_rejected,
             report.errors

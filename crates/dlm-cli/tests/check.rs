@@ -78,6 +78,63 @@ fn a_clean_lock_check_passes_and_a_broken_lock_is_caught() {
     );
 }
 
+/// Every primitive: a clean run on one Redis exits 0 with dense
+/// acquisitions (holds of milliseconds), its own verdict fields, the hold
+/// distribution, and no keys left but the per-slot fencing counters the
+/// primitives share with every other lock.
+#[test]
+fn every_primitive_passes_a_dense_check() {
+    let s = server();
+    for primitive in ["mutex", "fair", "rw", "semaphore", "election"] {
+        let r = check(
+            &s,
+            &[
+                "lock",
+                "--primitive",
+                primitive,
+                "--permits",
+                "2",
+                "--clients",
+                "6",
+                "--duration",
+                "2s",
+            ],
+        );
+        assert_eq!(r.code(), 0, "{primitive}: {}{}", r.stdout, r.stderr);
+        let v = json(&r);
+        assert_eq!(v["primitive"], primitive, "{v}");
+        assert_eq!(
+            (v["overlaps"].as_u64(), v["violations"].as_u64()),
+            (Some(0), Some(0)),
+            "{v}"
+        );
+        // Hundreds per second even on a loaded 2-core machine (a debug
+        // build); the old 0..TTL/4 holds made a few per second.
+        let n = v["acquisitions"].as_u64().unwrap_or(0);
+        assert!(n > 100, "{primitive}: only {n} acquisitions: {v}");
+        assert!(
+            v["hold_distribution"]
+                .as_str()
+                .is_some_and(|d| d.contains("ms")),
+            "{v}"
+        );
+        match primitive {
+            "semaphore" => {
+                let peak = v["peak_holders"].as_u64().unwrap_or(0);
+                assert!((1..=2).contains(&peak), "{v}");
+                assert_eq!(v["permits"], 2);
+            }
+            "fair" => assert_eq!(v["out_of_order_grants"], 0, "{v}"),
+            _ => assert!(v["peak_holders"].is_null(), "{v}"),
+        }
+    }
+    let keys = s.command(&["KEYS", "*"]).unwrap_or_default();
+    assert!(
+        keys.lines().skip(1).all(|k| k.contains(":fence:")),
+        "only shared fencing counters left: {keys}"
+    );
+}
+
 #[test]
 fn a_clean_queue_check_passes_and_lost_tasks_are_caught() {
     let s = server();

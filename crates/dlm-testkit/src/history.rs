@@ -242,6 +242,127 @@ pub fn peak_permits(holds: &[PermitHold]) -> (u32, Duration) {
     (peak, at)
 }
 
+/// The holds that began while the semaphore was already full: at their
+/// start, the permits held (theirs included) exceeded `capacity`. Empty for
+/// a history that respects the capacity; [`peak_permits`] gives the worst.
+///
+/// ```
+/// use std::time::Duration;
+/// use dlm_testkit::history::{PermitHold, over_capacity};
+/// let ms = Duration::from_millis;
+/// let h = |holder, from, until| PermitHold { holder, from: ms(from), until: ms(until), permits: 1 };
+/// assert!(over_capacity(&[h(1, 0, 10), h(2, 10, 20)], 1).is_empty());
+/// assert_eq!(over_capacity(&[h(1, 0, 10), h(2, 5, 20)], 1).len(), 1);
+/// ```
+pub fn over_capacity(holds: &[PermitHold], capacity: u32) -> Vec<PermitHold> {
+    let mut events: Vec<(Duration, bool, usize)> = holds
+        .iter()
+        .enumerate()
+        .flat_map(|(i, h)| [(h.from, true, i), (h.until, false, i)])
+        .collect();
+    // Ends sort before starts at the same instant.
+    events.sort_by_key(|(t, start, _)| (*t, *start));
+    let (mut now, mut found) = (0u32, Vec::new());
+    for (_, start, i) in events {
+        if start {
+            now += holds[i].permits;
+            if now > capacity {
+                found.push(holds[i].clone());
+            }
+        } else {
+            now = now.saturating_sub(holds[i].permits);
+        }
+    }
+    found
+}
+
+/// A hold of a read-write lock: a read share or the write lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwHold {
+    /// The interval, as for a mutex.
+    pub hold: Hold,
+    /// The write lock (else a read share).
+    pub writer: bool,
+}
+
+/// Every pair of read-write holds by different holders that overlap with at
+/// least one of them a writer: readers may share, a writer may not. Earlier
+/// one first.
+///
+/// ```
+/// use std::time::Duration;
+/// use dlm_testkit::history::{Hold, RwHold, writer_overlaps};
+/// let ms = Duration::from_millis;
+/// let h = |holder, from, until, writer| RwHold {
+///     hold: Hold { holder, lock: "x".into(), from: ms(from), until: ms(until), fence: None },
+///     writer,
+/// };
+/// assert!(writer_overlaps(&[h(1, 0, 10, false), h(2, 5, 20, false)]).is_empty());
+/// assert_eq!(writer_overlaps(&[h(1, 0, 10, false), h(2, 5, 20, true)]).len(), 1);
+/// ```
+pub fn writer_overlaps(holds: &[RwHold]) -> Vec<(RwHold, RwHold)> {
+    let mut list: Vec<&RwHold> = holds.iter().collect();
+    list.sort_by_key(|h| (h.hold.from, h.hold.until));
+    let mut open: Vec<&RwHold> = Vec::new();
+    let mut found = Vec::new();
+    for h in list {
+        open.retain(|o| o.hold.until > h.hold.from);
+        for o in &open {
+            if o.hold.holder != h.hold.holder && (o.writer || h.writer) {
+                found.push(((*o).clone(), h.clone()));
+            }
+        }
+        open.push(h);
+    }
+    found
+}
+
+/// One granted acquisition of a fair lock: when it was asked for and when
+/// the grant was in hand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FairWait {
+    /// The waiter (a process or task id).
+    pub holder: usize,
+    /// When its acquire was called.
+    pub asked: Duration,
+    /// When its acquire returned the grant.
+    pub granted: Duration,
+}
+
+/// Grants out of queue order. A waiter takes its place in the queue with
+/// the first script its acquire sends, within one round trip of asking; so
+/// if `a` asked at least `margin` (longer than any round trip) before `b`,
+/// `a` was queued first and a fair lock must grant `a` first. Since the
+/// lock's holds do not overlap, the order in which acquires returned is the
+/// order of the grants. Returns the pairs `(a, b)` where `b` was served
+/// although `a` had queued before `b` asked. (A waiter paused past its
+/// queue lease loses its place legitimately; the check assumes none is.)
+///
+/// ```
+/// use std::time::Duration;
+/// use dlm_testkit::history::{FairWait, out_of_order_grants};
+/// let ms = Duration::from_millis;
+/// let w = |holder, asked, granted| FairWait { holder, asked: ms(asked), granted: ms(granted) };
+/// let margin = ms(50);
+/// assert!(out_of_order_grants(&[w(1, 0, 100), w(2, 60, 120)], margin).is_empty());
+/// assert_eq!(out_of_order_grants(&[w(1, 0, 130), w(2, 60, 120)], margin).len(), 1);
+/// assert!(out_of_order_grants(&[w(1, 0, 130), w(2, 10, 120)], margin).is_empty(), "within the margin");
+/// ```
+pub fn out_of_order_grants(waits: &[FairWait], margin: Duration) -> Vec<(FairWait, FairWait)> {
+    let mut by_grant: Vec<&FairWait> = waits.iter().collect();
+    by_grant.sort_by_key(|w| w.granted);
+    let mut found = Vec::new();
+    // For each grant, the waiters served later that had asked well before it.
+    for (i, b) in by_grant.iter().enumerate() {
+        for a in &by_grant[i + 1..] {
+            if a.holder != b.holder && a.asked + margin <= b.asked {
+                found.push(((*a).clone(), (*b).clone()));
+            }
+        }
+    }
+    found
+}
+
 /// A register that keeps the value of the highest fencing token seen and
 /// refuses writes with a lower one (what `Client::fenced_write` does in
 /// Redis), counting what it accepted. With `fencing` off it accepts every
