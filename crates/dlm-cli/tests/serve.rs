@@ -463,3 +463,84 @@ fn shot(b: &Browser, name: &str) -> Result<(), Error> {
     std::thread::sleep(Duration::from_millis(1500));
     b.screenshot(&docs.join(name))
 }
+
+/// Hold one of every lock kind on `server`, with waiters, on a runtime that
+/// keeps running (the waiters are its tasks) until it is dropped.
+fn every_kind(server: &RedisServer) -> Result<tokio::runtime::Runtime, Error> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let c = dlm::Client::connect(&server.url()).await?;
+        let long = dlm::LockOptions::new(Duration::from_secs(300));
+        let waiting = long.clone().wait(Duration::from_secs(300));
+        std::mem::forget(c.fair_lock("printer").acquire(&long).await?);
+        let fair = c.fair_lock("printer");
+        tokio::spawn(async move { drop(fair.acquire(&waiting).await) });
+        let rw = c.rwlock("catalog");
+        std::mem::forget(rw.read(&long).await?);
+        std::mem::forget(rw.read(&long).await?);
+        let w = long.clone().wait(Duration::from_secs(300));
+        tokio::spawn(async move { drop(rw.write(&w).await) });
+        let sem = dlm::SemaphoreOptions::new(Duration::from_secs(300));
+        std::mem::forget(c.semaphore("gpu", 4).acquire(1, &sem).await?);
+        std::mem::forget(c.election("scheduler").campaign("web-1", &long).await?);
+        // Until the waiters are queued.
+        for _ in 0..500 {
+            let (f, r) = (
+                c.fair_lock("printer").status().await?,
+                c.rwlock("catalog").status().await?,
+            );
+            if f.waiting == 1 && r.waiting_writers == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok::<_, Error>(())
+    })?;
+    Ok(rt)
+}
+
+/// The Locks page and `/api/locks` show every kind with its holders and
+/// waiters: the fair lock's line, the read-write lock's readers and waiting
+/// writer, the semaphore's permits and holders, the election's leader and
+/// term; checked in Chromium.
+#[test]
+fn browser_shows_every_lock_kind() -> Result<(), Error> {
+    let Some((chromium, driver)) = browser() else {
+        eprintln!(
+            "SKIPPED: chromium and chromedriver are not installed (scripts/ensure-deps.sh --tests installs them)"
+        );
+        return Ok(());
+    };
+    let s = filled()?;
+    let _holders = every_kind(&s)?;
+    let serve = Serve::start(&s, "127.0.0.1", &[])?;
+    let api = serve.get_json("/api/locks")?;
+    assert_eq!(api["locks"].as_array().map(Vec::len), Some(2), "{api}");
+    assert_eq!(api["fair_locks"][0]["waiting"], 1, "{api}");
+    assert_eq!(api["rwlocks"][0]["readers"], 2, "{api}");
+    assert_eq!(api["rwlocks"][0]["waiting_writers"], 1, "{api}");
+    assert_eq!(api["semaphores"][0]["permits"], 4, "{api}");
+    assert_eq!(api["semaphores"][0]["holders"], 1, "{api}");
+    assert_eq!(api["elections"][0]["leader"], "web-1", "{api}");
+    assert_eq!(api["elections"][0]["term"], 1, "{api}");
+
+    let b = Browser::start(&chromium, &driver)?;
+    b.goto(&serve.url("/locks"))?;
+    let cell = |kind: &str, name: &str, class: &str| -> Result<String, Error> {
+        let v = b.eval(&format!(
+            "var c = document.querySelector('table[data-kind=\"{kind}\"] tr[data-lock=\"{name}\"] .{class}'); return c ? c.textContent : null;"
+        ))?;
+        Ok(v.as_str().unwrap_or_default().to_string())
+    };
+    assert_eq!(cell("fair", "printer", "waiting")?, "1");
+    assert_eq!(cell("rw", "catalog", "readers")?, "2");
+    assert_eq!(cell("rw", "catalog", "waiting")?, "1");
+    assert_eq!(cell("semaphores", "gpu", "holders")?, "1");
+    assert_eq!(cell("semaphores", "gpu", "in-use")?, "1");
+    assert_eq!(cell("elections", "scheduler", "leader")?, "web-1");
+    assert_eq!(cell("elections", "scheduler", "term")?, "1");
+    Ok(())
+}

@@ -24,6 +24,21 @@ use crate::services::held::{Shared, release_all};
 use crate::services::wakeups::Wakeups;
 use crate::token::Fence;
 
+/// The kinds of lock [`Client::lock_names`] finds (the mutex has
+/// [`Client::held_locks`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// Fair locks ([`Client::fair_lock`]).
+    Fair,
+    /// Read-write locks ([`Client::rwlock`]).
+    RwLock,
+    /// Semaphores ([`Client::semaphore`]).
+    Semaphore,
+    /// Leader elections ([`Client::election`]).
+    Election,
+}
+
 /// The default deadline of one call to Redis.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -703,6 +718,65 @@ impl Client {
             Error::invalid("client", "queues need a single-Redis client, not Redlock")
         })?;
         crate::queue::queue_names(&backend, limit).await
+    }
+
+    /// The names of up to `limit` (at most [`crate::MAX_HELD_LOCKS`])
+    /// primitives of `kind` whose names match the glob `pattern` (`*` for
+    /// all), found with `SCAN` over their keys, sorted: fair locks held or
+    /// with waiters, read-write locks with a writer, readers or a waiting
+    /// writer, semaphores ever used, elections ever run. Read each one's
+    /// `status()` for the rest. On a Redis Cluster only one node is scanned.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// for name in client.lock_names(dlm::LockKind::Election, "*", 100).await? {
+    ///     println!("{name}: {:?}", client.election(name.as_str()).leader().await?);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_names(
+        &self,
+        kind: LockKind,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<Vec<String>> {
+        use crate::keys::{DEFAULT_SEMAPHORE_PREFIX, ELECTION_PREFIX, FAIR_PREFIX, RW_PREFIX};
+        if limit == 0 || limit > crate::MAX_HELD_LOCKS {
+            return Err(Error::invalid(
+                "limit",
+                format!("{limit} is outside 1 ..= {}", crate::MAX_HELD_LOCKS),
+            ));
+        }
+        let backend = self.single_backend().ok_or_else(|| {
+            Error::invalid(
+                "client",
+                "lock inspection needs a single-Redis client, not Redlock",
+            )
+        })?;
+        let (prefix, suffixes): (&str, &[&str]) = match kind {
+            LockKind::Fair => (FAIR_PREFIX, &["", ":queue"]),
+            LockKind::RwLock => (RW_PREFIX, &[":writer", ":readers", ":writers_waiting"]),
+            LockKind::Semaphore => (DEFAULT_SEMAPHORE_PREFIX, &[""]),
+            LockKind::Election => (ELECTION_PREFIX, &[":term"]),
+        };
+        let mut names = Vec::new();
+        for suffix in suffixes {
+            let glob = format!("{prefix}{{{pattern}}}{suffix}");
+            for key in backend.scan(&glob, limit).await? {
+                if let Some(name) = key
+                    .strip_prefix(prefix)
+                    .and_then(|k| k.strip_suffix(suffix))
+                    .and_then(|k| k.strip_prefix('{'))
+                    .and_then(|k| k.strip_suffix('}'))
+                {
+                    names.push(name.to_string());
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        names.truncate(limit);
+        Ok(names)
     }
 
     /// Up to `limit` (at most [`crate::MAX_HELD_LOCKS`]) held locks

@@ -173,7 +173,7 @@ mod services;
 mod token;
 
 pub use backend::{TlsConfig, Topology};
-pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT};
+pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT, LockKind};
 pub use election::{Election, Leader, Leadership};
 pub use error::{BackendError, Error, Result};
 pub use fair::{FairGuard, FairLock, FairStatus};

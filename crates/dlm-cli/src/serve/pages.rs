@@ -534,6 +534,155 @@ pub fn locks(
     out
 }
 
+/// A TTL cell: counts down on the page (`data-ttl-ms`), or "no expiry".
+fn ttl_cell(ttl: Option<std::time::Duration>, none: &str) -> String {
+    ttl.map_or_else(
+        || format!("<td class=\"num muted\">{none}</td>"),
+        |t| {
+            format!(
+                "<td class=\"num ttl\" data-ttl-ms=\"{}\">{}</td>",
+                t.as_millis(),
+                human(t)
+            )
+        },
+    )
+}
+
+/// One table of the other kinds of lock: a heading, its columns, its rows
+/// (already HTML), and what to say when it has none.
+fn kind_table(out: &mut String, id: &str, title: &str, head: &[&str], rows: &[String]) {
+    let _ = write!(
+        out,
+        "<h2 id=\"{id}\">{title} <span class=\"badge locks\">{}</span></h2><table class=\"grid\" data-kind=\"{id}\"><thead><tr>",
+        rows.len()
+    );
+    for (i, h) in head.iter().enumerate() {
+        let class = if i == 0 { "" } else { " class=\"num\"" };
+        let _ = write!(out, "<th{class}>{h}</th>");
+    }
+    out.push_str("</tr></thead><tbody>");
+    if rows.is_empty() {
+        let _ = write!(
+            out,
+            "<tr><td colspan=\"{}\" class=\"empty\">none</td></tr>",
+            head.len()
+        );
+    }
+    for r in rows {
+        out.push_str(r);
+    }
+    out.push_str("</tbody></table>");
+}
+
+/// The fair locks, read-write locks, semaphores and elections matching the
+/// pattern, each with its holders and waiters.
+pub fn other_locks(others: &crate::serve::state::OtherLocks) -> String {
+    let mut out = String::new();
+    let fence = |f: Option<dlm::Fence>| f.map_or_else(|| "–".to_string(), |f| f.get().to_string());
+    let fair: Vec<String> = others
+        .fair
+        .iter()
+        .map(|(name, s)| {
+            format!(
+                "<tr data-lock=\"{n}\"><td class=\"mono\">{n}</td><td class=\"num\">{}</td>{}<td class=\"num waiting\">{}</td><td class=\"num mono\">{}</td></tr>",
+                if s.held { "held" } else { "free" },
+                ttl_cell(s.ttl, if s.held { "no expiry" } else { "–" }),
+                s.waiting,
+                fence(s.fence),
+                n = esc(name),
+            )
+        })
+        .collect();
+    kind_table(
+        &mut out,
+        "fair",
+        "Fair locks",
+        &["Name", "Holder", "TTL left", "Waiting in line", "Fence"],
+        &fair,
+    );
+    let rw: Vec<String> = others
+        .rw
+        .iter()
+        .map(|(name, s)| {
+            format!(
+                "<tr data-lock=\"{n}\"><td class=\"mono\">{n}</td><td class=\"num\">{}</td>{}<td class=\"num readers\">{}</td><td class=\"num waiting\">{}</td><td class=\"num mono\">{}</td></tr>",
+                if s.writer { "writer" } else { "–" },
+                ttl_cell(s.writer_ttl, "–"),
+                s.readers,
+                s.waiting_writers,
+                fence(s.fence),
+                n = esc(name),
+            )
+        })
+        .collect();
+    kind_table(
+        &mut out,
+        "rw",
+        "Read-write locks",
+        &[
+            "Name",
+            "Writer",
+            "Writer TTL",
+            "Readers",
+            "Writers waiting",
+            "Fence",
+        ],
+        &rw,
+    );
+    let sem: Vec<String> = others
+        .semaphores
+        .iter()
+        .map(|(name, s)| {
+            format!(
+                "<tr data-lock=\"{n}\"><td class=\"mono\">{n}</td><td class=\"num\">{}</td><td class=\"num in-use\">{}</td><td class=\"num holders\">{}</td><td class=\"num\">{}</td><td class=\"num mono\">{}</td></tr>",
+                s.permits.map_or_else(|| "–".to_string(), |p| p.to_string()),
+                s.in_use,
+                s.holders,
+                s.available,
+                fence(s.fence),
+                n = esc(name),
+            )
+        })
+        .collect();
+    kind_table(
+        &mut out,
+        "semaphores",
+        "Semaphores",
+        &["Name", "Permits", "In use", "Holders", "Available", "Fence"],
+        &sem,
+    );
+    let elections: Vec<String> = others
+        .elections
+        .iter()
+        .map(|(name, leader, last)| {
+            let (who, term, ttl) = match leader {
+                Some(l) => (
+                    format!("<td class=\"num mono leader\">{}</td>", esc(&l.id)),
+                    l.term,
+                    ttl_cell(l.ttl, "no expiry"),
+                ),
+                None => (
+                    "<td class=\"num muted leader\">nobody leads</td>".to_string(),
+                    *last,
+                    "<td class=\"num muted\">–</td>".to_string(),
+                ),
+            };
+            format!(
+                "<tr data-lock=\"{n}\"><td class=\"mono\">{n}</td>{who}<td class=\"num mono term\">{term}</td>{ttl}</tr>",
+                n = esc(name),
+            )
+        })
+        .collect();
+    kind_table(
+        &mut out,
+        "elections",
+        "Elections",
+        &["Name", "Leader", "Term", "Lease left"],
+        &elections,
+    );
+    out
+}
+
 /// What a confirmation page asks and where it posts.
 pub struct Confirm<'a> {
     /// The question, as plain text.

@@ -239,9 +239,9 @@ async fn dead_page(
 }
 
 async fn locks_page(Shared(state): App, Query(q): Query<Listing>, headers: HeaderMap) -> Response {
-    match state.locks().await {
-        Ok(locks) => {
-            let body = pages::locks(
+    match tokio::try_join!(state.locks(), state.other_locks()) {
+        Ok((locks, others)) => {
+            let mut body = pages::locks(
                 state.lock_pattern(),
                 &locks,
                 MAX_LOCKS,
@@ -249,6 +249,7 @@ async fn locks_page(Shared(state): App, Query(q): Query<Listing>, headers: Heade
                 state.csrf(),
                 q.msg.as_deref(),
             );
+            body.push_str(&pages::other_locks(&others));
             render(&state, &headers, "Locks", Nav::Locks, true, body)
         }
         Err(e) => unavailable(&e),
@@ -576,9 +577,52 @@ struct ApiLock {
     fence: Option<u64>,
 }
 
+/// The other kinds in `/api/locks`, each with its holders and waiters.
+fn api_others(o: &crate::serve::state::OtherLocks) -> serde_json::Value {
+    use crate::output::ms;
+    let fence = |f: Option<dlm::Fence>| f.map(dlm::Fence::get);
+    let fair: Vec<_> = o
+        .fair
+        .iter()
+        .map(|(name, s)| {
+            serde_json::json!({"kind": "fair", "name": name, "held": s.held,
+                "ttl_ms": s.ttl.map(ms), "waiting": s.waiting, "fence": fence(s.fence)})
+        })
+        .collect();
+    let rw: Vec<_> =
+        o.rw.iter()
+            .map(|(name, s)| {
+                serde_json::json!({"kind": "rw", "name": name, "writer": s.writer,
+                "writer_ttl_ms": s.writer_ttl.map(ms), "readers": s.readers,
+                "waiting_writers": s.waiting_writers, "fence": fence(s.fence)})
+            })
+            .collect();
+    let sem: Vec<_> = o
+        .semaphores
+        .iter()
+        .map(|(name, s)| {
+            serde_json::json!({"kind": "semaphore", "name": name, "permits": s.permits,
+                "in_use": s.in_use, "holders": s.holders, "available": s.available,
+                "fence": fence(s.fence)})
+        })
+        .collect();
+    let elections: Vec<_> = o
+        .elections
+        .iter()
+        .map(|(name, leader, last)| {
+            serde_json::json!({"kind": "election", "name": name,
+                "leader": leader.as_ref().map(|l| l.id.clone()),
+                "term": leader.as_ref().map(|l| l.term),
+                "ttl_ms": leader.as_ref().and_then(|l| l.ttl).map(ms),
+                "last_term": last})
+        })
+        .collect();
+    serde_json::json!({"fair_locks": fair, "rwlocks": rw, "semaphores": sem, "elections": elections})
+}
+
 async fn api_locks(Shared(state): App) -> Response {
-    match state.locks().await {
-        Ok(locks) => {
+    match tokio::try_join!(state.locks(), state.other_locks()) {
+        Ok((locks, others)) => {
             let locks: Vec<ApiLock> = locks
                 .into_iter()
                 .map(|l| ApiLock {
@@ -588,8 +632,10 @@ async fn api_locks(Shared(state): App) -> Response {
                     key: l.key,
                 })
                 .collect();
-            axum::Json(serde_json::json!({ "pattern": state.lock_pattern(), "locks": locks }))
-                .into_response()
+            let mut body = api_others(&others);
+            body["pattern"] = serde_json::json!(state.lock_pattern());
+            body["locks"] = serde_json::json!(locks);
+            axum::Json(body).into_response()
         }
         Err(e) => unavailable(&e),
     }

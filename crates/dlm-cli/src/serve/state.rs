@@ -76,6 +76,20 @@ pub struct QueueRow {
     pub history: Vec<u64>,
 }
 
+/// The kinds of lock besides the mutex, as the Locks page and `/api/locks`
+/// show them.
+#[derive(Debug, Default)]
+pub struct OtherLocks {
+    /// Fair locks held or with waiters.
+    pub fair: Vec<(String, dlm::FairStatus)>,
+    /// Read-write locks with a writer, readers or a waiting writer.
+    pub rw: Vec<(String, dlm::RwStatus)>,
+    /// Semaphores ever used.
+    pub semaphores: Vec<(String, dlm::SemaphoreStatus)>,
+    /// Elections ever run: the leader (if any) and the last term.
+    pub elections: Vec<(String, Option<dlm::Leader>, u64)>,
+}
+
 /// The shared state of the server.
 pub struct State {
     client: dlm::Client,
@@ -244,6 +258,44 @@ impl State {
             .await?;
         self.publish_locks(&locks);
         Ok(locks)
+    }
+
+    /// The other kinds of lock matching the pattern now, each with its
+    /// status: fair locks, read-write locks, semaphores, elections.
+    pub async fn other_locks(&self) -> dlm::Result<OtherLocks> {
+        use dlm::LockKind;
+        let (c, p) = (&self.client, self.lock_pattern.as_str());
+        let names = |kind| c.lock_names(kind, p, MAX_LOCKS);
+        let (fair, rw, sem, elect) = tokio::try_join!(
+            names(LockKind::Fair),
+            names(LockKind::RwLock),
+            names(LockKind::Semaphore),
+            names(LockKind::Election)
+        )?;
+        let fair = futures_util::future::try_join_all(fair.into_iter().map(|n| async move {
+            let st = c.fair_lock(n.as_str()).status().await?;
+            Ok::<_, dlm::Error>((n, st))
+        }));
+        let rw = futures_util::future::try_join_all(rw.into_iter().map(|n| async move {
+            let st = c.rwlock(n.as_str()).status().await?;
+            Ok::<_, dlm::Error>((n, st))
+        }));
+        // The capacity argument is not used by status(): it reads the stored one.
+        let sem = futures_util::future::try_join_all(sem.into_iter().map(|n| async move {
+            let st = c.semaphore(n.as_str(), 1).status().await?;
+            Ok::<_, dlm::Error>((n, st))
+        }));
+        let elect = futures_util::future::try_join_all(elect.into_iter().map(|n| async move {
+            let (leader, last_term) = c.election(n.as_str()).status().await?;
+            Ok::<_, dlm::Error>((n, leader, last_term))
+        }));
+        let (fair, rw, semaphores, elections) = tokio::try_join!(fair, rw, sem, elect)?;
+        Ok(OtherLocks {
+            fair,
+            rw,
+            semaphores,
+            elections,
+        })
     }
 
     /// Everything `/metrics` shows, read now.
