@@ -550,7 +550,7 @@ impl Client {
     /// # }
     /// ```
     pub fn held_permits_count(&self) -> usize {
-        self.inner.semaphores.held_count()
+        self.inner.semaphores.registry.len()
     }
 
     /// Several named locks taken all or none under one guard (see
@@ -646,7 +646,9 @@ impl Client {
     }
 
     /// Release every lock this client still holds (the seeds' `unlockAll`),
-    /// in parallel. Their guards report lost afterwards.
+    /// in parallel: mutexes (and the multi-lock's), fair locks, read shares
+    /// and write locks, semaphore permits and leaderships. Their guards
+    /// report lost afterwards.
     ///
     /// ```no_run
     /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
@@ -655,13 +657,14 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn release_all(&self) -> ReleaseAll {
-        let (mut report, fair, rw, election) = tokio::join!(
+        let (mut report, fair, rw, election, permits) = tokio::join!(
             self.inner.locks.release_all(),
             release_all(&self.inner.fair),
             release_all(&self.inner.rw),
-            release_all(&self.inner.election)
+            release_all(&self.inner.election),
+            release_all(&self.inner.semaphores)
         );
-        for (released, lost, failed) in [fair, rw, election] {
+        for (released, lost, failed) in [fair, rw, election, permits] {
             report.released += released;
             report.already_lost += lost;
             report.failed += failed;
@@ -720,7 +723,7 @@ impl Client {
         crate::queue::queue_names(&backend, limit).await
     }
 
-    /// The names of up to `limit` (at most [`crate::MAX_HELD_LOCKS`])
+    /// The names of up to `limit` (at most [`crate::lock::MAX_HELD_LOCKS`])
     /// primitives of `kind` whose names match the glob `pattern` (`*` for
     /// all), found with `SCAN` over their keys, sorted: fair locks held or
     /// with waiters, read-write locks with a writer, readers or a waiting
@@ -741,10 +744,10 @@ impl Client {
         limit: usize,
     ) -> Result<Vec<String>> {
         use crate::keys::{DEFAULT_SEMAPHORE_PREFIX, ELECTION_PREFIX, FAIR_PREFIX, RW_PREFIX};
-        if limit == 0 || limit > crate::MAX_HELD_LOCKS {
+        if limit == 0 || limit > crate::lock::MAX_HELD_LOCKS {
             return Err(Error::invalid(
                 "limit",
-                format!("{limit} is outside 1 ..= {}", crate::MAX_HELD_LOCKS),
+                format!("{limit} is outside 1 ..= {}", crate::lock::MAX_HELD_LOCKS),
             ));
         }
         let backend = self.single_backend().ok_or_else(|| {
@@ -779,7 +782,7 @@ impl Client {
         Ok(names)
     }
 
-    /// Up to `limit` (at most [`crate::MAX_HELD_LOCKS`]) held locks
+    /// Up to `limit` (at most [`crate::lock::MAX_HELD_LOCKS`]) held locks
     /// whose names match the glob `pattern` (`*` for all), with their
     /// remaining TTL and fence, found with `SCAN`, sorted by name. Locks
     /// under raw keys are not found.

@@ -53,29 +53,23 @@
 //! refuse stale writers. Semaphores need one Redis deployment (standalone,
 //! Sentinel or Cluster), not Redlock.
 
-mod guard;
+mod held;
 mod ops;
-mod renew;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::keys::{SemaphoreKeys, semaphore_keys};
+use crate::services::held::{Guard, Pending, Shared, guard_api};
 use crate::services::jittered;
-use crate::services::lease::{LeaseState, drift, validate_ttl, validate_wait};
-use crate::services::registry::Registry;
-use crate::services::renew::Renewer;
-use crate::services::wakeups::{self as wait, Wakeups};
+use crate::services::options::LockOptions;
+use crate::services::wakeups::{self as wait};
 use crate::token::{Fence, Token};
 
-use guard::Held;
-pub use guard::SemaphoreGuard;
+pub(crate) use held::SemaphoreHeld;
 use ops::Attempt;
 
 /// The most permits a semaphore may have (and a holder may take).
@@ -84,58 +78,13 @@ pub const MAX_PERMITS: u32 = 10_000;
 /// The scripts of the semaphore, loaded whenever a connection is made.
 pub(crate) fn preloaded_scripts() -> Vec<&'static redis::Script> {
     let mut scripts = ops::scripts();
-    scripts.extend(renew::scripts());
+    scripts.extend(held::scripts());
     scripts
 }
 
 /// The semaphore state of one client: its Redis, wake-ups, watchdog and the
-/// permits it holds.
-pub(crate) struct Semaphores {
-    /// `None` under Redlock (refused with an error).
-    backend: Option<Backend>,
-    wakeups: Option<Arc<Wakeups>>,
-    renewer: Arc<Renewer<Held>>,
-    registry: Registry<Held>,
-    background: TaskTracker,
-}
-
-impl std::fmt::Debug for Semaphores {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Semaphores")
-            .field("single", &self.backend.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Semaphores {
-    pub(crate) fn new(
-        backend: Option<Backend>,
-        wakeups: Option<Arc<Wakeups>>,
-        background: TaskTracker,
-    ) -> Arc<Self> {
-        Arc::new(Semaphores {
-            backend,
-            wakeups,
-            renewer: Renewer::new(),
-            registry: Registry::default(),
-            background,
-        })
-    }
-
-    fn backend(&self) -> Result<&Backend> {
-        self.backend.as_ref().ok_or_else(|| {
-            Error::invalid(
-                "client",
-                "semaphores need one Redis deployment (standalone, Sentinel or Cluster), not Redlock",
-            )
-        })
-    }
-
-    /// How many semaphore holders this client has now.
-    pub(crate) fn held_count(&self) -> usize {
-        self.registry.len()
-    }
-}
+/// permits it holds (the lock family's shared state).
+pub(crate) type Semaphores = Shared<SemaphoreHeld>;
 
 fn validate_permits(what: &'static str, n: u32) -> Result<()> {
     if n == 0 || n > MAX_PERMITS {
@@ -149,7 +98,8 @@ fn validate_permits(what: &'static str, n: u32) -> Result<()> {
 
 /// How to acquire permits: the lease length (required), how long to wait,
 /// how often to retry without a wake-up, and whether a watchdog renews the
-/// lease.
+/// lease. The lock family's options: the same type as [`LockOptions`]
+/// (`node_timeout` and `replicas` do not apply to a semaphore).
 ///
 /// ```
 /// use std::time::Duration;
@@ -158,54 +108,44 @@ fn validate_permits(what: &'static str, n: u32) -> Result<()> {
 ///     .watchdog(true);
 /// assert_eq!(opts.ttl(), Duration::from_secs(30));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SemaphoreOptions {
-    ttl: Duration,
-    wait: Duration,
-    retry_interval: Duration,
-    watchdog: bool,
-}
+pub type SemaphoreOptions = LockOptions;
 
-impl SemaphoreOptions {
-    /// Options with this lease (how long permits outlive a crashed holder;
-    /// 10 ms ..= 7 days), trying once, no watchdog.
-    pub fn new(ttl: Duration) -> Self {
-        SemaphoreOptions {
-            ttl,
-            wait: Duration::ZERO,
-            retry_interval: Duration::from_millis(50),
-            watchdog: false,
-        }
-    }
+/// Proof of holding permits of a semaphore, returned by
+/// [`crate::Semaphore::acquire`]: the lock family's guard (fencing token,
+/// `lost()`, the watchdog, extend, release; released in the background
+/// when dropped), plus [`SemaphoreGuard::permits`].
+///
+/// Release it with [`SemaphoreGuard::release`] to learn whether the permits
+/// were still ours ([`Error::Expired`] if not); the release hands them
+/// straight to a waiting task of this client when they fit.
+///
+/// ```no_run
+/// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+/// use std::time::Duration;
+/// let opts = dlm::SemaphoreOptions::new(Duration::from_secs(10)).watchdog(true);
+/// let guard = client.semaphore("pool", 3).acquire(1, &opts).await?;
+/// println!("{} permit(s), fence {}, valid for {:?}", guard.permits(), guard.fence(), guard.remaining());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "dropping a guard releases the permits in the background at once"]
+pub struct SemaphoreGuard(Guard<SemaphoreHeld>);
 
-    /// Keep trying for up to `wait` (zero, the default: try once).
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
-        self
-    }
+guard_api!(SemaphoreGuard, "semaphore(\"pool\", 3).acquire(1, &opts)");
 
-    /// The pause between tries when no wake-up arrives (default 50 ms,
-    /// jittered; 1 ms ..= 60 s); also the most a lost wake-up costs.
-    pub fn retry_interval(mut self, interval: Duration) -> Self {
-        self.retry_interval = interval;
-        self
-    }
-
-    /// Renew the lease every TTL/3 while the guard lives, and mark the
-    /// guard lost as soon as a renewal finds it gone.
-    pub fn watchdog(mut self, on: bool) -> Self {
-        self.watchdog = on;
-        self
-    }
-
-    /// The lease length.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    fn validate(&self) -> Result<()> {
-        validate_ttl(self.ttl)?;
-        validate_wait(self.wait, self.retry_interval)
+impl SemaphoreGuard {
+    /// How many permits this guard holds.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let opts = dlm::SemaphoreOptions::new(std::time::Duration::from_secs(10));
+    /// let guard = client.semaphore("pool", 3).acquire(2, &opts).await?;
+    /// assert_eq!(guard.permits(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn permits(&self) -> u32 {
+        self.0.held().permits
     }
 }
 
@@ -244,28 +184,11 @@ pub struct Semaphore {
     permits: u32,
 }
 
-/// An acquisition's token that may be stored in Redis without our knowing:
-/// released in the background if the acquisition is dropped or gives up.
-struct Pending {
-    state: Arc<Semaphores>,
+/// What an acquisition asks for, for the clean-up of one that gave up
+/// ([`Pending`]: its token may be stored in Redis without our knowing).
+struct Wanted {
     keys: Arc<SemaphoreKeys>,
-    token: Token,
     permits: u32,
-    armed: bool,
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        let (Some(backend), true) = (self.state.backend.clone(), self.armed) else {
-            return;
-        };
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (keys, token, n) = (self.keys.clone(), self.token.clone(), self.permits);
-            rt.spawn(self.state.background.track_future(async move {
-                let _ = ops::release(&backend, &keys, &token, n).await;
-            }));
-        }
-    }
 }
 
 /// Completes when permits were handed to `baton` (never without one).
@@ -331,16 +254,16 @@ impl Semaphore {
             ));
         }
         let keys = Arc::new(semaphore_keys(&self.name)?);
-        let backend = self.state.backend()?.clone();
+        let backend = self.state.backend("semaphore")?.clone();
         let token = Token::random()?;
         let deadline = Instant::now() + opts.wait;
-        let mut pending = Pending {
-            state: self.state.clone(),
+        let wanted = Arc::new(Wanted {
             keys: keys.clone(),
-            token: token.clone(),
             permits: n,
-            armed: false,
-        };
+        });
+        let mut pending = Pending::new(self.state.clone(), wanted, token.clone(), |b, w, t| {
+            Box::pin(async move { drop(ops::release(&b, &w.keys, &t, w.permits).await) })
+        });
         let mut waiter: Option<wait::Waiter> = None;
         let mut baton: Option<(Arc<wait::Baton>, wait::Enlisted)> = None;
         loop {
@@ -424,21 +347,11 @@ impl Semaphore {
         started: Instant,
         opts: &SemaphoreOptions,
     ) -> SemaphoreGuard {
-        let state = &self.state;
-        let held = Arc::new(Held {
-            state: state.clone(),
-            id: state.registry.next_id(),
-            name: self.name.clone(),
-            keys,
-            token,
-            permits: n,
-            fence,
-            ttl: opts.ttl,
-            lease: LeaseState::new(started + opts.ttl.saturating_sub(drift(opts.ttl))),
-            stop: CancellationToken::new(),
-        });
-        state.registry.register(held.id, &held);
-        SemaphoreGuard::new(held, opts.watchdog)
+        let core = self
+            .state
+            .core(self.name.clone(), token, fence, opts.ttl, started);
+        let held = SemaphoreHeld::new(core, keys, self.state.clone(), n);
+        SemaphoreGuard(Guard::new(Arc::new(held), opts.watchdog))
     }
 
     /// The capacity, permits in use and free, holders and last fence, in
@@ -452,7 +365,8 @@ impl Semaphore {
     /// ```
     pub async fn status(&self) -> Result<SemaphoreStatus> {
         let keys = semaphore_keys(&self.name)?;
-        let (permits, in_use, holders, fence) = ops::status(self.state.backend()?, &keys).await?;
+        let (permits, in_use, holders, fence) =
+            ops::status(self.state.backend("semaphore")?, &keys).await?;
         Ok(SemaphoreStatus {
             permits,
             in_use,
@@ -474,6 +388,6 @@ impl Semaphore {
     pub async fn set_permits(&self, permits: u32) -> Result<Option<u32>> {
         validate_permits("permits", permits)?;
         let keys = semaphore_keys(&self.name)?;
-        ops::set_permits(self.state.backend()?, &keys, permits).await
+        ops::set_permits(self.state.backend("semaphore")?, &keys, permits).await
     }
 }
