@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use dlm_testkit::layers::{Layer, violations};
+use dlm_testkit::layers::{Layer, file_cycles, violations};
 
 /// The CLI's layers, from the bottom up.
 const LAYERS: &[Layer<'static>] = &[
@@ -72,4 +72,18 @@ fn modules_import_only_downwards() -> std::io::Result<()> {
         found.join("\n")
     );
     Ok(())
+}
+
+/// No two files import each other, inside a module as across modules (a
+/// module's `mod.rs` and its own children excepted: see
+/// `dlm_testkit::layers::file_cycles`).
+#[test]
+fn no_two_files_import_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = file_cycles(&src).expect("reading the sources");
+    assert!(
+        found.is_empty(),
+        "files that import each other (move the shared piece where it belongs):\n{}",
+        found.join("\n")
+    );
 }

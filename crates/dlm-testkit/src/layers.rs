@@ -140,6 +140,216 @@ pub fn violations(src_dir: &Path, layers: &[Layer<'_>]) -> io::Result<Vec<String
     Ok(out)
 }
 
+/// Pairs of files that import each other, anywhere in the crate: within a
+/// module as well as across modules (`lock/batch.rs` using
+/// `super::ops::send` while `lock/ops.rs` uses `crate::lock::batch::Job`).
+/// One message per pair, naming both files and a line of each import. A
+/// module's own `mod.rs` (or the crate root) and the files of its children
+/// are not counted as a pair: the parent declares and re-exports its
+/// children, and they use what it defines.
+///
+/// What counts as an import here: a path starting with `crate::`, `self::`
+/// or `super::`, resolved to the file of the longest module prefix that has
+/// one (`crate::lock::ops::millis` is `lock/ops.rs`; `crate::lock::Lock` is
+/// `lock/mod.rs`). Items of a `use` group count one by one.
+///
+/// ```no_run
+/// let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// let cycles = dlm_testkit::layers::file_cycles(&src)?;
+/// assert!(cycles.is_empty(), "{}", cycles.join("\n"));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn file_cycles(src_dir: &Path) -> io::Result<Vec<String>> {
+    let mut files = Vec::new();
+    collect_rs_files(src_dir, &mut files)?;
+    files.sort();
+    let rels: Vec<Vec<String>> = files
+        .iter()
+        .map(|f| components(f.strip_prefix(src_dir).unwrap_or(f)))
+        .collect();
+    let paths: Vec<Vec<String>> = rels.iter().map(|r| module_path(r)).collect();
+    let shown_dir = src_dir
+        .file_name()
+        .map_or_else(String::new, |n| format!("{}/", n.to_string_lossy()));
+    let shown: Vec<String> = rels
+        .iter()
+        .map(|r| format!("{shown_dir}{}", r.join("/")))
+        .collect();
+    let index: BTreeMap<&[String], usize> = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.as_slice(), i))
+        .collect();
+    // edges[(from, to)] = the first line of `from` that imports `to`.
+    let mut edges: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    for (from, file) in files.iter().enumerate() {
+        let source = std::fs::read_to_string(file)?;
+        for (line, target) in full_references(&source, &paths[from]) {
+            let to = (0..=target.len())
+                .rev()
+                .find_map(|n| index.get(&target[..n]).copied());
+            if let Some(to) = to
+                && to != from
+            {
+                edges.entry((from, to)).or_insert(line);
+            }
+        }
+    }
+    let parent_of = |a: usize, b: usize| {
+        paths[b].len() == paths[a].len() + 1 && paths[b].starts_with(&paths[a])
+    };
+    let mut out = Vec::new();
+    for (&(a, b), &line_a) in &edges {
+        if a < b
+            && let Some(&line_b) = edges.get(&(b, a))
+            && !parent_of(a, b)
+            && !parent_of(b, a)
+        {
+            out.push(format!(
+                "{}:{line_a} and {}:{line_b} import each other",
+                shown[a], shown[b]
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// The module paths `source` (a file of module `module_path`) refers to
+/// through `crate::`, `self::` and `super::`, each as its full list of
+/// segments from the crate root, with its line.
+fn full_references(source: &str, module_path: &[String]) -> Vec<(usize, Vec<String>)> {
+    let toks = tokens(&code_only(source));
+    let tok = |i: usize| toks.get(i).map(|(_, t)| t);
+    let is_ident = |i: usize, s: &str| matches!(tok(i), Some(Tok::Ident(x)) if x == s);
+    let is_punct = |i: usize, c: char| tok(i) == Some(&Tok::Punct(c));
+    let is_path_sep = |i: usize| is_punct(i, ':') && is_punct(i + 1, ':');
+    let mut refs = Vec::new();
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0usize;
+    for i in 0..toks.len() {
+        let line = toks[i].0;
+        match &toks[i].1 {
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') => {
+                if inline.last().is_some_and(|&(_, d)| d == depth) {
+                    inline.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            Tok::Ident(m) if m == "mod" => {
+                if let Some(Tok::Ident(name)) = tok(i + 1)
+                    && is_punct(i + 2, '{')
+                {
+                    inline.push((name.clone(), depth + 1));
+                }
+            }
+            Tok::Ident(w)
+                if matches!(w.as_str(), "crate" | "self" | "super")
+                    && !(i >= 2 && is_path_sep(i - 2))
+                    && is_path_sep(i + 1) =>
+            {
+                let mut here: Vec<String> = module_path
+                    .iter()
+                    .cloned()
+                    .chain(inline.iter().map(|(n, _)| n.clone()))
+                    .collect();
+                let mut j = i;
+                if w == "crate" {
+                    here.clear();
+                    j += 1;
+                } else if w == "self" {
+                    j += 1;
+                } else {
+                    let mut valid = true;
+                    while is_ident(j, "super") {
+                        valid &= here.pop().is_some();
+                        j += 1;
+                        if is_path_sep(j) && is_ident(j + 2, "super") {
+                            j += 2;
+                        } else {
+                            break;
+                        }
+                    }
+                    if !valid {
+                        continue;
+                    }
+                }
+                // j is at the `::` after the start.
+                let mut base = here;
+                let mut k = j;
+                while is_path_sep(k) {
+                    match tok(k + 2) {
+                        Some(Tok::Ident(name)) => {
+                            base.push(name.clone());
+                            k += 3;
+                        }
+                        Some(Tok::Punct('{')) => {
+                            for (l, item) in group_items(&toks, k + 2) {
+                                let mut full = base.clone();
+                                full.extend(item);
+                                refs.push((l, full));
+                            }
+                            base.clear();
+                            break;
+                        }
+                        _ => break,
+                    }
+                }
+                if !base.is_empty() {
+                    refs.push((line, base));
+                }
+            }
+            _ => {}
+        }
+    }
+    refs
+}
+
+/// Each item of the `{ ... }` group opening at `open` as its path segments
+/// (`{a::X, b, c::{d, e}}` -> [a, X], [b], [c]), with its line.
+fn group_items(toks: &[(usize, Tok)], open: usize) -> Vec<(usize, Vec<String>)> {
+    let mut items: Vec<(usize, Vec<String>)> = Vec::new();
+    let mut depth = 0usize;
+    let mut current: Option<(usize, Vec<String>)> = None;
+    let mut after_sep = false;
+    for (line, t) in toks.iter().skip(open) {
+        match t {
+            Tok::Punct('{') => {
+                depth += 1;
+                if depth > 1 {
+                    after_sep = false;
+                }
+            }
+            Tok::Punct('}') => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    break;
+                }
+            }
+            Tok::Punct(',') if depth == 1 => {
+                items.extend(current.take());
+                after_sep = false;
+            }
+            Tok::Punct(':') if depth == 1 => after_sep = true,
+            Tok::Ident(name) if depth == 1 => match &mut current {
+                None => current = Some((*line, vec![name.clone()])),
+                Some((_, segs)) if after_sep => {
+                    segs.push(name.clone());
+                    after_sep = false;
+                }
+                // `X as Y`: the path ended at X.
+                Some(_) => {}
+            },
+            _ => {}
+        }
+    }
+    items.extend(current);
+    items
+        .into_iter()
+        .filter(|(_, segs)| segs.first().is_some_and(|s| s != "self"))
+        .collect()
+}
+
 /// Every `.rs` file under `dir`, recursively.
 fn collect_rs_files(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
@@ -517,6 +727,48 @@ mod tests {
         ("token.rs", "use crate::lock::guard;\n"),
         ("client.rs", "use crate::{lock::Lock, token::Token};\n"),
     ];
+
+    #[test]
+    fn files_that_import_each_other_are_reported() -> io::Result<()> {
+        let dir = fixture(&[
+            ("lib.rs", "mod lock;\n"),
+            (
+                "lock/mod.rs",
+                "mod batch;\nmod ops;\npub use batch::Job;\npub struct Lock;\n",
+            ),
+            ("lock/batch.rs", "use super::ops::send;\npub struct Job;\n"),
+            (
+                "lock/ops.rs",
+                "//! Ops.\nuse crate::{keys, lock::batch::Job};\nuse crate::lock::Lock;\npub fn send() {}\n",
+            ),
+        ])?;
+        assert_eq!(
+            file_cycles(&dir.path().join("src"))?,
+            ["src/lock/batch.rs:1 and src/lock/ops.rs:2 import each other"]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn one_way_imports_and_parents_are_no_cycle() -> io::Result<()> {
+        let dir = fixture(&[
+            ("lib.rs", "mod lock;\npub use crate::lock::Lock;\n"),
+            (
+                "lock/mod.rs",
+                "mod batch;\nmod ops;\nuse self::ops::send;\npub struct Lock;\n",
+            ),
+            (
+                "lock/batch.rs",
+                "use super::ops::send;\nuse crate::lock::Lock;\n",
+            ),
+            (
+                "lock/ops.rs",
+                "use crate::lock::Lock;\npub fn send() {}\nmod tests {\n    use super::send;\n}\n",
+            ),
+        ])?;
+        assert_eq!(file_cycles(&dir.path().join("src"))?, Vec::<String>::new());
+        Ok(())
+    }
 
     #[test]
     fn a_clean_tree_has_no_violations() -> io::Result<()> {

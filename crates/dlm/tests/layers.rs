@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use dlm_testkit::layers::{Layer, violations};
+use dlm_testkit::layers::{Layer, file_cycles, violations};
 
 /// The library's layers, from the bottom up.
 const LAYERS: &[Layer<'static>] = &[
@@ -64,6 +64,20 @@ fn library_modules_import_only_lower_layers() {
     assert!(
         found.is_empty(),
         "imports that point up or sideways (see ARCHITECTURE.md):\n{}",
+        found.join("\n")
+    );
+}
+
+/// No two files import each other, inside a module as across modules (a
+/// module's `mod.rs` and its own children excepted: see
+/// `dlm_testkit::layers::file_cycles`).
+#[test]
+fn no_two_files_import_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = file_cycles(&src).expect("reading the sources");
+    assert!(
+        found.is_empty(),
+        "files that import each other (move the shared piece where it belongs):\n{}",
         found.join("\n")
     );
 }

@@ -41,6 +41,31 @@ pub(crate) fn scripts() -> Vec<&'static Script> {
     vec![&ACQUIRE_MANY, &SETTLE_MANY, &RELEASE_MANY]
 }
 
+/// One acquire attempt, batched with concurrent ones on the same connection.
+pub(crate) async fn acquire(
+    node: &Node,
+    keys: &Arc<LockKeys>,
+    token: &Token,
+    ttl: Duration,
+    marker: Duration,
+    timeout: Duration,
+    first: bool,
+) -> Result<Attempt> {
+    let timeout = timeout.min(node.backend.timeout());
+    node.acquire(keys, token, ttl, marker, timeout, first).await
+}
+
+/// One token-checked release, batched with concurrent ones on the same connection.
+pub(crate) async fn release(
+    node: &Node,
+    keys: &Arc<LockKeys>,
+    token: &Token,
+    timeout: Duration,
+) -> Result<Outcome> {
+    let timeout = timeout.min(node.backend.timeout());
+    node.release(keys, token, timeout).await
+}
+
 /// One Redis deployment a lock lives on: its connection and its batcher of
 /// acquire and release calls (started on first use).
 #[derive(Debug, Clone)]

@@ -3,19 +3,15 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
 use crate::lock::Outcome;
-use crate::lock::locks::Locks;
+use crate::lock::locks::Held;
 use crate::lock::nodes::ReleaseOutcome;
-use crate::metrics::{LockLabel, LostReason};
-use crate::services::lease::LeaseState;
+use crate::metrics::LostReason;
 pub use crate::services::lease::LostSignal;
 use crate::token::{Fence, Token};
 
@@ -38,48 +34,6 @@ pub struct Released {
     pub confirmed: usize,
     /// Nodes asked (1 on a single Redis, N under Redlock).
     pub nodes: usize,
-}
-
-/// Shared between a guard and its watchdog.
-pub(crate) struct Held {
-    /// The client's lock state: nodes, registry, renewer, wake-ups.
-    pub(crate) locks: Arc<Locks>,
-    pub(crate) id: u64,
-    /// The `lock` label of its metrics.
-    pub(crate) label: LockLabel,
-    /// When it was granted (`dlm_lock_hold_seconds`).
-    pub(crate) granted: Instant,
-    /// Released or found lost: the hold was recorded.
-    pub(crate) ended: AtomicBool,
-    pub(crate) name: Arc<str>,
-    pub(crate) keys: Arc<LockKeys>,
-    pub(crate) token: Token,
-    pub(crate) fence: Option<Fence>,
-    pub(crate) ttl: Duration,
-    /// The acquisition's own per-node timeout (Redlock), if it set one.
-    pub(crate) node_timeout: Option<Duration>,
-    pub(crate) lease: Arc<LeaseState>,
-    pub(crate) stop: CancellationToken,
-}
-
-impl Held {
-    /// The hold is over (released, or given up): record how long it lasted, once.
-    pub(crate) fn ended(&self) -> bool {
-        if self.ended.swap(true, Ordering::AcqRel) {
-            return false;
-        }
-        self.label.hold(self.granted.elapsed());
-        true
-    }
-
-    /// The lock was found lost while held: count it (once) and end the hold.
-    pub(crate) fn lost(&self, reason: LostReason) {
-        self.lease.mark_lost();
-        if self.ended() {
-            self.label.lost(reason);
-            tracing::warn!(name = %self.name, reason = reason.as_str(), "lock lost");
-        }
-    }
 }
 
 impl LostReason {

@@ -4,18 +4,23 @@
 //! never at the client.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::Backend;
 use crate::keys::{FenceLayout, LockKeys, lock_keys_in};
 use crate::lock::Outcome;
-use crate::lock::guard::Held;
 use crate::lock::nodes::Nodes;
-use crate::metrics::LockNames;
+use crate::metrics::{LockLabel, LockNames, LostReason};
+use crate::services::lease::LeaseState;
 use crate::services::registry::Registry;
 use crate::services::renew::Renewer;
 use crate::services::wakeups::Wakeups;
+use crate::token::{Fence, Token};
 
 /// What [`crate::Client::release_all`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -119,5 +124,47 @@ impl Locks {
             }
         }
         report
+    }
+}
+
+/// Shared between a guard and its watchdog.
+pub(crate) struct Held {
+    /// The client's lock state: nodes, registry, renewer, wake-ups.
+    pub(crate) locks: Arc<Locks>,
+    pub(crate) id: u64,
+    /// The `lock` label of its metrics.
+    pub(crate) label: LockLabel,
+    /// When it was granted (`dlm_lock_hold_seconds`).
+    pub(crate) granted: Instant,
+    /// Released or found lost: the hold was recorded.
+    pub(crate) ended: AtomicBool,
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) token: Token,
+    pub(crate) fence: Option<Fence>,
+    pub(crate) ttl: Duration,
+    /// The acquisition's own per-node timeout (Redlock), if it set one.
+    pub(crate) node_timeout: Option<Duration>,
+    pub(crate) lease: Arc<LeaseState>,
+    pub(crate) stop: CancellationToken,
+}
+
+impl Held {
+    /// The hold is over (released, or given up): record how long it lasted, once.
+    pub(crate) fn ended(&self) -> bool {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.label.hold(self.granted.elapsed());
+        true
+    }
+
+    /// The lock was found lost while held: count it (once) and end the hold.
+    pub(crate) fn lost(&self, reason: LostReason) {
+        self.lease.mark_lost();
+        if self.ended() {
+            self.label.lost(reason);
+            tracing::warn!(name = %self.name, reason = reason.as_str(), "lock lost");
+        }
     }
 }

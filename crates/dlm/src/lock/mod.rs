@@ -50,7 +50,7 @@ use crate::services::jittered;
 use crate::services::lease::{LeaseState, drift};
 use crate::services::wakeups as wait;
 use crate::token::Token;
-use guard::Held;
+use locks::Held;
 use nodes::Try;
 
 /// Completes when the lock was handed to `baton` (never without one).

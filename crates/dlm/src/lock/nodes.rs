@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
-use crate::lock::batch::Node;
+use crate::lock::batch::{self, Node};
 use crate::lock::ops::{self, Attempt};
 use crate::lock::{LockStatus, Outcome};
 use crate::services::lease::drift;
@@ -203,7 +203,7 @@ impl Nodes {
         let q = match self {
             Nodes::Single(b) => {
                 let attempt =
-                    ops::acquire(b, keys, token, ttl, marker, b.backend.timeout(), first).await;
+                    batch::acquire(b, keys, token, ttl, marker, b.backend.timeout(), first).await;
                 return attempt.map(|a| match a {
                     Attempt::Acquired(fence) => Try::Acquired(Grant {
                         fence: Some(fence),
@@ -223,7 +223,7 @@ impl Nodes {
             .map(|(i, b)| {
                 let (b, keys, token) = (b.clone(), keys.clone(), token.clone());
                 async move {
-                    let r = ops::acquire(&b, &keys, &token, ttl, marker, timeout, first).await;
+                    let r = batch::acquire(&b, &keys, &token, ttl, marker, timeout, first).await;
                     // A request that timed out before its node's connection was
                     // up was never sent: that node cannot hold our token.
                     let sent = r.is_ok() || b.backend.is_up();
@@ -290,7 +290,7 @@ impl Nodes {
             .iter()
             .zip(&replied_grant)
             .filter(|(_, g)| **g)
-            .map(|(node, _)| ops::release(node, keys, token, timeout));
+            .map(|(node, _)| batch::release(node, keys, token, timeout));
         join_all(granted_nodes).await;
         if to_release.iter().any(|r| *r) || !pending.is_empty() {
             let nodes: Vec<_> = q.backends.clone();
@@ -303,7 +303,7 @@ impl Nodes {
                     .iter()
                     .zip(&to_release)
                     .filter(|(_, release)| **release)
-                    .map(|(node, _)| ops::release(node, &keys, &token, timeout));
+                    .map(|(node, _)| batch::release(node, &keys, &token, timeout));
                 join_all(releases).await;
             });
         }
@@ -368,7 +368,7 @@ impl Nodes {
     ) -> Result<ReleaseOutcome> {
         let q = match self {
             Nodes::Single(b) => {
-                let outcome = ops::release(b, keys, token, b.backend.timeout()).await?;
+                let outcome = batch::release(b, keys, token, b.backend.timeout()).await?;
                 return Ok(ReleaseOutcome {
                     outcome,
                     confirmed: usize::from(outcome == Outcome::Done),
@@ -384,7 +384,7 @@ impl Nodes {
             .iter()
             .map(|b| {
                 let (b, keys, token) = (b.clone(), keys.clone(), token.clone());
-                async move { ops::release(&b, &keys, &token, timeout).await }
+                async move { batch::release(&b, &keys, &token, timeout).await }
             })
             .collect();
         let mut replies = Vec::with_capacity(nodes);

@@ -1,6 +1,6 @@
 //! One Lua script per lock operation; each is a single round trip.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{Script, Value};
@@ -9,7 +9,6 @@ use crate::backend::{Backend, millis};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::lock::Outcome;
-use crate::lock::batch::Node;
 use crate::token::{Fence, Token};
 
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
@@ -40,20 +39,6 @@ fn pttl(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
 }
 
-/// One acquire attempt, batched with concurrent ones on the same connection.
-pub(crate) async fn acquire(
-    node: &Node,
-    keys: &Arc<LockKeys>,
-    token: &Token,
-    ttl: Duration,
-    marker: Duration,
-    timeout: Duration,
-    first: bool,
-) -> Result<Attempt> {
-    let timeout = timeout.min(node.backend.timeout());
-    node.acquire(keys, token, ttl, marker, timeout, first).await
-}
-
 /// Decode one lock's `ok, n` pair of acquire_many.lua.
 pub(crate) fn acquire_reply(ok: i64, n: i64) -> Result<Attempt> {
     match ok {
@@ -74,17 +59,6 @@ pub(crate) fn release_reply(code: i64) -> Result<Outcome> {
         -1 => Ok(Outcome::NotHeld),
         other => Err(Error::protocol(format!("unexpected script reply {other}"))),
     }
-}
-
-/// One token-checked release, batched with concurrent ones on the same connection.
-pub(crate) async fn release(
-    node: &Node,
-    keys: &Arc<LockKeys>,
-    token: &Token,
-    timeout: Duration,
-) -> Result<Outcome> {
-    let timeout = timeout.min(node.backend.timeout());
-    node.release(keys, token, timeout).await
 }
 
 /// Hand the lock from `token` to `successor` (a waiting acquisition of this

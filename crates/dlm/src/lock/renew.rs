@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::backend::{Backend, millis};
 use crate::error::{Error, Result};
 use crate::lock::Outcome;
-use crate::lock::guard::Held;
+use crate::lock::locks::Held;
 use crate::lock::nodes::{Nodes, Quorum};
 use crate::metrics::{LostReason, RenewalOutcome};
 use crate::services::held::EXTEND_MANY;
