@@ -53,7 +53,7 @@ pub const DEFAULT_LOCK_PREFIX: &str = "dlm:lock:";
 /// ```
 pub const ACL_RULES: &str = "resetkeys ~dlm:* resetchannels &dlm:* -@all \
 +evalsha +eval +script|load +get +mget +set +del +multi +exec +pexpire +pttl +incr +incrby +decrby \
-+hget +hmget +hset +hdel +hincrby +hexists +hlen +lpush +ltrim +blpop +zadd +zcard +zcount \
++hget +hmget +hset +hsetnx +hdel +hincrby +hexists +hlen +llen +lpush +ltrim +blpop +zadd +zcard +zcount \
 +zmscore +zrange +zrangebyscore +zrangebylex +zrevrange +zrem +zremrangebyrank +zremrangebyscore +zscore \
 +pexpireat +rpush +lpop +lindex +lpos +lrem +exists +time +wait +publish +scan \
 +subscribe +unsubscribe +ping +hello +cluster|slots \

@@ -74,6 +74,7 @@ async fn core_cases(topology: &Topology) -> TestResult {
     let client = topology.client().await?;
     let other = topology.client().await?;
     locks(&client, &other).await?;
+    primitives(&client, &other).await?;
     replicas(&client, topology).await?;
     queue(&client).await?;
     consistency(&client).await?;
@@ -175,6 +176,103 @@ async fn locks(client: &Client, other: &Client) -> TestResult {
     let report = client.release_all().await;
     assert_eq!(report.released, 50, "{report:?}");
     drop(guards);
+    Ok(())
+}
+
+/// Every other lock kind: fair, read-write, semaphore, multi-lock and
+/// election, each excluding the other client, reporting its status, and
+/// waking a waiter on release.
+async fn primitives(client: &Client, other: &Client) -> TestResult {
+    let woken = |t0: Instant| t0.elapsed() < Duration::from_secs(4);
+    // Fair: busy for a non-waiting acquire; a waiter is woken by the release.
+    let fair = client.fair_lock("t:fair").acquire(&ttl(10_000)).await?;
+    assert!(matches!(
+        other.fair_lock("t:fair").acquire(&ttl(5000)).await,
+        Err(Error::Busy { .. })
+    ));
+    let waiter = {
+        let other = other.clone();
+        tokio::spawn(async move {
+            let opts = ttl(5000).wait(Duration::from_secs(8));
+            other.fair_lock("t:fair").acquire(&opts).await
+        })
+    };
+    let t0 = Instant::now();
+    while client.fair_lock("t:fair").status().await?.waiting < 1 && woken(t0) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let next_fence = fair.fence();
+    fair.release().await?;
+    let next = waiter.await??;
+    assert!(next.fence() > next_fence && woken(t0));
+    next.release().await?;
+
+    // Read-write: readers share, a writer waits; status sees them.
+    let rw = client.rwlock("t:rw");
+    let (r1, r2) = (rw.read(&ttl(5000)).await?, rw.read(&ttl(5000)).await?);
+    assert!(matches!(
+        other.rwlock("t:rw").write(&ttl(5000)).await,
+        Err(Error::Busy { .. })
+    ));
+    assert_eq!(rw.status().await?.readers, 2);
+    r1.release().await?;
+    r2.release().await?;
+    let w = other.rwlock("t:rw").write(&ttl(5000)).await?;
+    assert!(rw.status().await?.writer);
+    w.release().await?;
+
+    // Semaphore: two permits, a third holder refused, status.
+    let sem_opts = dlm::SemaphoreOptions::new(Duration::from_secs(5));
+    let permits = client.semaphore("t:sem", 2).acquire(2, &sem_opts).await?;
+    assert!(matches!(
+        other.semaphore("t:sem", 2).acquire(1, &sem_opts).await,
+        Err(Error::NoPermits { .. })
+    ));
+    let st = client.semaphore("t:sem", 2).status().await?;
+    assert_eq!((st.in_use, st.holders), (2, 1));
+    permits.release().await?;
+
+    // Multi-lock: names in different hash slots, all or none.
+    let both = client
+        .multi_lock(["t:a", "t:b", "t:c"])?
+        .acquire(&ttl(5000))
+        .await?;
+    assert!(matches!(
+        other.multi_lock(["t:c", "t:d"])?.acquire(&ttl(5000)).await,
+        Err(Error::Busy { .. })
+    ));
+    both.release().await?;
+    other
+        .multi_lock(["t:c", "t:d"])?
+        .acquire(&ttl(5000))
+        .await?
+        .release()
+        .await?;
+
+    // Election: one leader, leader() reports it, a resignation hands over.
+    let lead = client
+        .election("t:elect")
+        .campaign("a", &ttl(10_000))
+        .await?;
+    let seen = other
+        .election("t:elect")
+        .leader()
+        .await?
+        .ok_or("a leader")?;
+    assert_eq!((seen.id.as_str(), seen.term), ("a", lead.term().get()));
+    let candidate = {
+        let other = other.clone();
+        tokio::spawn(async move {
+            let opts = ttl(5000).wait(Duration::from_secs(8));
+            other.election("t:elect").campaign("b", &opts).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (t0, term) = (Instant::now(), lead.term());
+    lead.resign().await?;
+    let next = candidate.await??;
+    assert!(next.term() > term && woken(t0));
+    next.resign().await?;
     Ok(())
 }
 
@@ -478,6 +576,61 @@ fn the_readme_shows_the_acl_rules_the_tests_use() {
         readme.contains(&line),
         "README's ACL line differs from ACL_RULES"
     );
+}
+
+/// Every command a Lua script of the library calls is in
+/// [`dlm::keys::ACL_RULES`]: a script that calls one the rules lack fails
+/// for the least-privilege user only when it reaches that line (the fair
+/// lock's queueing `LLEN` and the semaphore's first `HSETNX` did, found by
+/// the ACL topology run of every primitive).
+#[test]
+fn the_acl_rules_allow_every_command_the_scripts_call() -> TestResult {
+    fn scripts(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                scripts(&path, out)?;
+            } else if path.extension().is_some_and(|e| e == "lua") {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    scripts(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    )?;
+    assert!(files.len() > 40, "found the scripts: {}", files.len());
+    let allowed: HashSet<String> = dlm::keys::ACL_RULES
+        .split_whitespace()
+        .filter_map(|r| r.strip_prefix('+'))
+        .map(str::to_lowercase)
+        .collect();
+    let mut missing = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)?;
+        let calls = text.split("redis.call(").skip(1);
+        for call in calls.chain(text.split("redis.pcall(").skip(1)) {
+            // A literal command name (not a variable such as `cmd`).
+            let Some(quoted) = call.strip_prefix(['\'', '"']) else {
+                continue;
+            };
+            let command: String = quoted
+                .chars()
+                .take_while(char::is_ascii_alphabetic)
+                .collect();
+            if !command.is_empty() && !allowed.contains(&command.to_lowercase()) {
+                missing.push(format!("{}: {command}", file.display()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not in ACL_RULES:\n{}",
+        missing.join("\n")
+    );
+    Ok(())
 }
 
 /// `CLUSTER FAILOVER` on the replica of the slot that holds a lock: the lock
