@@ -24,6 +24,7 @@ trap 'rm -f "$log" "$log.table"' EXIT
 groups=(
   "dlm histories"
   "dlm faults"
+  "dlm faults_primitives"
   "dlm redlock a_frozen_node_delays"
   "dlm topologies failover"
   "dlm-cli pause"
