@@ -5,8 +5,12 @@
 //! Redis Cluster failover. One workload, parametrised over the primitive;
 //! the verdicts are the testkit's checkers: no overlapping holds (multi-lock:
 //! on any of its names; election: leaderships), no writer overlapping
-//! anyone (read-write), never more than N holders (semaphore), grants in
-//! queue order (fair).
+//! anyone (read-write), never more than N holders (semaphore). Grants in
+//! queue order are not judged here: a waiter whose grant reply is lost
+//! does not know it holds the lock, its grant runs out unused and it queues
+//! again at the end, legitimately served after later arrivals (the order is
+//! judged without faults by `dlm check lock --primitive fair` and the fair
+//! lock's own tests).
 mod common;
 
 use std::sync::{Arc, Mutex};
@@ -15,8 +19,7 @@ use std::time::Duration;
 use common::{TestResult, ttl};
 use dlm::{Client, Error};
 use dlm_testkit::history::{
-    Clock, FairWait, Hold, PermitHold, RwHold, out_of_order_grants, over_capacity,
-    overlapping_holds, writer_overlaps,
+    Clock, Hold, PermitHold, RwHold, over_capacity, overlapping_holds, writer_overlaps,
 };
 use dlm_testkit::{Cluster, FaultProxy, RedisServer};
 
@@ -46,7 +49,6 @@ const PERMITS: u32 = 2;
 struct Rec {
     hold: Hold,
     exclusive: bool,
-    asked: Duration,
 }
 
 /// What one acquisition holds.
@@ -148,7 +150,6 @@ async fn workload(kind: Kind, clients: &[Client], run: Duration) -> (Vec<Rec>, u
             let mut round = 0u64;
             while clock.now() < end {
                 round += 1;
-                let asked = clock.now();
                 match acquire(kind, &c, id, round).await {
                     Ok((held, names, exclusive)) => {
                         let from = clock.now();
@@ -167,7 +168,6 @@ async fn workload(kind: Kind, clients: &[Client], run: Duration) -> (Vec<Rec>, u
                                         fence: None,
                                     },
                                     exclusive,
-                                    asked,
                                 });
                             }
                         }
@@ -191,7 +191,7 @@ async fn workload(kind: Kind, clients: &[Client], run: Duration) -> (Vec<Rec>, u
 /// The violations the checker of `kind` finds in `recs`.
 fn violations(kind: Kind, recs: &[Rec]) -> Vec<String> {
     let holds: Vec<Hold> = recs.iter().map(|r| r.hold.clone()).collect();
-    let mut found: Vec<String> = match kind {
+    match kind {
         Kind::Rw => {
             let rw: Vec<RwHold> = recs
                 .iter()
@@ -224,30 +224,14 @@ fn violations(kind: Kind, recs: &[Rec]) -> Vec<String> {
             .iter()
             .map(|p| format!("{p:?}"))
             .collect(),
-    };
-    if kind == Kind::Fair {
-        let waits: Vec<FairWait> = recs
-            .iter()
-            .map(|r| FairWait {
-                holder: r.hold.holder,
-                asked: r.asked,
-                granted: r.hold.from,
-            })
-            .collect();
-        found.extend(
-            out_of_order_grants(&waits, Duration::from_millis(200))
-                .iter()
-                .map(|p| format!("out of order: {p:?}")),
-        );
     }
-    found
 }
 
 /// The row's verdict for one primitive, printed as a matrix row.
 fn judge(kind: Kind, fault: &str, run: Duration, recs: &[Rec], errors: u64) -> TestResult {
     let found = violations(kind, recs);
     let checker = match kind {
-        Kind::Fair => "overlaps or grants out of queue order",
+        Kind::Fair => "overlaps",
         Kind::Rw => "writer overlaps",
         Kind::Semaphore => "holders beyond 2 permits",
         Kind::Multi => "overlaps on any name",
