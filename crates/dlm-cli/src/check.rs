@@ -82,6 +82,11 @@ pub struct CheckLockArgs {
     /// it must notice by its own clock).
     #[arg(long, value_name = "D", default_value = "2s", value_parser = parse_ttl)]
     pub ttl: Duration,
+    /// Hold every acquisition this long instead of the dense mix of
+    /// mostly sub-millisecond holds (e.g. to make sure a fault injected
+    /// during the run lands inside a hold).
+    #[arg(long, value_name = "D", value_parser = parse_ttl)]
+    pub hold: Option<Duration>,
     /// Which primitive to check (default: the mutex).
     #[arg(long, value_enum, default_value = "mutex")]
     pub primitive: CheckPrimitive,
@@ -137,7 +142,7 @@ struct LockReport {
     stale_writes_rejected: u64,
     errors: u64,
     /// How long holders kept what they got.
-    hold_distribution: &'static str,
+    hold_distribution: String,
 }
 
 /// The queue check's verdict (one JSON object).
@@ -463,7 +468,7 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
                 };
                 let from = clock.now();
                 let believed = from + guard.remaining();
-                let mut work = hold_time(&mut rng, args.ttl);
+                let mut work = args.hold.unwrap_or_else(|| hold_time(&mut rng, args.ttl));
                 if let (true, Held::Mutex(g)) = (breaker && held.is_multiple_of(2), &guard) {
                     // Break it: release our token behind our own guard's
                     // back, and go on working as if we held it.
@@ -547,7 +552,10 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
         stale_writes_accepted: reg.stale_accepted,
         stale_writes_rejected: reg.stale_rejected,
         errors: errors.load(std::sync::atomic::Ordering::Relaxed),
-        hold_distribution: HOLD_DISTRIBUTION,
+        hold_distribution: match args.hold {
+            Some(d) => format!("every hold {}", humantime::format_duration(d)),
+            None => HOLD_DISTRIBUTION.to_string(),
+        },
     };
     for line in verdict.overlaps.iter().take(20) {
         output::error_line(&format!("overlap: {line}"));
@@ -562,7 +570,7 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
             report.acquisitions,
             args.clients,
             humantime::format_duration(args.duration),
-            HOLD_DISTRIBUTION,
+            report.hold_distribution,
             report.overlaps,
             match (args.primitive, report.peak_holders) {
                 (CheckPrimitive::Fair, _) => format!(", {out_of_order} grants out of queue order"),

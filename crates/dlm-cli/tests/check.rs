@@ -257,8 +257,8 @@ fn a_jumping_wall_clock_changes_nothing() -> TestResult {
 fn a_redis_restarted_without_persistence_is_caught_by_check_lock() -> TestResult {
     let mut s = server();
     let mut cmd = dlm();
-    // Long holds (up to a quarter of the 8 s TTL): a restart almost always
-    // lands inside one, and the holder keeps working well past it.
+    // Long holds (1.5 s of the 8 s TTL, not the dense default): a restart
+    // almost always lands inside one, and the holder keeps working past it.
     cmd.args([
         "--redis",
         &s.url(),
@@ -268,7 +268,16 @@ fn a_redis_restarted_without_persistence_is_caught_by_check_lock() -> TestResult
         "check",
         "lock",
     ])
-    .args(["--clients", "4", "--duration", "5s", "--ttl", "8s"]);
+    .args([
+        "--clients",
+        "4",
+        "--duration",
+        "5s",
+        "--ttl",
+        "8s",
+        "--hold",
+        "1500ms",
+    ]);
     let running = start(cmd);
     for _ in 0..3 {
         std::thread::sleep(Duration::from_millis(1000));

@@ -275,8 +275,10 @@ impl Election {
                     };
                     (busy, left)
                 }
-                // The attempt may have elected us although the reply was lost.
-                Err(e) if e.is_retryable() => (e, None),
+                // The attempt may have been granted although its reply was lost:
+                // look again within the retry interval, not at the fallback, before
+                // such a grant runs out unused.
+                Err(e) if e.is_retryable() => (e, Some(opts.retry_interval)),
                 Err(e) => return Err(e),
             };
             turns.wait(err, hint).await?;

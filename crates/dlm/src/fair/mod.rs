@@ -310,8 +310,10 @@ impl FairLock {
                         max,
                     });
                 }
-                // The attempt may have queued us although the reply was lost.
-                Err(e) if e.is_retryable() => (e, None),
+                // The attempt may have queued us, or granted us the lock, although
+                // its reply was lost: look again within the retry interval, not at
+                // the fallback, before such a grant runs out unused.
+                Err(e) if e.is_retryable() => (e, Some(opts.retry_interval)),
                 Err(e) => return Err(e),
             };
             turns.wait(err, hint).await?;
