@@ -397,3 +397,99 @@ fn unreachable_sentinels_fail_fast_with_exit_3() {
     assert_eq!(r.code(), 3, "{}", r.stderr);
     assert!(r.elapsed < Duration::from_secs(5), "{:?}", r.elapsed);
 }
+
+/// The issue-23 commands on one deployment, given its global flags:
+/// `elect run` and `elect status`, `rwlock run` and `rwlock status`,
+/// `lock status --fair` and a dense `check lock --primitive`.
+fn new_commands_on(flags: &[String]) -> TestResult {
+    let on = |rest: &[&str]| {
+        let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+        args.extend_from_slice(rest);
+        run_args(&args)
+    };
+    let r = on(&[
+        "elect", "run", "topo", "--id", "me", "--ttl", "5s", "--", "sh", "-c", "exit 5",
+    ]);
+    assert_eq!(r.code(), 5, "CMD's code: {}", r.stderr);
+    let r = on(&["--json", "elect", "status", "topo"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim())?;
+    assert_eq!(
+        (v["leader"].is_null(), v["last_term"].as_u64()),
+        (true, Some(1)),
+        "{v}"
+    );
+    let r = on(&[
+        "rwlock", "run", "topo-rw", "--write", "--ttl", "5s", "--", "true",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let r = on(&["--json", "rwlock", "status", "topo-rw"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim())?;
+    assert_eq!(
+        (v["writer"].as_bool(), v["readers"].as_u64()),
+        (Some(false), Some(0)),
+        "{v}"
+    );
+    let r = on(&[
+        "lock",
+        "run",
+        "topo-fair",
+        "--fair",
+        "--ttl",
+        "5s",
+        "--",
+        "true",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let r = on(&["--json", "lock", "status", "topo-fair", "--fair"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    assert!(r.stdout.contains("\"waiting\":0"), "{}", r.stdout);
+    for primitive in ["election", "semaphore"] {
+        let r = on(&[
+            "--json",
+            "check",
+            "lock",
+            "--primitive",
+            primitive,
+            "--clients",
+            "3",
+            "--duration",
+            "1s",
+        ]);
+        assert_eq!(r.code(), 0, "{primitive}: {}{}", r.stdout, r.stderr);
+    }
+    Ok(())
+}
+
+#[test]
+fn the_new_commands_work_on_every_deployment() -> TestResult {
+    let s = |x: &str| x.to_string();
+    let cluster = Cluster::start()?;
+    new_commands_on(&[s("--cluster"), s("--redis"), cluster.seed_url()])?;
+    drop(cluster);
+    let sentinels = Sentinels::start("dlm-cli-new")?;
+    let mut flags = vec![s("--sentinel"), s("dlm-cli-new")];
+    for u in sentinels.sentinel_urls() {
+        flags.extend([s("--redis"), u]);
+    }
+    new_commands_on(&flags)?;
+    drop(sentinels);
+    let files = TlsFiles::generate()?;
+    let tls = RedisServer::builder().tls(&files, true).start()?;
+    let path = |p: &std::path::Path| p.display().to_string();
+    new_commands_on(&[
+        s("--redis"),
+        tls.url(),
+        s("--cacert"),
+        path(&files.ca_cert),
+        s("--cert"),
+        path(&files.client_cert),
+        s("--key"),
+        path(&files.client_key),
+    ])?;
+    let acl = RedisServer::builder()
+        .acl_user("dlm", "s3cret", dlm::keys::ACL_RULES)
+        .start()?;
+    new_commands_on(&[s("--redis"), acl.url_as("dlm", "s3cret")])
+}
