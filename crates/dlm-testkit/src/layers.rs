@@ -274,29 +274,32 @@ fn full_references(source: &str, module_path: &[String]) -> Vec<(usize, Vec<Stri
                         continue;
                     }
                 }
-                // j is at the `::` after the start.
-                let mut base = here;
+                // j is at the `::` after the start. A glob, or a group's
+                // `self`, names the prefix itself (the root: an empty path).
+                let mut base = Some(here);
                 let mut k = j;
                 while is_path_sep(k) {
                     match tok(k + 2) {
-                        Some(Tok::Ident(name)) => {
-                            base.push(name.clone());
+                        Some(Tok::Ident(name)) if name != "self" => {
+                            if let Some(b) = base.as_mut() {
+                                b.push(name.clone());
+                            }
                             k += 3;
                         }
                         Some(Tok::Punct('{')) => {
+                            let prefix = base.take().unwrap_or_default();
                             for (l, item) in group_items(&toks, k + 2) {
-                                let mut full = base.clone();
+                                let mut full = prefix.clone();
                                 full.extend(item);
                                 refs.push((l, full));
                             }
-                            base.clear();
                             break;
                         }
                         _ => break,
                     }
                 }
-                if !base.is_empty() {
-                    refs.push((line, base));
+                if let Some(path) = base {
+                    refs.push((line, path));
                 }
             }
             _ => {}
@@ -306,7 +309,8 @@ fn full_references(source: &str, module_path: &[String]) -> Vec<(usize, Vec<Stri
 }
 
 /// Each item of the `{ ... }` group opening at `open` as its path segments
-/// (`{a::X, b, c::{d, e}}` -> [a, X], [b], [c]), with its line.
+/// (`{a::X, b, c::{d, e}}` -> [a, X], [b], [c]; `self` and `*` -> []), with
+/// its line.
 fn group_items(toks: &[(usize, Tok)], open: usize) -> Vec<(usize, Vec<String>)> {
     let mut items: Vec<(usize, Vec<String>)> = Vec::new();
     let mut depth = 0usize;
@@ -331,6 +335,12 @@ fn group_items(toks: &[(usize, Tok)], open: usize) -> Vec<(usize, Vec<String>)> 
                 after_sep = false;
             }
             Tok::Punct(':') if depth == 1 => after_sep = true,
+            Tok::Ident(name) if depth == 1 && name == "self" && current.is_none() => {
+                current = Some((*line, Vec::new()));
+            }
+            Tok::Punct('*') if depth == 1 && current.is_none() => {
+                current = Some((*line, Vec::new()));
+            }
             Tok::Ident(name) if depth == 1 => match &mut current {
                 None => current = Some((*line, vec![name.clone()])),
                 Some((_, segs)) if after_sep => {
@@ -345,9 +355,6 @@ fn group_items(toks: &[(usize, Tok)], open: usize) -> Vec<(usize, Vec<String>)> 
     }
     items.extend(current);
     items
-        .into_iter()
-        .filter(|(_, segs)| segs.first().is_some_and(|s| s != "self"))
-        .collect()
 }
 
 /// Every `.rs` file under `dir`, recursively.
@@ -403,118 +410,14 @@ enum Tok {
 
 /// The references to the crate root's namespace in `source`, a file of the
 /// module `module_path`: (line, first segment after the root), where the
-/// first segment is `None` for a glob or `self` (the root itself).
+/// first segment is `None` for a glob or `self` (the root itself). A path
+/// inside the file's own module resolves to its own top-level module, which
+/// the caller ignores.
 fn references(source: &str, module_path: &[String]) -> Vec<(usize, Option<String>)> {
-    let toks = tokens(&code_only(source));
-    let tok = |i: usize| toks.get(i).map(|(_, t)| t);
-    let is_ident = |i: usize, s: &str| matches!(tok(i), Some(Tok::Ident(x)) if x == s);
-    let is_punct = |i: usize, c: char| tok(i) == Some(&Tok::Punct(c));
-    let is_path_sep = |i: usize| is_punct(i, ':') && is_punct(i + 1, ':');
-
-    let mut refs = Vec::new();
-    // Inline modules (`mod tests {`) open around the current token: (name, brace depth inside).
-    let mut inline: Vec<(String, usize)> = Vec::new();
-    let mut depth = 0usize;
-    let mut i = 0;
-    while i < toks.len() {
-        let line = toks[i].0;
-        match &toks[i].1 {
-            Tok::Punct('{') => depth += 1,
-            Tok::Punct('}') => {
-                if inline.last().is_some_and(|&(_, d)| d == depth) {
-                    inline.pop();
-                }
-                depth = depth.saturating_sub(1);
-            }
-            Tok::Ident(m) if m == "mod" => {
-                if let Some(Tok::Ident(name)) = tok(i + 1)
-                    && is_punct(i + 2, '{')
-                {
-                    inline.push((name.clone(), depth + 1));
-                }
-            }
-            Tok::Ident(w) if (w == "crate" || w == "super") && !(i >= 2 && is_path_sep(i - 2)) => {
-                // The start of a path (not `a::crate`); `pub(crate)` is no path.
-                let mut j = i;
-                let at_root = if w == "crate" {
-                    j += 1;
-                    true
-                } else {
-                    // Climb: the module this code is in, then one level per `super`.
-                    let mut here: Vec<&str> = module_path
-                        .iter()
-                        .map(String::as_str)
-                        .chain(inline.iter().map(|(n, _)| n.as_str()))
-                        .collect();
-                    let mut valid = true;
-                    while is_ident(j, "super") {
-                        valid &= here.pop().is_some();
-                        j += 1;
-                        if is_path_sep(j) && is_ident(j + 2, "super") {
-                            j += 2;
-                        } else {
-                            break;
-                        }
-                    }
-                    valid && here.is_empty()
-                };
-                if at_root && is_path_sep(j) {
-                    let first = j + 2;
-                    match tok(first) {
-                        Some(Tok::Ident(name)) if name != "self" => {
-                            refs.push((line, Some(name.clone())));
-                        }
-                        Some(Tok::Punct('{')) => {
-                            for (l, name) in group_heads(&toks, first) {
-                                refs.push((l, name));
-                            }
-                        }
-                        Some(_) => refs.push((line, None)),
-                        None => {}
-                    }
-                }
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    refs
-}
-
-/// The first segment of each item of the `{ ... }` group opening at `open`
-/// (`{a::X, b, c::{d, e}}` -> a, b, c), with its line; `None` for `self`
-/// and `*`.
-fn group_heads(toks: &[(usize, Tok)], open: usize) -> Vec<(usize, Option<String>)> {
-    let mut heads = Vec::new();
-    let mut depth = 0usize;
-    let mut expect_head = true;
-    for (line, t) in toks.iter().skip(open) {
-        match t {
-            Tok::Punct('{') => {
-                depth += 1;
-                if depth > 1 {
-                    expect_head = false;
-                }
-            }
-            Tok::Punct('}') => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    break;
-                }
-            }
-            Tok::Punct(',') if depth == 1 => expect_head = true,
-            Tok::Ident(name) if depth == 1 && expect_head => {
-                heads.push((*line, (name != "self").then(|| name.clone())));
-                expect_head = false;
-            }
-            Tok::Punct('*') if depth == 1 && expect_head => {
-                heads.push((*line, None));
-                expect_head = false;
-            }
-            _ => {}
-        }
-    }
-    heads
+    full_references(source, module_path)
+        .into_iter()
+        .map(|(line, path)| (line, path.into_iter().next()))
+        .collect()
 }
 
 /// Identifiers and punctuation of `code`, each with its 1-based line.
@@ -796,6 +699,19 @@ mod tests {
         let files = with(replace, content);
         let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (*p, c.as_str())).collect();
         check(&files)
+    }
+
+    #[test]
+    fn a_glob_or_self_of_the_root_imports_the_root() -> io::Result<()> {
+        for import in ["use crate::*;", "use crate::{self, keys};"] {
+            let found = check_with("lock/guard.rs", &format!("{import}\n"))?;
+            assert_eq!(
+                found,
+                ["src/lock/guard.rs:1: `lock` (primitives) imports `lib` (root)"],
+                "{import}"
+            );
+        }
+        Ok(())
     }
 
     #[test]
