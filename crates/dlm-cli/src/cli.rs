@@ -392,8 +392,15 @@ pub enum QueueCommand {
     /// Remove a waiting task only if its due time still equals SCORE (as
     /// peek printed it). Exit 1 when it was re-enqueued since or is absent.
     Remove(RemoveArgs),
-    /// Show the queue's counts.
+    /// Show the queue's counts (JSON also "paused").
     Stats(QueueArg),
+    /// Pause the queue: every worker (in any process) stops claiming within
+    /// one idle wait; tasks in flight finish, enqueues go on. Prints
+    /// `paused QUEUE` (JSON {"queue","paused":true,"was_paused"}).
+    Pause(QueueArg),
+    /// Let workers claim again, waking idle ones at once. Prints
+    /// `resumed QUEUE` (JSON {"queue","paused":false,"was_paused"}).
+    Resume(QueueArg),
     /// Show the queue's settings, stored in Redis and followed by every
     /// worker: group concurrency, rate limit, completed history (JSON with
     /// --json: {"queue","group_concurrency","rate":{"n","period_ms"}|null,

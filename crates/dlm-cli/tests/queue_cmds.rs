@@ -401,3 +401,55 @@ fn failing_tasks_die_and_can_be_retried_and_purged() -> TestResult {
     assert_eq!((r.code(), r.stdout.as_str()), (0, ""));
     Ok(())
 }
+
+/// `queue pause` / `queue resume`: the flag shows in stats (human and
+/// JSON), a paused queue's worker claims nothing, and resuming lets it
+/// drain.
+#[test]
+fn pause_and_resume_a_queue() -> TestResult {
+    let server = server();
+    let r = run_on(&server, &["--json", "queue", "pause", "pq"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim())?;
+    assert_eq!(
+        (v["paused"].as_bool(), v["was_paused"].as_bool()),
+        (Some(true), Some(false))
+    );
+    assert_eq!(
+        q(&server, &["push", "pq", "a", "b"]).code(),
+        0,
+        "enqueues go on"
+    );
+    assert_eq!(queue_stats(&server, "pq")["paused"], true);
+    assert!(q(&server, &["stats", "pq"]).stdout.contains("(paused)"));
+    // A worker on a paused queue claims nothing (and so never drains it).
+    let mut cmd = dlm();
+    cmd.args([
+        "--redis",
+        &server.url(),
+        "queue",
+        "work",
+        "pq",
+        "--exit-when-empty",
+        "--",
+        "true",
+    ]);
+    let worker = start(cmd);
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    assert_eq!(
+        queue_stats(&server, "pq")["waiting"],
+        2,
+        "nothing claimed while paused"
+    );
+    assert_eq!(q(&server, &["resume", "pq"]).stdout.trim(), "resumed pq");
+    // Woken by the resume, the same worker drains the queue and exits.
+    let r = worker.finish(std::time::Duration::from_secs(20));
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let s = queue_stats(&server, "pq");
+    assert_eq!(
+        (s["paused"].as_bool(), s["waiting"].as_u64()),
+        (Some(false), Some(0)),
+        "{s}"
+    );
+    Ok(())
+}

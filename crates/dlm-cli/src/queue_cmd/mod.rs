@@ -276,6 +276,36 @@ struct StatsLine<'a> {
     dead: u64,
     processed: u64,
     failed: u64,
+    /// Workers claim nothing (`dlm queue pause`).
+    paused: bool,
+}
+
+/// `queue pause` / `queue resume` in JSON.
+#[derive(Serialize)]
+struct PauseLine<'a> {
+    queue: &'a str,
+    paused: bool,
+    was_paused: bool,
+}
+
+/// `dlm queue pause` (`pause` true) and `dlm queue resume`: exit 0 either way.
+pub async fn pause(global: &Global, args: &QueueArg, pause: bool) -> Result<u8, CliError> {
+    let queue = args.open(global).await?;
+    let was_paused = if pause {
+        queue.pause().await?
+    } else {
+        queue.resume().await?
+    };
+    let line = PauseLine {
+        queue: &args.queue,
+        paused: pause,
+        was_paused,
+    };
+    output::emit(global.json, &line, || {
+        let what = if pause { "paused" } else { "resumed" };
+        format!("{what} {}", line.queue)
+    })?;
+    Ok(EXIT_OK)
 }
 
 /// `dlm queue stats`.
@@ -291,11 +321,13 @@ pub async fn stats(global: &Global, args: &QueueArg) -> Result<u8, CliError> {
         dead: s.dead,
         processed: s.processed,
         failed: s.failed,
+        paused: s.paused,
     };
     output::emit(global.json, &line, || {
         format!(
-            "{}: waiting {}, delayed {}, inflight {}, dead {}, processed {}, failed {}",
+            "{}{}: waiting {}, delayed {}, inflight {}, dead {}, processed {}, failed {}",
             line.queue,
+            if line.paused { " (paused)" } else { "" },
             line.waiting,
             line.delayed,
             line.inflight,

@@ -227,6 +227,9 @@ pub fn overview(rows: &[QueueRow], locks: Option<usize>, error: Option<&str>) ->
             );
             continue;
         };
+        if s.paused {
+            out.push_str(" <span class=\"chip paused\" title=\"dlm queue resume\">paused</span>");
+        }
         if s.dead > 0 {
             let _ = write!(
                 out,

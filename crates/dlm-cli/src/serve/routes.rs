@@ -454,6 +454,8 @@ struct ApiQueue {
     oldest_age_ms: Option<u64>,
     throughput_per_s: Option<f64>,
     backlog_history: Vec<u64>,
+    /// Paused (`dlm queue pause`): workers claim nothing.
+    paused: bool,
 }
 
 fn api_row(row: QueueRow) -> Option<ApiQueue> {
@@ -469,6 +471,7 @@ fn api_row(row: QueueRow) -> Option<ApiQueue> {
         oldest_age_ms: row.oldest_age.map(crate::output::ms),
         throughput_per_s: row.throughput,
         backlog_history: row.history,
+        paused: s.paused,
     })
 }
 
@@ -558,6 +561,7 @@ async fn api_queue(
         "dead": stats.dead,
         "processed": stats.processed,
         "failed": stats.failed,
+        "paused": stats.paused,
         "state": task_state.as_str(),
         "total": list.total,
         "offset": offset,

@@ -475,6 +475,39 @@ impl Queue {
         ops::completed(backend, &keys, count).await
     }
 
+    /// Pause the queue: from its next claim on, no worker claims a task
+    /// (an idle worker goes on waiting; one that was claiming finds nothing
+    /// and waits), while tasks in flight finish and are acked as usual and
+    /// enqueues go on. The seeds' `top`/`pop` are no claims and still work.
+    /// Every worker, in every process, follows the flag stored in Redis.
+    /// Returns whether it was paused already.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let q = client.queue("emails");
+    /// q.pause().await?;
+    /// assert!(q.stats().await?.paused);
+    /// q.resume().await?;                     // idle workers are woken at once
+    /// # Ok(()) }
+    /// ```
+    pub async fn pause(&self) -> Result<bool> {
+        let (backend, keys) = self.ready()?;
+        ops::pause(backend, &keys, true).await
+    }
+
+    /// Let workers claim again, waking idle ones at once; returns whether
+    /// the queue was paused.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// if client.queue("emails").resume().await? { println!("resumed") }
+    /// # Ok(()) }
+    /// ```
+    pub async fn resume(&self) -> Result<bool> {
+        let (backend, keys) = self.ready()?;
+        ops::pause(backend, &keys, false).await
+    }
+
     /// Return expired leases to the queue now; how many were returned.
     pub async fn reap(&self) -> Result<usize> {
         Ok(self.claim_raw(0, Duration::from_secs(1)).await?.expired)

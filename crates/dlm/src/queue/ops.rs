@@ -46,6 +46,7 @@ script!(NACK, ["groups"], "nack.lua");
 script!(EXTEND, "extend.lua");
 script!(ABANDON, ["groups"], "abandon.lua");
 script!(STATS, "stats.lua");
+script!(PAUSE, "pause.lua");
 script!(DEAD, ["payload"], "dead.lua");
 script!(RETRY_DEAD, "retry_dead.lua");
 script!(PURGE_DEAD, ["payload"], "purge_dead.lua");
@@ -365,7 +366,16 @@ fn stats_reply(v: Value) -> Result<QueueStats> {
         processed: get(4),
         failed: get(5),
         oldest_due: Duration::from_millis(get(6)),
+        paused: get(7) == 1,
     })
+}
+
+/// Pause (`true`) or resume the queue's claims; whether it was paused.
+pub(crate) async fn pause(backend: &Backend, keys: &[String], pause: bool) -> Result<bool> {
+    let mut inv = invocation(&PAUSE, keys);
+    inv.arg(if pause { "1" } else { "0" });
+    let was: i64 = backend.eval(&inv).await?;
+    Ok(was == 1)
 }
 
 pub(crate) async fn dead(

@@ -207,6 +207,8 @@ pub struct QueueStats {
     pub failed: u64,
     /// How long the oldest waiting task has been due (zero when none is due).
     pub oldest_due: Duration,
+    /// Paused ([`crate::queue::Queue::pause`]): workers claim nothing.
+    pub paused: bool,
 }
 
 impl QueueStats {

@@ -26,7 +26,8 @@
 -- ARGV[2]  lease length in ms
 -- ARGV[3]  max attempts (a task whose lease expired on its last attempt dies)
 -- ARGV[4]  how many expired leases to return at most in this call
--- Settings read from `config`: group_concurrency (k: a group's tasks in flight
+-- Settings read from `config`: paused ('1': claim nothing, see pause.lua),
+-- group_concurrency (k: a group's tasks in flight
 -- at most), rate_n / rate_period_ms (at most n claims in any window of that
 -- length: a sliding log of the last n claim times, exact).
 -- Queues with priorities or groups (`ready` in use): due tasks of `waiting`
@@ -42,7 +43,7 @@
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
-local cfg = redis.call('HMGET', KEYS[11], 'group_concurrency', 'rate_n', 'rate_period_ms')
+local cfg = redis.call('HMGET', KEYS[11], 'group_concurrency', 'rate_n', 'rate_period_ms', 'paused')
 local limit = tonumber(cfg[1] or '0')
 local rate_n, rate_p = tonumber(cfg[2] or '0'), tonumber(cfg[3] or '0')
 local function chunked(cmd, key, list)
@@ -69,6 +70,9 @@ for _, id in ipairs(expired) do
 end
 local out = {#expired, -1, now, died, -1}
 local want = tonumber(ARGV[1])
+-- A paused queue: expired leases still come back, nothing is claimed.
+local paused = cfg[4] == '1'
+if paused then want = 0 end
 if want > 0 and rate_n > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[18], '-inf', '(' .. (now - rate_p))
   want = math.max(0, math.min(want, rate_n - redis.call('ZCARD', KEYS[18])))
@@ -164,7 +168,9 @@ if rate_n > 0 and tonumber(ARGV[1]) > 0 and redis.call('ZCARD', KEYS[18]) >= rat
   local oldest = redis.call('ZRANGE', KEYS[18], 0, 0, 'WITHSCORES')
   if oldest[2] then out[5] = math.max(1, tonumber(oldest[2]) + rate_p + 1 - now) end
 end
-if redis.call('ZCARD', KEYS[14]) > 0 then
+if paused then
+  out[2] = -1 -- nothing claimable: idle until resumed (pause.lua wakes)
+elseif redis.call('ZCARD', KEYS[14]) > 0 then
   out[2] = 0
 else
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -44,7 +44,10 @@ local function unpark_all()
   end
 end
 if ARGV[1] == 'clear' then
+  -- Pausing is no setting: a paused queue stays paused.
+  local paused = redis.call('HGET', KEYS[11], 'paused')
   redis.call('DEL', KEYS[11], KEYS[18], KEYS[19])
+  if paused then redis.call('HSET', KEYS[11], 'paused', paused) end
   unpark_all()
 elseif ARGV[1] == 'set' then
   for i = 2, #ARGV, 2 do

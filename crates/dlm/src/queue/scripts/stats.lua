@@ -22,7 +22,7 @@
 --  18 rate      ZSET  the rate limit's log: fence -> claim time (ms), at most N
 --  19 completed ZSET  id -> time acked (ms), only with keep_completed, capped
 -- ARGV     none
--- Returns  {due now (with the tasks in `ready` and the parked ones), delayed (due later), in flight, dead, processed total, failed total,
+-- Returns  (the last value: 1 when paused, see pause.lua) {due now (with the tasks in `ready` and the parked ones), delayed (due later), in flight, dead, processed total, failed total,
 --           ms the oldest due task has been due (0: none is due)}
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -39,4 +39,5 @@ return {
   tonumber(redis.call('HGET', KEYS[9], 'processed') or '0'),
   tonumber(redis.call('HGET', KEYS[9], 'failed') or '0'),
   oldest,
+  redis.call('HEXISTS', KEYS[11], 'paused'),
 }

@@ -1,0 +1,40 @@
+-- pause: stop (ARGV[1] = '1') or let again (ARGV[1] = '0') every worker's
+-- claims; enqueues, acks and nacks go on, and the seeds' top/pop are not
+-- claims. Resuming wakes idle workers (up to 64 markers on `signal`).
+-- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
+--   1 waiting   ZSET  id -> due time (ms, server clock)
+--   2 payload   HASH  id -> payload over 64 bytes (small ones: buckets, see payload.lua)
+--   3 inflight  ZSET  id -> lease deadline (ms, server clock)
+--   4 lease     HASH  id -> fencing token of the current lease
+--   5 attempts  HASH  id -> times claimed
+--   6 dead      ZSET  id -> time it died (ms)
+--   7 errors    HASH  id -> last error text
+--   8 fence     STRING  lease fencing counter (INCR)
+--   9 stats     HASH  processed, failed, small (payloads kept in buckets)
+--  10 signal    LIST  wake-up markers for idle workers (at most 64)
+--  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
+--  12 prio      HASH  id -> priority (only tasks with one other than 0)
+--  13 group     HASH  id -> group (only tasks with a group)
+--  14 ready     ZSET  id -> -priority * 2^42 + due time: due tasks, claim order
+--                     (exists only while the queue has tasks with a priority or group)
+--  15 gcount    HASH  group -> its tasks in flight
+--  16 parked    ZSET  (all scores 0) group NUL ready-score NUL id: due tasks of
+--                     groups at their limit, until a slot of the group frees
+--  17 parkedid  HASH  id -> its member in parked
+--  18 rate      ZSET  the rate limit's log: fence -> claim time (ms), at most N
+--  19 completed ZSET  id -> time acked (ms), only with keep_completed, capped
+-- ARGV[1]  '1' pause, '0' resume
+-- Returns  1 if the queue was paused before this call, else 0
+local was = redis.call('HEXISTS', KEYS[11], 'paused')
+if ARGV[1] == '1' then
+  redis.call('HSET', KEYS[11], 'paused', '1')
+else
+  redis.call('HDEL', KEYS[11], 'paused')
+  if was == 1 then
+    local marks = {}
+    for _ = 1, 64 do marks[#marks + 1] = '1' end
+    redis.call('LPUSH', KEYS[10], unpack(marks))
+    redis.call('LTRIM', KEYS[10], 0, 63)
+  end
+end
+return was
