@@ -56,6 +56,7 @@ pub const ACL_RULES: &str = "resetkeys ~dlm:* resetchannels &dlm:* -@all \
 +hget +hmget +hset +hsetnx +hdel +hincrby +hexists +hlen +llen +lpush +ltrim +blpop +zadd +zcard +zcount \
 +zmscore +zrange +zrangebyscore +zrangebylex +zrevrange +zrem +zremrangebyrank +zremrangebyscore +zscore \
 +pexpireat +rpush +lpop +lindex +lpos +lrem +exists +time +wait +publish +scan \
++xadd +xrange +xrevrange +xread +xlen +hgetall +hkeys \
 +subscribe +unsubscribe +ping +hello +cluster|slots \
 +cluster|shards +asking +info";
 
@@ -409,9 +410,10 @@ pub(crate) fn election_keys(name: &str) -> Result<ElectionKeys> {
 pub const DEFAULT_QUEUE_PREFIX: &str = "dlm:queue:";
 
 /// The suffixes of one queue's keys (`dlm:queue:{name}:<suffix>`), in the
-/// order every queue script expects them in KEYS. The last nine hold the
-/// queue's settings, priorities, groups, rate log and completed history;
-/// they exist only once a queue uses those features.
+/// order every queue script expects them in KEYS. From the eleventh on they
+/// hold the queue's settings, priorities, groups, rate log, completed
+/// history, live workers, task timeouts, results, progress, dependencies and
+/// event log; they exist only once a queue uses those features.
 /// Small payloads live apart, in [`QUEUE_PAYLOAD_BUCKETS`] bucket hashes
 /// next to `payload`.
 ///
@@ -419,7 +421,7 @@ pub const DEFAULT_QUEUE_PREFIX: &str = "dlm:queue:";
 /// assert_eq!(dlm::keys::QUEUE_KEY_SUFFIXES[0], "waiting");
 /// assert!(dlm::keys::QUEUE_KEY_SUFFIXES.contains(&"config"));
 /// ```
-pub const QUEUE_KEY_SUFFIXES: [&str; 19] = [
+pub const QUEUE_KEY_SUFFIXES: [&str; 31] = [
     "waiting",
     "payload",
     "inflight",
@@ -439,6 +441,18 @@ pub const QUEUE_KEY_SUFFIXES: [&str; 19] = [
     "parkedid",
     "rate",
     "completed",
+    "workers",
+    "workerinfo",
+    "timeout",
+    "results",
+    "done",
+    "progress",
+    "blocked",
+    "pending",
+    "deps",
+    "children",
+    "depfail",
+    "events",
 ];
 
 /// How many bucket hashes hold one queue's small payloads (payload and id
@@ -670,7 +684,7 @@ mod tests {
     #[test]
     fn queue_keys_share_one_slot() -> Result<()> {
         let keys = queue_keys("mail")?;
-        assert_eq!(keys.len(), 19);
+        assert_eq!(keys.len(), 31);
         assert_eq!(keys[0], "dlm:queue:{mail}:waiting");
         assert!(keys.iter().all(|k| cluster_tag(k) == "mail"));
         assert!(queue_keys("").is_err());

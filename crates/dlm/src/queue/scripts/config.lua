@@ -1,6 +1,6 @@
 -- config: read or change the queue's settings (every worker reads them at
 -- each claim, so the latest value written holds for all).
--- KEYS (every queue script gets the same nineteen, all sharing the {queue} hash tag):
+-- KEYS (every queue script gets the same thirty-one, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
 --   2 payload   HASH  id -> payload over 64 bytes (small ones: buckets, see payload.lua)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
@@ -22,6 +22,18 @@
 --  17 parkedid  HASH  id -> its member in parked
 --  18 rate      ZSET  the rate limit's log: fence -> claim time (ms), at most N
 --  19 completed ZSET  id -> time acked (ms), only with keep_completed, capped
+--  20 workers   ZSET  worker id -> heartbeat deadline (ms): the live workers
+--  21 workerinfo HASH worker id -> its last heartbeat (JSON)
+--  22 timeout   HASH  id -> the task's run time limit (ms), only tasks with one
+--  23 results   HASH  id -> what its handler returned (bytes), while remembered
+--  24 done      ZSET  id -> when its completion (and result) is forgotten (ms)
+--  25 progress  HASH  id -> progress of the running task: "pct NUL message"
+--  26 blocked   ZSET  id -> due time asked for (ms): tasks waiting for dependencies
+--  27 pending   HASH  id -> how many of its dependencies are not done yet
+--  28 deps      HASH  id -> its dependencies (JSON array), until it finishes
+--  29 children  HASH  id -> the tasks waiting for it (JSON array)
+--  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
+--  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
 -- ARGV[1]  'get', 'set' or 'clear'
 -- ARGV[2..] with 'set': field, value pairs (fields: group_concurrency, rate_n,
 --          rate_period_ms, keep_completed; value '': remove the setting)
