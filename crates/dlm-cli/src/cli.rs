@@ -22,7 +22,7 @@ use crate::id_cmd::IdCommand;
 use crate::lock_cmd::{AcquireArgs, ExtendArgs, ReleaseArgs, StatusArgs};
 use crate::queue_cmd::{
     ConfigArgs, DeadArgs, ListArgs, PurgeArgs, PushArgs, RemoveArgs, RetryArgs, ScheduleArgs,
-    UnscheduleArgs,
+    TaskArgs, UnscheduleArgs,
 };
 use crate::run_cmd::RunArgs;
 use crate::rwlock_cmd::{RwRunArgs, RwStatusArgs};
@@ -392,8 +392,14 @@ pub enum QueueCommand {
     /// Remove a waiting task only if its due time still equals SCORE (as
     /// peek printed it). Exit 1 when it was re-enqueued since or is absent.
     Remove(RemoveArgs),
-    /// Show the queue's counts (JSON also "paused").
+    /// Show the queue's counts (JSON also "paused", "in_flight" and "blocked").
     Stats(QueueArg),
+    /// Show one task: its state (blocked, waiting, delayed, in_flight, dead,
+    /// completed or unknown), attempts, progress, dependencies and dependents,
+    /// result size and last error (JSON with --json: {"id","state","attempts",
+    /// "progress","message","deps","dependents","result_bytes","error",...}).
+    /// Exit 1 when the queue has no such task.
+    Task(TaskArgs),
     /// Pause the queue: every worker (in any process) stops claiming within
     /// one idle wait; tasks in flight finish, enqueues go on. Prints
     /// `paused QUEUE` (JSON {"queue","paused":true,"was_paused"}).

@@ -175,6 +175,8 @@ impl CommandSpec {
             .env("DLM_TASK_ATTEMPT", task.attempt.to_string())
             .env("DLM_TASK_SCORE", task.score.to_string())
             .env("DLM_TASK_PRIORITY", task.priority.to_string())
+            // Its dependencies (all done by now), comma-separated; empty when none.
+            .env("DLM_TASK_DEPS", task.deps.join(","))
             .env("DLM_FENCE", task.fence.to_string())
             .stdin(if payload.is_empty() {
                 Stdio::null()

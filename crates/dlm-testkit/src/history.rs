@@ -8,6 +8,9 @@
 //! * [`FencedRegister`]: a register that rejects writes with a stale fencing
 //!   token, and counts what it accepted and refused, so a run can show what
 //!   the fence buys;
+//! * [`dag_violations`]: every task of a dependency graph ran to the end,
+//!   and none started before every one of its dependencies had finished
+//!   the run that was acked;
 //! * [`QueueHistory`]: every enqueued task handled to the end at least once,
 //!   duplicates counted and each explained by an earlier lease that did not
 //!   end in an ack, no lease acked twice.
@@ -599,6 +602,95 @@ impl QueueHistory {
         report.acked_twice.sort();
         report
     }
+}
+
+/// One run of a task of a dependency graph, as its handler logged it: when it
+/// started and (if it got that far) finished, and its lease's fencing token.
+/// Times come from one clock (e.g. the wall clock of one machine, in any unit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DagRun {
+    /// The task's id.
+    pub task: String,
+    /// The lease's fencing token: a later claim of the same task has a higher one.
+    pub fence: u64,
+    /// When the handler started.
+    pub started: u128,
+    /// When the handler finished its work (`None`: it was killed before).
+    pub finished: Option<u128>,
+}
+
+/// What [`dag_violations`] found wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DagViolation {
+    /// The task never finished a run.
+    NeverFinished(String),
+    /// `task` started (at `started`) before its dependency `dep` finished the
+    /// run that was acked (at `dep_finished`).
+    StartedEarly {
+        /// The dependent task.
+        task: String,
+        /// The dependency it did not wait for.
+        dep: String,
+        /// When the dependent started.
+        started: u128,
+        /// When the dependency's acked run finished.
+        dep_finished: u128,
+    },
+}
+
+/// Judge a run of a dependency graph (`deps`: task -> its dependencies) from
+/// the handlers' log. The run of a task that was acked is the one with the
+/// highest fence (a later claim has a higher fence, and after the ack there is
+/// none), so each task's highest-fenced run must have finished, and every run
+/// of a task must have started after each dependency's highest-fenced run
+/// finished: a task becomes due only when the last of its dependencies is
+/// acked, and that ack comes after the handler finished. Runs of killed
+/// workers (lower fences, perhaps still finishing late) do not count for
+/// their task's completion.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use dlm_testkit::history::{DagRun, dag_violations};
+/// let deps = HashMap::from([("b".to_string(), vec!["a".to_string()]), ("a".to_string(), vec![])]);
+/// let run = |task: &str, fence, started, finished| DagRun { task: task.into(), fence, started, finished };
+/// let good = [run("a", 1, 0, Some(5)), run("b", 2, 6, Some(9))];
+/// assert!(dag_violations(&deps, &good).is_empty());
+/// let early = [run("a", 1, 0, Some(5)), run("b", 2, 4, Some(9))];
+/// assert_eq!(dag_violations(&deps, &early).len(), 1);
+/// ```
+pub fn dag_violations(deps: &HashMap<String, Vec<String>>, runs: &[DagRun]) -> Vec<DagViolation> {
+    let mut acked: HashMap<&str, &DagRun> = HashMap::new();
+    for r in runs {
+        let e = acked.entry(r.task.as_str()).or_insert(r);
+        if r.fence > e.fence {
+            *e = r;
+        }
+    }
+    let mut out = Vec::new();
+    let mut tasks: Vec<&String> = deps.keys().collect();
+    tasks.sort();
+    for task in tasks {
+        let finished = acked.get(task.as_str()).and_then(|r| r.finished);
+        if finished.is_none() {
+            out.push(DagViolation::NeverFinished(task.clone()));
+        }
+    }
+    for r in runs {
+        for dep in deps.get(&r.task).into_iter().flatten() {
+            let dep_finished = acked.get(dep.as_str()).and_then(|d| d.finished);
+            if let Some(f) = dep_finished
+                && r.started < f
+            {
+                out.push(DagViolation::StartedEarly {
+                    task: r.task.clone(),
+                    dep: dep.clone(),
+                    started: r.started,
+                    dep_finished: f,
+                });
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::TestResult;
 use dlm::queue::{NewTask, OnDuplicate, Queue, QueueSettings, RateLimit, TaskState};
 use dlm::{Client, Error};
-use dlm_testkit::{Cluster, RedisServer};
+use dlm_testkit::RedisServer;
 
 const NOW: Duration = Duration::ZERO;
 const LEASE: Duration = Duration::from_secs(30);
@@ -418,31 +418,13 @@ async fn cases(c: &Client) -> TestResult {
     Ok(())
 }
 
-#[tokio::test]
-async fn queue_features_on_one_server() -> TestResult {
-    let s = RedisServer::start()?;
-    cases(&Client::connect(&s.url()).await?).await
-}
-
-/// As the least-privilege user of [`dlm::keys::ACL_RULES`]: every command
-/// the new scripts use is allowed.
-#[tokio::test]
-async fn queue_features_as_a_least_privilege_acl_user() -> TestResult {
-    let s = RedisServer::builder()
-        .acl_user("dlm", "s3cret", dlm::keys::ACL_RULES)
-        .start()?;
-    cases(&Client::connect(&s.url_as("dlm", "s3cret")).await?).await
-}
-
-#[tokio::test]
-async fn queue_features_on_a_cluster() -> TestResult {
-    let cluster = Cluster::start()?;
-    let c = Client::builder()
-        .timeout(Duration::from_secs(2))
-        .connect_cluster(&cluster.urls())
-        .await?;
-    cases(&c).await
-}
+// The ACL run shows that every command the new scripts use is allowed.
+on_queue_topologies!(
+    queue_features_on_one_server,
+    queue_features_as_a_least_privilege_acl_user,
+    queue_features_on_a_cluster,
+    cases
+);
 
 /// A worker at the rate limit sleeps until the next slot: a handful of
 /// scripts per slot, not a poll loop.

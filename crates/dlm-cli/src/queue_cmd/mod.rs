@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use dlm::queue::{Enqueued, NewTask, OnDuplicate, QueueSettings, Removed};
+use dlm::queue::{DependencyFailure, Enqueued, NewTask, OnDuplicate, QueueSettings, Removed};
 use serde::Serialize;
 
 use crate::error::{CliError, EXIT_OK};
@@ -15,8 +15,10 @@ use crate::output;
 
 mod payload;
 mod schedule;
+mod task;
 
 pub use schedule::{ScheduleArgs, UnscheduleArgs, schedule, schedules, unschedule};
+pub use task::{TaskArgs, task};
 
 use payload::{JsonPayload, read_payload};
 
@@ -50,6 +52,33 @@ pub struct PushArgs {
     /// the queue, at most K tasks of one group run at once, across all workers.
     #[arg(long, value_name = "G", value_parser = parse_group)]
     pub group: Option<String>,
+    /// Dependencies: the tasks (of this queue) that must complete first,
+    /// comma-separated. Until then the tasks are blocked. An unknown id or a
+    /// cycle exits 2 and writes nothing.
+    #[arg(long, value_name = "ID1,ID2", value_delimiter = ',', value_parser = parse_task_id)]
+    pub after: Vec<String>,
+    /// What the tasks do when a dependency dies: fail (die too, naming it)
+    /// or ignore (run once the others are done).
+    #[arg(
+        long,
+        value_name = "POLICY",
+        default_value = "fail",
+        requires = "after"
+    )]
+    pub on_dependency_failure: DepPolicy,
+    /// Accept dependencies that are not known yet (enqueued later): the
+    /// tasks wait until those ids are enqueued and complete.
+    #[arg(long, requires = "after")]
+    pub deps_may_come_later: bool,
+}
+
+/// `--on-dependency-failure`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DepPolicy {
+    /// Die too, with the error "dependency 'ID' died".
+    Fail,
+    /// Count the dead dependency as done.
+    Ignore,
 }
 
 /// `dlm queue config`
@@ -154,6 +183,15 @@ pub async fn push(global: &Global, args: &PushArgs) -> Result<u8, CliError> {
         if let Some(g) = &args.group {
             t = t.group(g.clone());
         }
+        if !args.after.is_empty() {
+            t = t
+                .after(args.after.iter().cloned())
+                .on_dependency_failure(match args.on_dependency_failure {
+                    DepPolicy::Fail => DependencyFailure::Fail,
+                    DepPolicy::Ignore => DependencyFailure::Ignore,
+                })
+                .deps_may_come_later(args.deps_may_come_later);
+        }
         match &payload {
             Some(p) => t.payload(p.clone()),
             None => t,
@@ -170,6 +208,8 @@ pub async fn push(global: &Global, args: &PushArgs) -> Result<u8, CliError> {
             Enqueued::Added(s) => ("added", Some(s)),
             Enqueued::Kept(s) => ("kept", s),
             Enqueued::Replaced(s) => ("replaced", Some(s)),
+            Enqueued::Blocked(s) => ("blocked", Some(s)),
+            Enqueued::DependencyDied(s) => ("dead", Some(s)),
         };
         let line = Pushed { id, status, score };
         output::emit(global.json, &line, || match result {
@@ -278,6 +318,8 @@ struct StatsLine<'a> {
     failed: u64,
     /// Workers claim nothing (`dlm queue pause`).
     paused: bool,
+    /// Waiting for their dependencies (`queue push --after`).
+    blocked: u64,
 }
 
 /// `queue pause` / `queue resume` in JSON.
@@ -322,10 +364,11 @@ pub async fn stats(global: &Global, args: &QueueArg) -> Result<u8, CliError> {
         processed: s.processed,
         failed: s.failed,
         paused: s.paused,
+        blocked: s.blocked,
     };
     output::emit(global.json, &line, || {
         format!(
-            "{}{}: waiting {}, delayed {}, inflight {}, dead {}, processed {}, failed {}",
+            "{}{}: waiting {}, delayed {}, inflight {}, dead {}, processed {}, failed {}, blocked {}",
             line.queue,
             if line.paused { " (paused)" } else { "" },
             line.waiting,
@@ -333,7 +376,8 @@ pub async fn stats(global: &Global, args: &QueueArg) -> Result<u8, CliError> {
             line.inflight,
             line.dead,
             line.processed,
-            line.failed
+            line.failed,
+            line.blocked
         )
     })?;
     Ok(EXIT_OK)

@@ -313,6 +313,7 @@ pub fn queue(
     let mut out =
         format!("<h1><span class=\"muted\">queue</span> {qname}</h1><nav class=\"tabs\">");
     for (s, n) in [
+        (TaskState::Blocked, stats.blocked),
         (TaskState::Waiting, stats.waiting),
         (TaskState::Delayed, stats.delayed),
         (TaskState::InFlight, stats.inflight),
@@ -331,9 +332,10 @@ pub fn queue(
         "<a class=\"tab\" href=\"{base}/dead\">dead letters ›</a></nav>"
     );
     let when = match state {
-        TaskState::Waiting | TaskState::Delayed => "Due",
+        TaskState::Waiting | TaskState::Delayed | TaskState::Blocked => "Due",
         TaskState::InFlight => "Lease",
         TaskState::Dead => "Died",
+        TaskState::Completed => "Forgotten at",
     };
     let _ = write!(
         out,

@@ -13,10 +13,55 @@ use crate::backend::{Backend, glob_escape};
 use crate::error::{Error, Result};
 use crate::keys::DEFAULT_QUEUE_PREFIX;
 use crate::queue::Queue;
-use crate::queue::ops::{array, bytes, int, invocation, text, unsigned};
+use crate::queue::ops::{array, bytes, int, invocation, split_ids, text, unsigned};
 use crate::token::Fence;
 
 crate::queue::ops::script!(TASKS, ["payload"], "tasks.lua");
+crate::queue::ops::script!(TASK, ["payload"], "task.lua");
+
+/// Everything known about one task ([`Queue::task`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskDetail {
+    /// The task's id.
+    pub id: String,
+    /// Where it is now.
+    pub state: TaskState,
+    /// Waiting or delayed: its due time; in flight: its lease deadline;
+    /// blocked: the due time it asked for; dead: when it died; completed:
+    /// when that is forgotten (ms since the epoch, Redis clock; `None`: not known).
+    pub score: Option<u64>,
+    /// How many times it was claimed.
+    pub attempts: u32,
+    /// In flight: its lease's fencing token.
+    pub fence: Option<Fence>,
+    /// Its last error text (a failed attempt, or why it died).
+    pub error: Option<String>,
+    /// The progress its handler last reported, 0 ..= 100.
+    pub progress: Option<u8>,
+    /// The message that came with it.
+    pub message: Option<String>,
+    /// Its dependencies (kept until it finishes).
+    pub deps: Vec<String>,
+    /// The tasks that wait for it.
+    pub dependents: Vec<String>,
+    /// Blocked: how many of its dependencies are not done yet.
+    pub pending_deps: u32,
+    /// Whether it ignores a dependency's death ([`crate::queue::DependencyFailure::Ignore`]).
+    pub ignores_dependency_failure: bool,
+    /// The length of its result, once it completed with one and while that is kept.
+    pub result_bytes: Option<usize>,
+    /// Its payload's length (`None`: no payload, or no longer there).
+    pub payload_len: Option<usize>,
+    /// Its priority.
+    pub priority: u16,
+    /// Its group.
+    pub group: Option<String>,
+    /// Its run-time limit, if it has one.
+    pub timeout: Option<Duration>,
+    /// The Redis server's clock when it was read (ms since the epoch).
+    pub now: u64,
+}
 
 /// The most tasks one [`Queue::tasks`] call returns.
 pub const MAX_PAGE: usize = 200;
@@ -26,6 +71,8 @@ pub const MAX_PREVIEW: usize = 4096;
 /// The state of a task, as [`Queue::tasks`] lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TaskState {
+    /// Waiting for its dependencies to complete ([`crate::queue::NewTask::after`]).
+    Blocked,
     /// Due now, waiting for a worker.
     Waiting,
     /// Due later (delayed or backing off after a failure).
@@ -34,20 +81,29 @@ pub enum TaskState {
     InFlight,
     /// In the dead-letter set.
     Dead,
+    /// Completed, and still remembered: by the results' TTL for tasks that
+    /// returned a result or took part in dependencies, or by the
+    /// `keep_completed` history ([`Queue::task`] only; [`Queue::tasks`]
+    /// lists those of the results' TTL).
+    Completed,
 }
 
 impl TaskState {
     /// Every state, in the order a task goes through them.
-    pub const ALL: [TaskState; 4] = [
+    pub const ALL: [TaskState; 6] = [
+        TaskState::Blocked,
         TaskState::Waiting,
         TaskState::Delayed,
         TaskState::InFlight,
         TaskState::Dead,
+        TaskState::Completed,
     ];
 
-    /// Its name: `waiting`, `delayed`, `in_flight` or `dead`.
+    /// Its name: `blocked`, `waiting`, `delayed`, `in_flight`, `dead` or `completed`.
     pub fn as_str(self) -> &'static str {
         match self {
+            TaskState::Blocked => "blocked",
+            TaskState::Completed => "completed",
             TaskState::Waiting => "waiting",
             TaskState::Delayed => "delayed",
             TaskState::InFlight => "in_flight",
@@ -165,6 +221,89 @@ impl Queue {
             total: unsigned(int(total)?),
             tasks,
         })
+    }
+
+    /// Everything known about task `id` (`None`: not in the queue, and no
+    /// completion of it is remembered). Read in one script; nothing moves.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// if let Some(t) = client.queue("etl").task("report").await? {
+    ///     println!("{} is {}; waits for {:?}", t.id, t.state.as_str(), t.deps);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn task(&self, id: &str) -> Result<Option<TaskDetail>> {
+        crate::queue::check_id(id)?;
+        let (backend, keys) = self.ready()?;
+        let mut inv = invocation(&TASK, &keys);
+        inv.arg(id);
+        let v = array(backend.eval(&inv).await?)?;
+        let [
+            state,
+            score,
+            attempts,
+            fence,
+            error,
+            progress,
+            deps,
+            dependents,
+            pending,
+            result_len,
+            payload_len,
+            priority,
+            group,
+            depfail,
+            timeout,
+            now,
+        ] = v.as_slice()
+        else {
+            return Err(Error::protocol("task reply is not sixteen values"));
+        };
+        let state = text(state)?;
+        let Some(state) = TaskState::parse(&state) else {
+            return Ok(None);
+        };
+        let text_of = |v: &Value| bytes(v).map(|b| String::from_utf8_lossy(&b).into_owned());
+        let (progress, message) = match bytes(progress) {
+            Some(raw) => {
+                let mut parts = raw.splitn(2, |b| *b == 0);
+                let pct = parts
+                    .next()
+                    .and_then(|p| std::str::from_utf8(p).ok())
+                    .and_then(|p| p.parse::<u8>().ok());
+                let msg = parts
+                    .next()
+                    .filter(|m| !m.is_empty())
+                    .map(|m| String::from_utf8_lossy(m).into_owned());
+                (pct, msg)
+            }
+            None => (None, None),
+        };
+        let ms = unsigned(int(timeout)?);
+        Ok(Some(TaskDetail {
+            id: id.to_string(),
+            state,
+            score: u64::try_from(int(score)?).ok(),
+            attempts: u32::try_from(int(attempts)?).unwrap_or(u32::MAX),
+            fence: bytes(fence)
+                .and_then(|b| String::from_utf8(b).ok())
+                .and_then(|s| s.parse::<u64>().ok())
+                .map(Fence::new),
+            error: text_of(error),
+            progress,
+            message,
+            deps: bytes(deps).map(|d| split_ids(&d)).unwrap_or_default(),
+            dependents: bytes(dependents).map(|d| split_ids(&d)).unwrap_or_default(),
+            pending_deps: u32::try_from(int(pending)?).unwrap_or(0),
+            ignores_dependency_failure: bytes(depfail).is_some(),
+            result_bytes: usize::try_from(int(result_len)?).ok(),
+            payload_len: usize::try_from(int(payload_len)?).ok(),
+            priority: u16::try_from(int(priority)?).unwrap_or(0),
+            group: text_of(group),
+            timeout: (ms > 0).then(|| Duration::from_millis(ms)),
+            now: unsigned(int(now)?),
+        }))
     }
 
     /// How long the earliest due task has been waiting past its due time

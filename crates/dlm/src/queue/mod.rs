@@ -80,14 +80,14 @@ mod worker_options;
 use std::time::Duration;
 
 pub(crate) use inspect::queue_names;
-pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskInfo, TaskPage, TaskState};
+pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskDetail, TaskInfo, TaskPage, TaskState};
 pub use lease::Lease;
 pub use schedule::{MAX_SCHEDULES, MIN_EVERY, Repeat, ScheduleInfo, ScheduleRun, Scheduled};
 pub use types::{
-    Backoff, Completed, DEFAULT_MAX_PAYLOAD, DeadTask, Enqueued, Entry, MAX_BATCH, MAX_DELAY,
-    MAX_ERROR_LEN, MAX_GROUP_CONCURRENCY, MAX_GROUP_LEN, MAX_KEEP_COMPLETED, MAX_PAYLOAD_LIMIT,
-    MAX_PRIORITY, Nacked, NewTask, OnDuplicate, QueueSettings, QueueStats, RateLimit, Removed,
-    Task,
+    Backoff, Completed, DEFAULT_MAX_PAYLOAD, DeadTask, DependencyFailure, Enqueued, Entry,
+    MAX_BATCH, MAX_DELAY, MAX_DEPS, MAX_ERROR_LEN, MAX_GROUP_CONCURRENCY, MAX_GROUP_LEN,
+    MAX_KEEP_COMPLETED, MAX_PAYLOAD_LIMIT, MAX_PRIORITY, Nacked, NewTask, OnDuplicate,
+    QueueSettings, QueueStats, RateLimit, Removed, Task,
 };
 pub use worker::{Worker, WorkerOptions, WorkerReport};
 
@@ -145,7 +145,7 @@ fn check_delay(what: &'static str, d: Duration) -> Result<()> {
     Ok(())
 }
 
-fn check_id(id: &str) -> Result<()> {
+pub(crate) fn check_id(id: &str) -> Result<()> {
     if id.is_empty() || id.len() > MAX_NAME_LEN {
         return Err(Error::invalid(
             "task id",
@@ -156,6 +156,7 @@ fn check_id(id: &str) -> Result<()> {
 }
 
 fn check_task_options(t: &NewTask) -> Result<()> {
+    check_dependencies(t)?;
     if t.priority > MAX_PRIORITY {
         return Err(Error::invalid(
             "priority",
@@ -174,6 +175,39 @@ fn check_task_options(t: &NewTask) -> Result<()> {
                 "task {:?}: must be 1 to {MAX_GROUP_LEN} bytes without control characters",
                 t.id
             ),
+        ));
+    }
+    Ok(())
+}
+
+/// Ids that take part in dependencies are stored NUL-terminated (deps.lua).
+fn check_dependencies(t: &NewTask) -> Result<()> {
+    if t.deps.is_empty() {
+        return Ok(());
+    }
+    if t.deps.len() > MAX_DEPS {
+        return Err(Error::invalid(
+            "after",
+            format!(
+                "task {:?}: {} dependencies, at most {MAX_DEPS}",
+                t.id,
+                t.deps.len()
+            ),
+        ));
+    }
+    for id in std::iter::once(&t.id).chain(&t.deps) {
+        check_id(id)?;
+        if id.contains('\0') {
+            return Err(Error::invalid(
+                "after",
+                format!("task {:?}: an id with a dependency has no NUL byte", t.id),
+            ));
+        }
+    }
+    if t.deps.contains(&t.id) {
+        return Err(Error::invalid(
+            "after",
+            format!("task {:?} depends on itself (a cycle)", t.id),
         ));
     }
     Ok(())

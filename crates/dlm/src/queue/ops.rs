@@ -32,17 +32,17 @@ macro_rules! script {
 }
 pub(crate) use script;
 
-script!(ENQUEUE, ["groups", "payload"], "enqueue.lua");
+script!(ENQUEUE, ["groups", "payload", "deps"], "enqueue.lua");
 script!(TOP, ["groups", "payload", "due"], "top.lua");
-script!(POP, ["groups", "payload", "due"], "pop.lua");
+script!(POP, ["groups", "payload", "due", "deps"], "pop.lua");
 script!(
     REMOVE_IF_SCORE,
-    ["groups", "payload", "due"],
+    ["groups", "payload", "due", "deps"],
     "remove_if_score.lua"
 );
-script!(CLAIM, ["groups", "payload"], "claim.lua");
-script!(ACK, ["groups", "payload"], "ack.lua");
-script!(NACK, ["groups"], "nack.lua");
+script!(CLAIM, ["groups", "payload", "deps"], "claim.lua");
+script!(ACK, ["groups", "payload", "deps"], "ack.lua");
+script!(NACK, ["groups", "deps"], "nack.lua");
 script!(EXTEND, "extend.lua");
 script!(ABANDON, ["groups"], "abandon.lua");
 script!(STATS, "stats.lua");
@@ -141,20 +141,84 @@ pub(crate) async fn enqueue(
             None => inv.arg("0").arg(""),
         };
         inv.arg(t.priority).arg(t.group.as_deref().unwrap_or(""));
+        inv.arg("0");
+        inv.arg(deps_arg(&t.deps)).arg(deps_flags(t));
     }
     enqueue_reply(backend.eval(&inv).await?)
 }
 
-/// enqueue.lua: per task a status and a due time.
+/// Dependencies as enqueue.lua takes them: each id followed by a NUL byte.
+fn deps_arg(deps: &[String]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(deps.iter().map(|d| d.len() + 1).sum());
+    for d in deps {
+        out.extend_from_slice(d.as_bytes());
+        out.push(0);
+    }
+    out
+}
+
+/// Dependency flags: 'i' ignore a dependency's death, 'l' unknown ids may come later.
+fn deps_flags(t: &NewTask) -> &'static str {
+    match (t.on_dep_failure, t.deps_may_come_later) {
+        (crate::queue::DependencyFailure::Ignore, true) => "il",
+        (crate::queue::DependencyFailure::Ignore, false) => "i",
+        (crate::queue::DependencyFailure::Fail, true) => "l",
+        (crate::queue::DependencyFailure::Fail, false) => "",
+    }
+}
+
+/// NUL-terminated ids (deps.lua's lists).
+pub(crate) fn split_ids(raw: &[u8]) -> Vec<String> {
+    raw.split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+/// enqueue.lua: per task a status and a due time, or why nothing was written.
 fn enqueue_reply(v: Value) -> Result<Vec<Enqueued>> {
-    array(v)?
-        .chunks(2)
+    let v = array(v)?;
+    if let Some(Value::BulkString(kind)) = v.first() {
+        let arg = |i: usize| {
+            v.get(i)
+                .map(text)
+                .transpose()
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+        };
+        let (a, b) = (arg(1), arg(2));
+        return Err(match kind.as_slice() {
+            b"unknown" => Error::invalid(
+                "after",
+                format!(
+                    "task {b:?}: dependency {a:?} is not known (never enqueued, or completed and \
+                     no longer remembered: see keep_results); nothing was enqueued (allow unknown \
+                     ids with deps_may_come_later)"
+                ),
+            ),
+            b"cycle" => Error::invalid(
+                "after",
+                format!(
+                    "a dependency cycle: {a:?} already leads (through its dependents) to {b:?}, \
+                     which would wait for it; nothing was enqueued"
+                ),
+            ),
+            other => Error::protocol(format!(
+                "enqueue refused with {:?}",
+                String::from_utf8_lossy(other)
+            )),
+        });
+    }
+    v.chunks(2)
         .map(|c| match c {
             [status, score] => {
                 let score = int(score)?;
                 Ok(match int(status)? {
                     1 => Enqueued::Added(unsigned(score)),
                     2 => Enqueued::Replaced(unsigned(score)),
+                    3 => Enqueued::Blocked(unsigned(score)),
+                    4 => Enqueued::DependencyDied(unsigned(score)),
                     _ => Enqueued::Kept(u64::try_from(score).ok()),
                 })
             }
@@ -261,9 +325,19 @@ fn claim_reply(v: Value) -> Result<Claimed> {
         return Err(Error::protocol("short claim reply"));
     };
     let tasks = rest
-        .chunks(7)
+        .chunks(9)
         .map(|c| match c {
-            [id, score, payload, fence, attempt, priority, group] => Ok(Task {
+            [
+                id,
+                score,
+                payload,
+                fence,
+                attempt,
+                priority,
+                group,
+                _timeout,
+                deps,
+            ] => Ok(Task {
                 id: text(id)?,
                 score: unsigned(int(score)?),
                 payload: bytes(payload),
@@ -275,6 +349,7 @@ fn claim_reply(v: Value) -> Result<Claimed> {
                     Value::Nil => None,
                     g => Some(text(g)?),
                 },
+                deps: bytes(deps).map(|d| split_ids(&d)).unwrap_or_default(),
             }),
             _ => Err(Error::protocol("short claimed task")),
         })
@@ -367,6 +442,7 @@ fn stats_reply(v: Value) -> Result<QueueStats> {
         failed: get(5),
         oldest_due: Duration::from_millis(get(6)),
         paused: get(7) == 1,
+        blocked: get(8),
     })
 }
 
@@ -587,7 +663,10 @@ mod tests {
             Value::Int(2),
             Value::Int(5),
             Value::BulkString(b"g".to_vec()),
+            Value::Int(0),
+            Value::BulkString(b"a\0b\0".to_vec()),
         ]))?;
+        assert_eq!(claimed.tasks[0].deps, ["a", "b"]);
         assert_eq!(claimed.tasks[0].priority, 5);
         assert_eq!(claimed.tasks[0].group.as_deref(), Some("g"));
         assert_eq!(claimed.rate_wait, None);

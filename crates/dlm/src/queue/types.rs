@@ -20,6 +20,20 @@ pub const MAX_ERROR_LEN: usize = 4096;
 pub const MAX_PRIORITY: u16 = 1000;
 /// The longest group name, in bytes ([`NewTask::group`]).
 pub const MAX_GROUP_LEN: usize = 256;
+/// The most dependencies one task may have ([`NewTask::after`]).
+pub const MAX_DEPS: usize = 1000;
+
+/// What a task does when one of its dependencies dies (goes to the
+/// dead-letter set) before it runs ([`NewTask::on_dependency_failure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DependencyFailure {
+    /// It dies too, with the error "dependency 'ID' died" (the default); so
+    /// do its own dependents that fail, and so on down the graph.
+    #[default]
+    Fail,
+    /// The dead dependency counts as done: it runs once the others are.
+    Ignore,
+}
 
 /// What to do when an enqueued id is already waiting or in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -47,6 +61,9 @@ pub struct NewTask {
     pub(crate) payload: Option<Vec<u8>>,
     pub(crate) priority: u16,
     pub(crate) group: Option<String>,
+    pub(crate) deps: Vec<String>,
+    pub(crate) on_dep_failure: DependencyFailure,
+    pub(crate) deps_may_come_later: bool,
 }
 
 impl NewTask {
@@ -57,7 +74,67 @@ impl NewTask {
             payload: None,
             priority: 0,
             group: None,
+            deps: Vec::new(),
+            on_dep_failure: DependencyFailure::Fail,
+            deps_may_come_later: false,
         }
+    }
+
+    /// Its dependencies: tasks of the same queue that must complete (be
+    /// acked) before this one becomes due. Until then it is *blocked*
+    /// (counted in [`QueueStats::blocked`], never claimed); the ack of its
+    /// last dependency releases it in the same script. Any DAG works: many
+    /// dependencies, shared dependents, diamonds. A dependency may be
+    /// waiting, in flight, blocked itself, in this same enqueue call, or
+    /// completed earlier while that is remembered (see
+    /// [`crate::queue::Queue::enqueue`]); an unknown id is an error unless
+    /// [`NewTask::deps_may_come_later`], and so is a cycle. At most
+    /// [`MAX_DEPS`]; ids listed twice count once. A task with dependencies
+    /// is new only: an id already there is kept as it is.
+    ///
+    /// ```
+    /// use dlm::queue::NewTask;
+    /// let report = NewTask::new("report").after(["extract", "transform"]);
+    /// assert_eq!(report.dependencies(), ["extract", "transform"]);
+    /// ```
+    pub fn after<I, S>(mut self, ids: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.deps.extend(ids.into_iter().map(Into::into));
+        self
+    }
+
+    /// What this task does when a dependency dies before it runs (default
+    /// [`DependencyFailure::Fail`]).
+    ///
+    /// ```
+    /// use dlm::queue::{DependencyFailure, NewTask};
+    /// let t = NewTask::new("cleanup").after(["a", "b"]).on_dependency_failure(DependencyFailure::Ignore);
+    /// assert_eq!(t.dependencies().len(), 2);
+    /// ```
+    pub fn on_dependency_failure(mut self, policy: DependencyFailure) -> Self {
+        self.on_dep_failure = policy;
+        self
+    }
+
+    /// Let a dependency be an id that is not known yet (enqueued later):
+    /// the task waits until a task with that id is enqueued and completes.
+    /// Without it, enqueue refuses unknown dependencies, which catches typos.
+    ///
+    /// ```
+    /// let t = dlm::queue::NewTask::new("b").after(["a"]).deps_may_come_later(true);
+    /// assert_eq!(t.id(), "b");
+    /// ```
+    pub fn deps_may_come_later(mut self, yes: bool) -> Self {
+        self.deps_may_come_later = yes;
+        self
+    }
+
+    /// Its dependencies, as given to [`NewTask::after`].
+    pub fn dependencies(&self) -> &[String] {
+        &self.deps
     }
 
     /// Its priority, 0 ..= [`MAX_PRIORITY`] (default 0, the lowest): among
@@ -105,6 +182,12 @@ pub enum Enqueued {
     Kept(Option<u64>),
     /// The id was already there and was replaced; the new due time.
     Replaced(u64),
+    /// Added, blocked until its dependencies complete; the due time it asked
+    /// for (it becomes due then, or when released if that is later).
+    Blocked(u64),
+    /// Added straight to the dead-letter set: a dependency had died
+    /// ([`DependencyFailure::Fail`]); the due time it asked for.
+    DependencyDied(u64),
 }
 
 /// A waiting task as `top` and `pop` return it.
@@ -147,6 +230,10 @@ pub struct Task {
     pub priority: u16,
     /// Its group, if it has one.
     pub group: Option<String>,
+    /// Its dependencies ([`NewTask::after`]), all completed by now (or dead,
+    /// for a task that ignores that); empty for most tasks. A handler reads
+    /// their results with `Queue::result`.
+    pub deps: Vec<String>,
 }
 
 /// Exponential backoff with jitter between attempts of a failed task.
@@ -209,10 +296,16 @@ pub struct QueueStats {
     pub oldest_due: Duration,
     /// Paused ([`crate::queue::Queue::pause`]): workers claim nothing.
     pub paused: bool,
+    /// Blocked: waiting for dependencies ([`NewTask::after`]) to complete.
+    pub blocked: u64,
 }
 
 impl QueueStats {
-    /// Nothing waiting, due later or in flight.
+    /// Nothing waiting, due later or in flight. Blocked tasks do not count:
+    /// with nothing in flight or due, nothing can release them (their
+    /// dependencies are unknown ids that may come later, see
+    /// [`NewTask::deps_may_come_later`]); while any task is in flight the
+    /// queue is not drained.
     pub fn is_drained(&self) -> bool {
         self.waiting == 0 && self.delayed == 0 && self.inflight == 0
     }

@@ -28,6 +28,38 @@ pub async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
         .expect("raw connection")
 }
 
+/// Three tests that run one async body of cases (`async fn(&Client) ->
+/// TestResult`) on one server, as the least-privilege user of
+/// `dlm::keys::ACL_RULES` and on a Redis Cluster: parametrised, not copied.
+#[macro_export]
+macro_rules! on_queue_topologies {
+    ($server:ident, $acl:ident, $cluster:ident, $cases:path) => {
+        #[tokio::test]
+        async fn $server() -> TestResult {
+            let s = dlm_testkit::RedisServer::start()?;
+            $cases(&dlm::Client::connect(&s.url()).await?).await
+        }
+
+        #[tokio::test]
+        async fn $acl() -> TestResult {
+            let s = dlm_testkit::RedisServer::builder()
+                .acl_user("dlm", "s3cret", dlm::keys::ACL_RULES)
+                .start()?;
+            $cases(&dlm::Client::connect(&s.url_as("dlm", "s3cret")).await?).await
+        }
+
+        #[tokio::test]
+        async fn $cluster() -> TestResult {
+            let cluster = dlm_testkit::Cluster::start()?;
+            let c = dlm::Client::builder()
+                .timeout(std::time::Duration::from_secs(2))
+                .connect_cluster(&cluster.urls())
+                .await?;
+            $cases(&c).await
+        }
+    };
+}
+
 pub fn ttl(ms: u64) -> dlm::LockOptions {
     dlm::LockOptions::new(Duration::from_millis(ms))
 }

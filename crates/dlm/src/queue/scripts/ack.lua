@@ -1,5 +1,7 @@
 -- ack: finish tasks whose lease is still ours; delete them. With the setting
 -- keep_completed = N (config), the last N acked ids stay in `completed`.
+-- A finished task's dependents each have one dependency fewer; the last one
+-- releases them (deps.lua).
 -- KEYS (every queue script gets the same thirty-one, all sharing the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
 --   2 payload   HASH  id -> payload over 64 bytes (small ones: buckets, see payload.lua)
@@ -30,8 +32,8 @@
 --  25 progress  HASH  id -> progress of the running task: "pct NUL message"
 --  26 blocked   ZSET  id -> due time asked for (ms): tasks waiting for dependencies
 --  27 pending   HASH  id -> how many of its dependencies are not done yet
---  28 deps      HASH  id -> its dependencies (JSON array), until it finishes
---  29 children  HASH  id -> the tasks waiting for it (JSON array)
+--  28 deps      HASH  id -> its dependencies (ids, each ending in NUL), until it finishes
+--  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
 -- ARGV     per task two values: id, lease fencing token
@@ -97,6 +99,12 @@ if #done > 0 then
     end
   end
   redis.call('HINCRBY', KEYS[9], 'processed', #done)
+  -- Dependencies (deps.lua): the last finished dependency releases a task.
+  if #gone > 0 and dag_in_use() then
+    local t = redis.call('TIME')
+    local released = dag_completed(gone, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    if released > 0 then wake(released) end
+  end
   local keep = tonumber(redis.call('HGET', KEYS[11], 'keep_completed') or '0')
   if keep > 0 then
     local t = redis.call('TIME')

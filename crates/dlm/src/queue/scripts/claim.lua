@@ -30,8 +30,8 @@
 --  25 progress  HASH  id -> progress of the running task: "pct NUL message"
 --  26 blocked   ZSET  id -> due time asked for (ms): tasks waiting for dependencies
 --  27 pending   HASH  id -> how many of its dependencies are not done yet
---  28 deps      HASH  id -> its dependencies (JSON array), until it finishes
---  29 children  HASH  id -> the tasks waiting for it (JSON array)
+--  28 deps      HASH  id -> its dependencies (ids, each ending in NUL), until it finishes
+--  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
 -- ARGV[1]  how many to claim (0: only return expired leases)
@@ -50,8 +50,9 @@
 -- Returns  {expired_returned, ms_until_next_due (-1: nothing waiting), now (ms),
 --           died (how many of the expired moved to the dead set),
 --           ms until the rate limit allows the next claim (-1: not limited now),
---           then per claimed task seven values: id, due time, payload (nil: none),
---           lease fencing token, attempt number (1 = first), priority, group (nil: none)}
+--           then per claimed task nine values: id, due time, payload (nil: none),
+--           lease fencing token, attempt number (1 = first), priority, group (nil: none),
+--           run-time limit in ms (0: none), dependencies (ids each ending in NUL; nil: none)}
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -76,6 +77,11 @@ for _, id in ipairs(expired) do
     redis.call('HSET', KEYS[7], id, 'lease expired on attempt ' .. attempts)
     redis.call('HINCRBY', KEYS[9], 'failed', 1)
     died = died + 1
+    -- Its dependents follow their policy (deps.lua).
+    if dag_in_use() then
+      local r = dag_died(id, now)
+      if r[1] > 0 then wake(r[1]) end
+    end
   elseif not again then
     redis.call('ZADD', KEYS[1], 'NX', now, id)
   end
@@ -154,6 +160,9 @@ if n > 0 then
   local first_fence = redis.call('INCRBY', KEYS[8], n) - n + 1
   local payloads = payloads_of(ids, small_count() > 0)
   local attempts = hmget_many(KEYS[5], ids)
+  -- Dependencies, for tasks that have them (handlers may read their results).
+  local deps = {}
+  if redis.call('EXISTS', KEYS[28]) == 1 then deps = hmget_many(KEYS[28], ids) end
   local leases, flying, counts, log = {}, {}, {}, {}
   local deadline = now + lease_ms
   for i = 1, n do
@@ -170,6 +179,8 @@ if n > 0 then
     out[#out + 1] = attempt
     out[#out + 1] = prios[i]
     out[#out + 1] = groups[i]
+    out[#out + 1] = 0
+    out[#out + 1] = deps[i] or false
   end
   chunked('HSET', KEYS[4], leases)
   chunked('ZADD', KEYS[3], flying)

@@ -30,30 +30,106 @@
 --  25 progress  HASH  id -> progress of the running task: "pct NUL message"
 --  26 blocked   ZSET  id -> due time asked for (ms): tasks waiting for dependencies
 --  27 pending   HASH  id -> how many of its dependencies are not done yet
---  28 deps      HASH  id -> its dependencies (JSON array), until it finishes
---  29 children  HASH  id -> the tasks waiting for it (JSON array)
+--  28 deps      HASH  id -> its dependencies (ids, each ending in NUL), until it finishes
+--  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
 -- ARGV[1]  delay in ms (>= 0)
 -- ARGV[2]  'keep' or 'replace'
 -- ARGV[3]  '1': small payloads go to their bucket (compact), '0': to `payload`
--- ARGV[4..] per task five values: id, '1' with payload / '0' without, payload,
---          priority (integer, '0': none), group ('': none)
+-- ARGV[4..] per task eight values: id, '1' with payload / '0' without, payload,
+--          priority (integer, '0': none), group ('': none), run-time limit
+--          in ms ('0': none), dependencies (ids each ending in NUL, '': none),
+--          dependency flags ('i': ignore a dependency's death, 'l': a
+--          dependency may be an id not known yet; '' neither)
 -- A task with a priority or a group that is due now goes to `ready`; so does
 -- every task due now once the queue has such tasks (claim orders `ready`).
--- Returns  per task two values: status (1 added, 0 kept as it was, 2 replaced),
---          and the task's due time (ms; -1 for a kept task that is in flight)
+-- A task with dependencies (see deps.lua) is new only: an id already there
+-- (waiting, in flight or blocked) is kept whatever ARGV[2] says. It waits in
+-- `blocked` until every dependency is done; one whose dependency is already
+-- dead dies at once (unless it ignores that). Every dependency must be
+-- known (alive, dead, remembered as done, or in this batch) unless flag 'l'
+-- is given, and no dependency may lead back to the task: otherwise nothing is
+-- written and the reply is {'unknown', id of the dependency, task id} or
+-- {'cycle', task id, dependency id}.
+-- Returns  per task two values: status (1 added, 0 kept as it was, 2 replaced,
+--          3 blocked by dependencies, 4 dead: a dependency died), and the
+--          task's due time (ms; -1 for a kept task that is in flight)
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local score = now + tonumber(ARGV[1])
 local replace = ARGV[2] == 'replace'
 local featured = redis.call('EXISTS', KEYS[12], KEYS[13], KEYS[14]) > 0
 local out, added = {}, 0
+local STRIDE = 8
+-- Dependencies: the whole batch is checked before anything is written.
+local any_deps = false
+for i = 4, #ARGV, STRIDE do
+  if ARGV[i + 6] ~= '' then any_deps = true end
+end
+local dag = any_deps or redis.call('EXISTS', KEYS[26]) == 1
+-- new_kids[d]: the tasks of this batch that wait for d (written at the end)
+local new_kids, is_new, in_batch = {}, {}, {}
+if any_deps then
+  for i = 4, #ARGV, STRIDE do
+    in_batch[ARGV[i]] = true
+    if not is_new[ARGV[i]] and ARGV[i + 6] ~= '' and not alive(ARGV[i]) then is_new[ARGV[i]] = i end
+  end
+  for id, i in pairs(is_new) do
+    local later = string.find(ARGV[i + 7], 'l', 1, true)
+    for _, d in ipairs(split_ids(ARGV[i + 6])) do
+      if d == id then return {'cycle', id, d} end
+      if not (later or in_batch[d] or alive(d) or known_done(d, now)
+              or redis.call('ZSCORE', KEYS[6], d)) then
+        return {'unknown', d, id}
+      end
+      new_kids[d] = new_kids[d] or {}
+      table.insert(new_kids[d], id)
+    end
+  end
+  -- No cycle: a depth-first walk down the dependents (stored and new) from
+  -- every new task finds no edge back to a task on the walk's path. The
+  -- stored graph has none, so a cycle would pass through a new task.
+  local color, visited = {}, 0
+  local function kids_of(n)
+    local kids = split_ids(redis.call('HGET', KEYS[29], n))
+    for _, k in ipairs(new_kids[n] or {}) do kids[#kids + 1] = k end
+    return kids
+  end
+  for root, _ in pairs(is_new) do
+    if not color[root] then
+      color[root] = 1
+      local stack = {{root, kids_of(root), 0}}
+      while #stack > 0 do
+        local top = stack[#stack]
+        if top[3] < #top[2] then
+          top[3] = top[3] + 1
+          local k = top[2][top[3]]
+          if color[k] == 1 then return {'cycle', k, top[1]} end
+          if not color[k] then
+            visited = visited + 1
+            if visited > 100000 then
+              return redis.error_reply('ERR dlm: the dependency graph below ' .. root .. ' has over 100000 tasks to check')
+            end
+            color[k] = 1
+            stack[#stack + 1] = {k, kids_of(k), 0}
+          end
+        else
+          color[top[1]] = 2
+          stack[#stack] = nil
+        end
+      end
+    end
+  end
+end
+-- edges[d]: the new tasks that wait for d (NUL-terminated), written at the end
+local died_here, edges = {}, {}
 -- Payloads: see payload.lua (small ones in buckets, counted in stats `small`).
 local small, bucketed = small_count() > 0, 0
 local compact = ARGV[3] == '1'
-for i = 4, #ARGV, 5 do
+for i = 4, #ARGV, STRIDE do
   local id, prio, group = ARGV[i], ARGV[i + 3], ARGV[i + 4]
+  local deps = ARGV[i + 6]
   local cur = redis.call('ZSCORE', KEYS[1], id)
   local ready, parked = false, false
   if featured then
@@ -70,9 +146,10 @@ for i = 4, #ARGV, 5 do
     end
   end
   local flying = redis.call('ZSCORE', KEYS[3], id)
-  if (cur or flying) and not replace then
+  local blocked = dag and redis.call('ZSCORE', KEYS[26], id)
+  if (cur or flying) and (not replace or deps ~= '') or blocked then
     out[#out + 1] = 0
-    out[#out + 1] = tonumber(cur or -1)
+    out[#out + 1] = tonumber(cur or blocked or -1)
   else
     if ready then redis.call('ZREM', KEYS[14], id) end
     if parked then
@@ -103,24 +180,67 @@ for i = 4, #ARGV, 5 do
       redis.call('HSET', KEYS[13], id, group)
       featured = true
     end
-    if featured and score <= now then
+    -- With dependencies: how many are not done yet, and whether one died.
+    local waits, doomed, status = 0, false, 0
+    if deps ~= '' then
+      local ignore = string.find(ARGV[i + 7], 'i', 1, true)
+      local counted = {}
+      for _, d in ipairs(split_ids(deps)) do
+        if counted[d] then
+          -- listed twice: counted once
+        elseif in_batch[d] or (not redis.call('ZSCORE', KEYS[6], d) and not known_done(d, now)) then
+          counted[d] = true
+          waits = waits + 1
+          edges[d] = edges[d] or {}
+          table.insert(edges[d], id .. '\0')
+        elseif not ignore and redis.call('ZSCORE', KEYS[6], d) then
+          doomed = doomed or d
+        end
+      end
+      redis.call('HSET', KEYS[28], id, deps)
+      if ignore then redis.call('HSET', KEYS[30], id, 'ignore') end
+    end
+    local was_dead = redis.call('ZREM', KEYS[6], id) == 1
+    if doomed then
+      status = 4
+      redis.call('ZREM', KEYS[1], id)
+      redis.call('ZADD', KEYS[6], now, id)
+      redis.call('HSET', KEYS[7], id, "dependency '" .. doomed .. "' died")
+      redis.call('HINCRBY', KEYS[9], 'failed', 1)
+      died_here[#died_here + 1] = id
+    elseif waits > 0 then
+      status = 3
+      redis.call('ZREM', KEYS[1], id)
+      redis.call('ZADD', KEYS[26], score, id)
+      redis.call('HSET', KEYS[27], id, waits)
+      dag = true
+    elseif featured and score <= now then
       redis.call('ZREM', KEYS[1], id)
       redis.call('ZADD', KEYS[14], ready_score(prio, score), id)
     else
       redis.call('ZADD', KEYS[1], score, id)
     end
-    local was_dead = redis.call('ZREM', KEYS[6], id) == 1
     local delta = put_payload(id, ARGV[i + 1] == '1' and ARGV[i + 2], cur or flying or was_dead, small, compact)
     if delta > 0 then small = true end
     bucketed = bucketed + delta
     if not cur then
       redis.call('HDEL', KEYS[5], id)
     end
-    redis.call('HDEL', KEYS[7], id)
-    if cur or flying then out[#out + 1] = 2 else out[#out + 1] = 1 end
+    if not doomed then redis.call('HDEL', KEYS[7], id) end
+    if status > 0 then out[#out + 1] = status
+    elseif cur or flying then out[#out + 1] = 2 else out[#out + 1] = 1 end
     out[#out + 1] = score
-    added = added + 1
+    if status == 0 then added = added + 1 end
   end
+end
+-- The new edges, one append per dependency for the whole batch.
+for d, kids in pairs(edges) do
+  redis.call('HSET', KEYS[29], d, (redis.call('HGET', KEYS[29], d) or '') .. table.concat(kids))
+end
+-- Tasks written dead (a dependency had died): their dependents follow.
+for _, id in ipairs(died_here) do
+  local r = dag_died(id, now)
+  added = added + r[1]
 end
 if bucketed ~= 0 then redis.call('HINCRBY', KEYS[9], 'small', bucketed) end
 if added > 0 then wake(added) end

@@ -30,8 +30,8 @@
 --  25 progress  HASH  id -> progress of the running task: "pct NUL message"
 --  26 blocked   ZSET  id -> due time asked for (ms): tasks waiting for dependencies
 --  27 pending   HASH  id -> how many of its dependencies are not done yet
---  28 deps      HASH  id -> its dependencies (JSON array), until it finishes
---  29 children  HASH  id -> the tasks waiting for it (JSON array)
+--  28 deps      HASH  id -> its dependencies (ids, each ending in NUL), until it finishes
+--  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
 -- ARGV[1]  id
@@ -58,6 +58,11 @@ local attempts = tonumber(redis.call('HGET', KEYS[5], id) or '0')
 if attempts >= tonumber(ARGV[4]) and not again then
   redis.call('ZADD', KEYS[6], now, id)
   redis.call('HINCRBY', KEYS[9], 'failed', 1)
+  -- Its dependents follow their policy (deps.lua).
+  if dag_in_use() then
+    local r = dag_died(id, now)
+    if r[1] > 0 then wake(r[1]) end
+  end
   return 2
 end
 if not again then redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[3]), id) end

@@ -31,8 +31,8 @@
 --  25 progress  HASH  id -> progress of the running task: "pct NUL message"
 --  26 blocked   ZSET  id -> due time asked for (ms): tasks waiting for dependencies
 --  27 pending   HASH  id -> how many of its dependencies are not done yet
---  28 deps      HASH  id -> its dependencies (JSON array), until it finishes
---  29 children  HASH  id -> the tasks waiting for it (JSON array)
+--  28 deps      HASH  id -> its dependencies (ids, each ending in NUL), until it finishes
+--  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
 -- ARGV[1]  how many at most
@@ -51,4 +51,9 @@ for k, task in ipairs(tasks) do
   unwait(task.id, task.place, task.member)
 end
 forget_unless_flying(ids)
+-- Taken out to be processed: for dependencies, that is done (deps.lua).
+if #ids > 0 and dag_in_use() then
+  local released = dag_completed(ids, now)
+  if released > 0 then wake(released) end
+end
 return out

@@ -29,8 +29,8 @@
 --  25 progress  HASH  id -> progress of the running task: "pct NUL message"
 --  26 blocked   ZSET  id -> due time asked for (ms): tasks waiting for dependencies
 --  27 pending   HASH  id -> how many of its dependencies are not done yet
---  28 deps      HASH  id -> its dependencies (JSON array), until it finishes
---  29 children  HASH  id -> the tasks waiting for it (JSON array)
+--  28 deps      HASH  id -> its dependencies (ids, each ending in NUL), until it finishes
+--  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
 -- ARGV[1]  how many at most in this call (the caller loops until 0)

@@ -31,8 +31,8 @@
 --  25 progress  HASH  id -> progress of the running task: "pct NUL message"
 --  26 blocked   ZSET  id -> due time asked for (ms): tasks waiting for dependencies
 --  27 pending   HASH  id -> how many of its dependencies are not done yet
---  28 deps      HASH  id -> its dependencies (JSON array), until it finishes
---  29 children  HASH  id -> the tasks waiting for it (JSON array)
+--  28 deps      HASH  id -> its dependencies (ids, each ending in NUL), until it finishes
+--  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
 -- ARGV[1]  id
@@ -49,4 +49,11 @@ if due ~= tonumber(ARGV[2]) then
 end
 unwait(ARGV[1], place, member)
 forget_unless_flying({ARGV[1]})
+-- Taken out to be processed (the source documents' dequeue): for
+-- dependencies, that is done (deps.lua).
+if dag_in_use() then
+  local t = redis.call("TIME")
+  local released = dag_completed({ARGV[1]}, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  if released > 0 then wake(released) end
+end
 return {1, due}

@@ -29,12 +29,12 @@
 --  25 progress  HASH  id -> progress of the running task: "pct NUL message"
 --  26 blocked   ZSET  id -> due time asked for (ms): tasks waiting for dependencies
 --  27 pending   HASH  id -> how many of its dependencies are not done yet
---  28 deps      HASH  id -> its dependencies (JSON array), until it finishes
---  29 children  HASH  id -> the tasks waiting for it (JSON array)
+--  28 deps      HASH  id -> its dependencies (ids, each ending in NUL), until it finishes
+--  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
 -- ARGV     none
--- Returns  (the last value: 1 when paused, see pause.lua) {due now (with the tasks in `ready` and the parked ones), delayed (due later), in flight, dead, processed total, failed total,
+-- Returns  (then 1 when paused, see pause.lua; then how many tasks are blocked by dependencies) {due now (with the tasks in `ready` and the parked ones), delayed (due later), in flight, dead, processed total, failed total,
 --           ms the oldest due task has been due (0: none is due)}
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -52,4 +52,5 @@ return {
   tonumber(redis.call('HGET', KEYS[9], 'failed') or '0'),
   oldest,
   redis.call('HEXISTS', KEYS[11], 'paused'),
+  redis.call('ZCARD', KEYS[26]),
 }

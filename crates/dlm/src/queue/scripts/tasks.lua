@@ -29,11 +29,12 @@
 --  25 progress  HASH  id -> progress of the running task: "pct NUL message"
 --  26 blocked   ZSET  id -> due time asked for (ms): tasks waiting for dependencies
 --  27 pending   HASH  id -> how many of its dependencies are not done yet
---  28 deps      HASH  id -> its dependencies (JSON array), until it finishes
---  29 children  HASH  id -> the tasks waiting for it (JSON array)
+--  28 deps      HASH  id -> its dependencies (ids, each ending in NUL), until it finishes
+--  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
--- ARGV[1]  the state: 'waiting' (due now, with the priority set and parked tasks), 'delayed' (due later), 'inflight' or 'dead'
+-- ARGV[1]  the state: 'waiting' (due now, with the priority set and parked tasks), 'delayed' (due later), 'inflight',
+--          'dead', 'blocked' (waiting for dependencies) or 'completed' (remembered in `done`)
 -- ARGV[2]  offset: how many tasks of that state to skip, in order
 -- ARGV[3]  how many at most (the caller caps it)
 -- ARGV[4]  how many payload bytes to return at most per task
@@ -83,6 +84,15 @@ if state == 'waiting' then
       page[#page + 1] = due_time(id, tonumber(string.sub(m, at, at + 16)) - 4503599627370496)
     end
   end
+elseif state == 'blocked' then
+  -- by the due time asked for
+  total = redis.call('ZCARD', KEYS[26])
+  page = redis.call('ZRANGE', KEYS[26], offset, offset + limit - 1, 'WITHSCORES')
+elseif state == 'completed' then
+  -- remembered completions, by when they are forgotten (completion order);
+  -- the score is that time
+  total = redis.call('ZCOUNT', KEYS[24], '(' .. now, '+inf')
+  page = redis.call('ZRANGEBYSCORE', KEYS[24], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', offset, limit)
 elseif state == 'delayed' then
   total = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
   page = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', offset, limit)

@@ -1,0 +1,133 @@
+-- deps: helpers prepended (by ops.rs) to the scripts that finish a task or
+-- write one with dependencies: enqueue, claim (a lease that expired on its
+-- last attempt), ack, nack. They come after groups.lua (they use wake) and
+-- use the KEYS listed in those scripts' headers; they return nothing to the
+-- caller by themselves.
+-- A task with dependencies (NewTask::after) waits in `blocked` (26), scored
+-- by the due time it asked for, and `pending` (27) counts its dependencies
+-- that are not done yet. Every edge is kept twice: `deps` (28) lists a
+-- task's dependencies and `children` (29) a task's dependents, each as ids
+-- that end in a NUL byte ("a\0b\0"), so appending costs no decoding (ids
+-- that take part in dependencies have no NUL byte). `depfail` (30) marks
+-- the tasks that ignore a dependency's death. The last finish of a
+-- dependency releases the task into `waiting` in the same script.
+-- A completed task that took part in dependencies is remembered in `done`
+-- (24) until its result's TTL ends, so a task enqueued later may depend on it.
+local DEFAULT_RESULT_TTL_MS = 3600000
+-- Is any task of the queue part of a dependency graph?
+local function dag_in_use()
+  return redis.call('EXISTS', KEYS[26], KEYS[28], KEYS[29]) > 0
+end
+-- The ids of a NUL-terminated list.
+local function split_ids(s)
+  local out = {}
+  if not s then return out end
+  for id in string.gmatch(s, '([^%z]*)%z') do out[#out + 1] = id end
+  return out
+end
+-- How long a completion (and its result) is remembered, in ms (0: not at all).
+local function result_ttl_ms()
+  local v = redis.call('HGET', KEYS[11], 'keep_results_ms')
+  if v then return tonumber(v) or DEFAULT_RESULT_TTL_MS end
+  return DEFAULT_RESULT_TTL_MS
+end
+-- Remember that id completed, so later tasks may depend on it.
+local function remember_done(id, now)
+  local ttl = result_ttl_ms()
+  if ttl > 0 then redis.call('ZADD', KEYS[24], now + ttl, id) end
+end
+-- Did id complete, and is that still remembered (results' TTL, or the
+-- completed history of keep_completed)?
+local function known_done(id, now)
+  local until_ms = redis.call('ZSCORE', KEYS[24], id)
+  if until_ms and tonumber(until_ms) > now then return true end
+  return redis.call('ZSCORE', KEYS[19], id) ~= false
+end
+-- Is id waiting, delayed, parked, in flight or blocked (alive, not finished)?
+local function alive(id)
+  return redis.call('ZSCORE', KEYS[1], id) or redis.call('ZSCORE', KEYS[3], id)
+    or redis.call('ZSCORE', KEYS[26], id) or in_ready(id)
+end
+-- A blocked task's last dependency is done: it becomes due (at the time it
+-- asked for, or now if that has passed).
+local function release_blocked(c, now)
+  local due = redis.call('ZSCORE', KEYS[26], c)
+  if not due then return false end
+  redis.call('ZREM', KEYS[26], c)
+  redis.call('HDEL', KEYS[27], c)
+  redis.call('ZADD', KEYS[1], math.max(tonumber(due), now), c)
+  return true
+end
+-- One dependency of the blocked task c is done (or died, and c ignores
+-- that); returns whether c was released.
+local function one_dep_done(c, now)
+  if not redis.call('ZSCORE', KEYS[26], c) then return false end
+  if redis.call('HINCRBY', KEYS[27], c, -1) <= 0 then
+    return release_blocked(c, now)
+  end
+  return false
+end
+-- Parent p completed: its dependents each have one dependency fewer.
+-- Returns how many were released.
+local function dependents_go_on(p, now)
+  local kids = redis.call('HGET', KEYS[29], p)
+  if not kids then return 0 end
+  redis.call('HDEL', KEYS[29], p)
+  local released = 0
+  for _, c in ipairs(split_ids(kids)) do
+    if one_dep_done(c, now) then released = released + 1 end
+  end
+  return released
+end
+-- Task p died (dead set, or written dead at enqueue): each of its blocked
+-- dependents follows its policy, 'ignore' (the dependency counts as done)
+-- or 'fail' (it dies too, naming the dependency, and so on down the graph).
+-- Returns {released, died}.
+local function dependents_fail(p, now)
+  local todo, i, released, died = {p}, 1, 0, 0
+  while i <= #todo do
+    local parent = todo[i]
+    i = i + 1
+    local kids = redis.call('HGET', KEYS[29], parent)
+    if kids then
+      redis.call('HDEL', KEYS[29], parent)
+      for _, c in ipairs(split_ids(kids)) do
+        if redis.call('ZSCORE', KEYS[26], c) then
+          if redis.call('HGET', KEYS[30], c) == 'ignore' then
+            if one_dep_done(c, now) then released = released + 1 end
+          else
+            redis.call('ZREM', KEYS[26], c)
+            redis.call('HDEL', KEYS[27], c)
+            redis.call('ZADD', KEYS[6], now, c)
+            redis.call('HSET', KEYS[7], c, "dependency '" .. parent .. "' died")
+            redis.call('HINCRBY', KEYS[9], 'failed', 1)
+            died = died + 1
+            todo[#todo + 1] = c
+          end
+        end
+      end
+    end
+  end
+  return {released, died}
+end
+-- Tasks `ids` completed (acked, not enqueued again meanwhile): release their
+-- dependents, remember them if they took part in dependencies, and drop their
+-- own edges. Returns how many tasks were released.
+local function dag_completed(ids, now)
+  local released = 0
+  for _, id in ipairs(ids) do
+    local had_deps = redis.call('HDEL', KEYS[28], id) == 1
+    local has_kids = redis.call('HEXISTS', KEYS[29], id) == 1
+    if had_deps or has_kids then remember_done(id, now) end
+    if has_kids then released = released + dependents_go_on(id, now) end
+    redis.call('HDEL', KEYS[30], id)
+  end
+  return released
+end
+-- Task id went to the dead set: drop its own edges, then its dependents
+-- follow their policies. Returns {released, died}.
+local function dag_died(id, now)
+  redis.call('HDEL', KEYS[28], id)
+  redis.call('HDEL', KEYS[30], id)
+  return dependents_fail(id, now)
+end
