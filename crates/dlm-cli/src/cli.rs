@@ -21,8 +21,8 @@ use crate::global::{Global, QueueArg, Topology};
 use crate::id_cmd::IdCommand;
 use crate::lock_cmd::{AcquireArgs, ExtendArgs, ReleaseArgs, StatusArgs};
 use crate::queue_cmd::{
-    ConfigArgs, DeadArgs, ListArgs, PurgeArgs, PushArgs, RemoveArgs, RetryArgs, ScheduleArgs,
-    TaskArgs, UnscheduleArgs,
+    ConfigArgs, DeadArgs, EventsArgs, ListArgs, PurgeArgs, PushArgs, RemoveArgs, RetryArgs,
+    ScheduleArgs, TaskArgs, UnscheduleArgs,
 };
 use crate::run_cmd::RunArgs;
 use crate::rwlock_cmd::{RwRunArgs, RwStatusArgs};
@@ -400,6 +400,12 @@ pub enum QueueCommand {
     /// "progress","message","deps","dependents","result_bytes","error",...}).
     /// Exit 1 when the queue has no such task.
     Task(TaskArgs),
+    /// Print the queue's event log, one line per task event (added, claimed,
+    /// progress, completed, failed, dead, released); with --follow, go on as
+    /// they happen (woken, not polling). JSON lines with --json:
+    /// {"event","id","ts_ms","cursor"} plus "error", "progress", "message"
+    /// when the event has them. The log is off until `queue config --events N`.
+    Events(EventsArgs),
     /// Pause the queue: every worker (in any process) stops claiming within
     /// one idle wait; tasks in flight finish, enqueues go on. Prints
     /// `paused QUEUE` (JSON {"queue","paused":true,"was_paused"}).

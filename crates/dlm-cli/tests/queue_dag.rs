@@ -146,6 +146,64 @@ fn work_runs_dependents_after_their_dependencies() -> TestResult {
     Ok(())
 }
 
+/// `queue config --events N` turns the log on; `queue events --json` prints
+/// one line per task event, released ones included; a bad --from exits 2.
+#[test]
+fn queue_events_prints_the_log() -> TestResult {
+    let server = server();
+    let on = run_on(
+        &server,
+        &["--json", "queue", "config", "ev", "--events", "1000"],
+    );
+    assert_eq!(on.code(), 0, "{}", on.stderr);
+    assert!(on.stdout.contains(r#""events":1000"#), "{}", on.stdout);
+    assert_eq!(push(&server, &["ev", "a"]).code(), 0);
+    assert_eq!(push(&server, &["ev", "b", "--after", "a"]).code(), 0);
+    let mut cmd = dlm();
+    cmd.args([
+        "--redis",
+        &server.url(),
+        "queue",
+        "work",
+        "ev",
+        "--exit-when-empty",
+    ])
+    .args(["--", "true"]);
+    assert_eq!(start(cmd).finish(Duration::from_secs(20)).code(), 0);
+    let r = run_on(&server, &["--json", "queue", "events", "ev"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let seen: Vec<(String, String)> = json_lines(&r)
+        .iter()
+        .map(|e| {
+            assert!(
+                e["ts_ms"].as_u64().is_some() && e["cursor"].is_string(),
+                "{e}"
+            );
+            (
+                e["event"].as_str().unwrap_or_default().to_string(),
+                e["id"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let want = [
+        ("added", "a"),
+        ("added", "b"),
+        ("claimed", "a"),
+        ("completed", "a"),
+        ("released", "b"),
+        ("claimed", "b"),
+        ("completed", "b"),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(k, id)| (k.to_string(), id.to_string()))
+        .collect();
+    assert_eq!(seen, want);
+    let bad = run_on(&server, &["queue", "events", "ev", "--from", "yesterday"]);
+    assert_eq!(bad.code(), 2, "{}", bad.stderr);
+    Ok(())
+}
+
 /// A small deterministic generator (xorshift).
 struct Rng(u64);
 

@@ -226,6 +226,7 @@ async fn rate_limit(c: &Client) -> TestResult {
             .group_concurrency(None)
             .rate(None)
             .keep_completed(None)
+            .events(None)
     );
     Ok(())
 }
@@ -405,7 +406,72 @@ async fn pause_and_resume(c: &Client) -> TestResult {
     Ok(())
 }
 
+/// The event log: off by default (no stream written); on, every state change
+/// in order, one event per task; a follower is woken by the next entry.
+async fn event_log(c: &Client) -> TestResult {
+    use dlm::queue::{EventKind, EventsFrom};
+    use futures_util::StreamExt;
+    let q = c.queue("events").max_attempts(1);
+    q.enqueue([NewTask::new("quiet")], NOW, OnDuplicate::Keep)
+        .await?;
+    let (none, _) = q.events_page(&EventsFrom::Start, 100).await?;
+    assert!(none.is_empty(), "the log is off by default: {none:?}");
+    ack_all(claim_ids(&q, 1).await?).await?;
+    q.configure(&QueueSettings::default().events(Some(dlm::queue::DEFAULT_EVENTS)))
+        .await?;
+    let mut follow = std::pin::pin!(q.events(EventsFrom::Now));
+    // The follower pins "now" at its first poll: start it before anything happens.
+    let first = tokio::spawn({
+        let q = q.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            q.enqueue(
+                [NewTask::new("a"), NewTask::new("b")],
+                NOW,
+                OnDuplicate::Keep,
+            )
+            .await
+        }
+    });
+    let woke = Instant::now();
+    let e = tokio::time::timeout(Duration::from_secs(5), follow.next())
+        .await?
+        .ok_or("the stream ended")??;
+    assert_eq!((e.kind, e.task.as_str()), (EventKind::Added, "a"));
+    assert!(woke.elapsed() < Duration::from_secs(2), "woken, not polled");
+    first.await??;
+    let leases = claim_ids(&q, 2).await?;
+    let mut it = leases.into_iter();
+    it.next().ok_or("a")?.ack().await?;
+    it.next().ok_or("b")?.nack("boom").await?;
+    let (events, next) = q.events_page(&EventsFrom::Start, 100).await?;
+    let seen: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| (e.kind.as_str(), e.task.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("added", "a"),
+            ("added", "b"),
+            ("claimed", "a"),
+            ("claimed", "b"),
+            ("completed", "a"),
+            ("dead", "b")
+        ]
+    );
+    assert_eq!(events[5].error.as_deref(), Some("boom"));
+    assert!(q.events_page(&next, 100).await?.0.is_empty());
+    q.configure(&QueueSettings::default().events(None)).await?;
+    assert!(
+        q.events_page(&EventsFrom::Start, 100).await?.0.is_empty(),
+        "turned off: deleted"
+    );
+    Ok(())
+}
+
 async fn cases(c: &Client) -> TestResult {
+    event_log(c).await?;
     pause_and_resume(c).await?;
     seed_api_sees_every_due_task(c).await?;
     priorities(c).await?;

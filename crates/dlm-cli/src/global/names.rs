@@ -78,6 +78,11 @@ pub struct SettingsArgs {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(0..=i64::from(dlm::queue::MAX_KEEP_COMPLETED)))]
     pub keep_completed: Option<u32>,
+    /// Store for the queue: keep an event log (`dlm queue events`) of about
+    /// the last N entries (1 to 10000000, e.g. 10000; 0: no log, the default).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(dlm::queue::MAX_EVENTS)))]
+    pub events: Option<u32>,
 }
 
 impl SettingsArgs {
@@ -93,11 +98,17 @@ impl SettingsArgs {
         if let Some(n) = self.keep_completed {
             s = s.keep_completed(Some(n).filter(|n| *n > 0));
         }
+        if let Some(n) = self.events {
+            s = s.events(Some(n).filter(|n| *n > 0));
+        }
         s
     }
 
     /// Whether any flag was given.
     pub fn any(&self) -> bool {
-        self.group_concurrency.is_some() || self.rate.is_some() || self.keep_completed.is_some()
+        self.group_concurrency.is_some()
+            || self.rate.is_some()
+            || self.keep_completed.is_some()
+            || self.events.is_some()
     }
 }

@@ -13,10 +13,12 @@ use crate::global::parse::{parse_delay, parse_group, parse_priority, parse_task_
 use crate::global::{Global, QueueArg, SettingsArgs};
 use crate::output;
 
+mod events;
 mod payload;
 mod schedule;
 mod task;
 
+pub use events::{EventsArgs, events};
 pub use schedule::{ScheduleArgs, UnscheduleArgs, schedule, schedules, unschedule};
 pub use task::{TaskArgs, task};
 
@@ -395,6 +397,8 @@ struct ConfigLine<'a> {
     group_concurrency: Option<u32>,
     rate: Option<RateLine>,
     keep_completed: Option<u32>,
+    /// The event log's cap (`null`: no log).
+    events: Option<u32>,
 }
 
 /// Print a queue's settings (one line; JSON with --json).
@@ -407,11 +411,12 @@ pub fn print_settings(global: &Global, queue: &str, s: &QueueSettings) -> Result
             period_ms: r.period().as_millis(),
         }),
         keep_completed: s.get_keep_completed(),
+        events: s.get_events(),
     };
     output::emit(global.json, &line, || {
         let or_none = |v: Option<u32>| v.map_or("none".to_string(), |v| v.to_string());
         format!(
-            "{queue}: group concurrency {}, rate {}, keep completed {}",
+            "{queue}: group concurrency {}, rate {}, keep completed {}, events {}",
             or_none(line.group_concurrency),
             line.rate.as_ref().map_or("none".to_string(), |r| format!(
                 "{}/{}",
@@ -420,7 +425,8 @@ pub fn print_settings(global: &Global, queue: &str, s: &QueueSettings) -> Result
                     u64::try_from(r.period_ms).unwrap_or(u64::MAX)
                 ))
             )),
-            or_none(line.keep_completed)
+            or_none(line.keep_completed),
+            or_none(line.events)
         )
     })
 }

@@ -68,6 +68,7 @@
 //! # Ok(()) }
 //! ```
 
+mod events;
 mod idle;
 mod inspect;
 mod lease;
@@ -79,15 +80,16 @@ mod worker_options;
 
 use std::time::Duration;
 
+pub use events::{Event, EventKind, EventsFrom, MAX_EVENTS_PAGE};
 pub(crate) use inspect::queue_names;
 pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskDetail, TaskInfo, TaskPage, TaskState};
 pub use lease::Lease;
 pub use schedule::{MAX_SCHEDULES, MIN_EVERY, Repeat, ScheduleInfo, ScheduleRun, Scheduled};
 pub use types::{
-    Backoff, Completed, DEFAULT_MAX_PAYLOAD, DeadTask, DependencyFailure, Enqueued, Entry,
-    MAX_BATCH, MAX_DELAY, MAX_DEPS, MAX_ERROR_LEN, MAX_GROUP_CONCURRENCY, MAX_GROUP_LEN,
-    MAX_KEEP_COMPLETED, MAX_PAYLOAD_LIMIT, MAX_PRIORITY, Nacked, NewTask, OnDuplicate,
-    QueueSettings, QueueStats, RateLimit, Removed, Task,
+    Backoff, Completed, DEFAULT_EVENTS, DEFAULT_MAX_PAYLOAD, DeadTask, DependencyFailure, Enqueued,
+    Entry, MAX_BATCH, MAX_DELAY, MAX_DEPS, MAX_ERROR_LEN, MAX_EVENTS, MAX_GROUP_CONCURRENCY,
+    MAX_GROUP_LEN, MAX_KEEP_COMPLETED, MAX_PAYLOAD_LIMIT, MAX_PRIORITY, Nacked, NewTask,
+    OnDuplicate, QueueSettings, QueueStats, RateLimit, Removed, Task,
 };
 pub use worker::{Worker, WorkerOptions, WorkerReport};
 

@@ -32,17 +32,25 @@ macro_rules! script {
 }
 pub(crate) use script;
 
-script!(ENQUEUE, ["groups", "payload", "deps"], "enqueue.lua");
+script!(
+    ENQUEUE,
+    ["groups", "payload", "events", "deps"],
+    "enqueue.lua"
+);
 script!(TOP, ["groups", "payload", "due"], "top.lua");
-script!(POP, ["groups", "payload", "due", "deps"], "pop.lua");
+script!(
+    POP,
+    ["groups", "payload", "due", "events", "deps"],
+    "pop.lua"
+);
 script!(
     REMOVE_IF_SCORE,
-    ["groups", "payload", "due", "deps"],
+    ["groups", "payload", "due", "events", "deps"],
     "remove_if_score.lua"
 );
-script!(CLAIM, ["groups", "payload", "deps"], "claim.lua");
-script!(ACK, ["groups", "payload", "deps"], "ack.lua");
-script!(NACK, ["groups", "deps"], "nack.lua");
+script!(CLAIM, ["groups", "payload", "events", "deps"], "claim.lua");
+script!(ACK, ["groups", "payload", "events", "deps"], "ack.lua");
+script!(NACK, ["groups", "events", "deps"], "nack.lua");
 script!(EXTEND, "extend.lua");
 script!(ABANDON, ["groups"], "abandon.lua");
 script!(STATS, "stats.lua");
@@ -537,6 +545,9 @@ fn settings_args(change: &QueueSettings) -> Vec<(&'static str, String)> {
     if let Some(n) = change.keep_completed {
         args.push(("keep_completed", num(n)));
     }
+    if let Some(n) = change.events {
+        args.push(("events_maxlen", num(n)));
+    }
     args
 }
 
@@ -579,8 +590,8 @@ fn settings_reply(v: Value) -> Result<QueueSettings> {
             _ => None,
         }
     };
-    if v.len() != 4 {
-        return Err(Error::protocol("config reply is not four values"));
+    if v.len() != 5 {
+        return Err(Error::protocol("config reply is not five values"));
     }
     let rate = match (get(1), get(2)) {
         (Some(n), Some(ms)) => RateLimit::new(n, Duration::from_millis(u64::from(ms))).ok(),
@@ -590,6 +601,7 @@ fn settings_reply(v: Value) -> Result<QueueSettings> {
         group_concurrency: Some(get(0).filter(|k| *k > 0)),
         rate: Some(rate),
         keep_completed: Some(get(3).filter(|k| *k > 0)),
+        events: Some(get(4).filter(|k| *k > 0)),
     })
 }
 

@@ -400,7 +400,13 @@ pub struct QueueSettings {
     pub(crate) group_concurrency: Option<Option<u32>>,
     pub(crate) rate: Option<Option<RateLimit>>,
     pub(crate) keep_completed: Option<Option<u32>>,
+    pub(crate) events: Option<Option<u32>>,
 }
+
+/// The most entries a queue's event log may be capped at ([`QueueSettings::events`]).
+pub const MAX_EVENTS: u32 = 10_000_000;
+/// A sensible cap for a queue's event log: about the last 10,000 entries.
+pub const DEFAULT_EVENTS: u32 = 10_000;
 
 /// The most acked ids a queue may keep ([`QueueSettings::keep_completed`]).
 pub const MAX_KEEP_COMPLETED: u32 = 1_000_000;
@@ -426,6 +432,29 @@ impl QueueSettings {
     pub fn keep_completed(mut self, n: Option<u32>) -> Self {
         self.keep_completed = Some(n);
         self
+    }
+
+    /// Keep an event log of the queue (`added`, `claimed`, `progress`,
+    /// `completed`, `failed`, `dead`, `released`), capped at about `n`
+    /// entries (1 ..= [`MAX_EVENTS`], e.g. [`DEFAULT_EVENTS`]; Redis trims
+    /// with `MAXLEN ~`); `None`: no log, the default, which costs nothing.
+    /// One entry holds the events of one kind of one script call (a claim
+    /// of 100 tasks is one entry), so the log costs a small part of the
+    /// queue's throughput. Read it with [`crate::queue::Queue::events`].
+    ///
+    /// ```
+    /// use dlm::queue::{DEFAULT_EVENTS, QueueSettings};
+    /// let s = QueueSettings::default().events(Some(DEFAULT_EVENTS));
+    /// assert_eq!(s.get_events(), Some(10_000));
+    /// ```
+    pub fn events(mut self, n: Option<u32>) -> Self {
+        self.events = Some(n);
+        self
+    }
+
+    /// The event log's cap, when the log is on.
+    pub fn get_events(&self) -> Option<u32> {
+        self.events.flatten()
     }
 
     /// The group concurrency set.
@@ -458,6 +487,14 @@ impl QueueSettings {
             return Err(crate::error::Error::invalid(
                 "keep completed",
                 format!("{n} is outside 1 ..= {MAX_KEEP_COMPLETED}"),
+            ));
+        }
+        if let Some(Some(n)) = self.events
+            && (n == 0 || n > MAX_EVENTS)
+        {
+            return Err(crate::error::Error::invalid(
+                "events",
+                format!("{n} is outside 1 ..= {MAX_EVENTS}"),
             ));
         }
         if let Some(Some(r)) = self.rate {

@@ -99,6 +99,7 @@ if #done > 0 then
     end
   end
   redis.call('HINCRBY', KEYS[9], 'processed', #done)
+  event_many('completed', done)
   -- Dependencies (deps.lua): the last finished dependency releases a task.
   if #gone > 0 and dag_in_use() then
     local t = redis.call('TIME')
@@ -117,4 +118,5 @@ if #done > 0 then
     redis.call('ZREMRANGEBYRANK', KEYS[19], 0, -(keep + 1))
   end
 end
+flush_events()
 return out

@@ -75,6 +75,7 @@ for _, id in ipairs(expired) do
   if attempts >= max_attempts and not again then
     redis.call('ZADD', KEYS[6], now, id)
     redis.call('HSET', KEYS[7], id, 'lease expired on attempt ' .. attempts)
+    event('dead', id, 'lease expired on attempt ' .. attempts)
     redis.call('HINCRBY', KEYS[9], 'failed', 1)
     died = died + 1
     -- Its dependents follow their policy (deps.lua).
@@ -84,6 +85,7 @@ for _, id in ipairs(expired) do
     end
   elseif not again then
     redis.call('ZADD', KEYS[1], 'NX', now, id)
+    event('failed', id, 'lease expired')
   end
 end
 local out = {#expired, -1, now, died, -1}
@@ -182,6 +184,7 @@ if n > 0 then
     out[#out + 1] = 0
     out[#out + 1] = deps[i] or false
   end
+  event_many('claimed', ids)
   chunked('HSET', KEYS[4], leases)
   chunked('ZADD', KEYS[3], flying)
   chunked('HSET', KEYS[5], counts)
@@ -201,4 +204,5 @@ else
     out[2] = math.max(0, tonumber(first[2]) - now)
   end
 end
+flush_events()
 return out

@@ -36,12 +36,13 @@
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
 -- ARGV[1]  'get', 'set' or 'clear'
 -- ARGV[2..] with 'set': field, value pairs (fields: group_concurrency, rate_n,
---          rate_period_ms, keep_completed; value '': remove the setting)
+--          rate_period_ms, keep_completed, events_maxlen; value '': remove the setting)
 -- 'clear' removes every setting, the rate log and the completed history.
 -- A new group concurrency (or none) moves every parked task back to `ready`:
 -- the next claims apply the new limit to them.
--- Returns  {group_concurrency, rate_n, rate_period_ms, keep_completed} (nil: not set)
-local fields = {'group_concurrency', 'rate_n', 'rate_period_ms', 'keep_completed'}
+-- Turning the event log off (events_maxlen '') deletes it.
+-- Returns  {group_concurrency, rate_n, rate_period_ms, keep_completed, events_maxlen} (nil: not set)
+local fields = {'group_concurrency', 'rate_n', 'rate_period_ms', 'keep_completed', 'events_maxlen'}
 local function unpark_all()
   local parked = redis.call('ZRANGE', KEYS[16], 0, -1)
   for _, m in ipairs(parked) do
@@ -58,7 +59,7 @@ end
 if ARGV[1] == 'clear' then
   -- Pausing is no setting: a paused queue stays paused.
   local paused = redis.call('HGET', KEYS[11], 'paused')
-  redis.call('DEL', KEYS[11], KEYS[18], KEYS[19])
+  redis.call('DEL', KEYS[11], KEYS[18], KEYS[19], KEYS[31])
   if paused then redis.call('HSET', KEYS[11], 'paused', paused) end
   unpark_all()
 elseif ARGV[1] == 'set' then
@@ -68,6 +69,7 @@ elseif ARGV[1] == 'set' then
       redis.call('HDEL', KEYS[11], ARGV[i])
       if ARGV[i] == 'rate_n' then redis.call('DEL', KEYS[18]) end
       if ARGV[i] == 'keep_completed' then redis.call('DEL', KEYS[19]) end
+      if ARGV[i] == 'events_maxlen' then redis.call('DEL', KEYS[31]) end
     else
       redis.call('HSET', KEYS[11], ARGV[i], ARGV[i + 1])
     end

@@ -1,6 +1,7 @@
 -- deps: helpers prepended (by ops.rs) to the scripts that finish a task or
 -- write one with dependencies: enqueue, claim (a lease that expired on its
--- last attempt), ack, nack. They come after groups.lua (they use wake) and
+-- last attempt), ack, nack, pop, remove_if_score. They come after groups.lua
+-- (they use wake and in_ready) and events.lua (released and dead events), and
 -- use the KEYS listed in those scripts' headers; they return nothing to the
 -- caller by themselves.
 -- A task with dependencies (NewTask::after) waits in `blocked` (26), scored
@@ -56,6 +57,7 @@ local function release_blocked(c, now)
   redis.call('ZREM', KEYS[26], c)
   redis.call('HDEL', KEYS[27], c)
   redis.call('ZADD', KEYS[1], math.max(tonumber(due), now), c)
+  event('released', c)
   return true
 end
 -- One dependency of the blocked task c is done (or died, and c ignores
@@ -100,6 +102,9 @@ local function dependents_fail(p, now)
             redis.call('HDEL', KEYS[27], c)
             redis.call('ZADD', KEYS[6], now, c)
             redis.call('HSET', KEYS[7], c, "dependency '" .. parent .. "' died")
+            redis.call('HDEL', KEYS[28], c)
+            redis.call('HDEL', KEYS[30], c)
+            event('dead', c, "dependency '" .. parent .. "' died")
             redis.call('HINCRBY', KEYS[9], 'failed', 1)
             died = died + 1
             todo[#todo + 1] = c

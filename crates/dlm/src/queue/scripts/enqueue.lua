@@ -227,6 +227,11 @@ for i = 4, #ARGV, STRIDE do
       redis.call('HDEL', KEYS[5], id)
     end
     if not doomed then redis.call('HDEL', KEYS[7], id) end
+    if doomed then
+      event('dead', id, "dependency '" .. doomed .. "' died")
+    else
+      event('added', id)
+    end
     if status > 0 then out[#out + 1] = status
     elseif cur or flying then out[#out + 1] = 2 else out[#out + 1] = 1 end
     out[#out + 1] = score
@@ -244,4 +249,5 @@ for _, id in ipairs(died_here) do
 end
 if bucketed ~= 0 then redis.call('HINCRBY', KEYS[9], 'small', bucketed) end
 if added > 0 then wake(added) end
+flush_events()
 return out

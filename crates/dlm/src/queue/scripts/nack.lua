@@ -58,13 +58,17 @@ local attempts = tonumber(redis.call('HGET', KEYS[5], id) or '0')
 if attempts >= tonumber(ARGV[4]) and not again then
   redis.call('ZADD', KEYS[6], now, id)
   redis.call('HINCRBY', KEYS[9], 'failed', 1)
+  event('dead', id, ARGV[5])
   -- Its dependents follow their policy (deps.lua).
   if dag_in_use() then
     local r = dag_died(id, now)
     if r[1] > 0 then wake(r[1]) end
   end
+  flush_events()
   return 2
 end
 if not again then redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[3]), id) end
 wake(1)
+event('failed', id, ARGV[5])
+flush_events()
 return 1

@@ -56,4 +56,6 @@ if #ids > 0 and dag_in_use() then
   local released = dag_completed(ids, now)
   if released > 0 then wake(released) end
 end
+event_many('completed', ids)
+flush_events()
 return out

@@ -56,4 +56,6 @@ if dag_in_use() then
   local released = dag_completed({ARGV[1]}, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   if released > 0 then wake(released) end
 end
+event('completed', ARGV[1])
+flush_events()
 return {1, due}

@@ -1,0 +1,52 @@
+-- events: helpers prepended (by ops.rs) to the scripts that change a task's
+-- state: enqueue, claim, ack, nack (and deps.lua uses them). They write the
+-- queue's event log, the stream KEYS[31], only when the setting
+-- events_maxlen (config, KEYS[11]) is above 0: XADD ... MAXLEN ~ that many.
+-- Events of one kind (and detail) in one script call share one entry:
+--   e    the kind: added, claimed, progress, completed, failed, dead, released
+--   ids  the task ids, each ending in a NUL byte (at most 1000 an entry)
+--   d    the detail, when the kind has one: the error (failed, dead), or
+--        "pct NUL message" (progress)
+-- The entry's id (ms-seq, server clock) is the events' time. Readers
+-- (Queue::events, dlm queue events) expand an entry into one event per id.
+local EVENTS_MAX = nil
+local EVENT_BUF, EVENT_ORDER = {}, {}
+-- Is the event log on for this queue? (Read once per script call.)
+local function events_on()
+  if EVENTS_MAX == nil then
+    EVENTS_MAX = tonumber(redis.call('HGET', KEYS[11], 'events_maxlen') or '0') or 0
+  end
+  return EVENTS_MAX > 0
+end
+-- Note an event of task id (written by flush_events).
+local function event(kind, id, detail)
+  if not events_on() then return end
+  local k = kind .. '\0' .. (detail or '')
+  local b = EVENT_BUF[k]
+  if not b then
+    b = {kind = kind, detail = detail, ids = {}}
+    EVENT_BUF[k] = b
+    EVENT_ORDER[#EVENT_ORDER + 1] = k
+  end
+  b.ids[#b.ids + 1] = id .. '\0'
+end
+local function event_many(kind, ids, detail)
+  if not events_on() then return end
+  for _, id in ipairs(ids) do event(kind, id, detail) end
+end
+-- Write the noted events: one entry per kind and detail (per 1000 ids).
+local function flush_events()
+  if not EVENTS_MAX or EVENTS_MAX <= 0 then return end
+  for _, k in ipairs(EVENT_ORDER) do
+    local b = EVENT_BUF[k]
+    for i = 1, #b.ids, 1000 do
+      local ids = table.concat(b.ids, '', i, math.min(i + 999, #b.ids))
+      if b.detail then
+        redis.call('XADD', KEYS[31], 'MAXLEN', '~', EVENTS_MAX, '*', 'e', b.kind, 'ids', ids, 'd', b.detail)
+      else
+        redis.call('XADD', KEYS[31], 'MAXLEN', '~', EVENTS_MAX, '*', 'e', b.kind, 'ids', ids)
+      end
+    end
+  end
+  EVENT_BUF, EVENT_ORDER = {}, {}
+end
