@@ -68,6 +68,7 @@
 //! # Ok(()) }
 //! ```
 
+mod beat;
 mod idle;
 mod inspect;
 mod lease;
@@ -79,6 +80,7 @@ mod worker_options;
 
 use std::time::Duration;
 
+pub use beat::{DROP_PER_BEAT, MAX_IN_FLIGHT_IDS, MAX_WORKERS, TTL_TICKS, WorkerInfo};
 pub(crate) use inspect::queue_names;
 pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskInfo, TaskPage, TaskState};
 pub use lease::Lease;
