@@ -394,6 +394,15 @@ pub enum QueueCommand {
     Remove(RemoveArgs),
     /// Show the queue's counts (JSON also "paused").
     Stats(QueueArg),
+    /// List the queue's live workers: every running `queue work` (and
+    /// library Worker) heartbeats a record of itself with a TTL (three beats,
+    /// a beat every third of its lease, at most every 5 s), so a killed one
+    /// drops out by itself. A table (id, host, pid, uptime, busy/concurrency,
+    /// processed, failed, last beat, tasks in flight); with --json one JSON
+    /// array of {"queue","id","host","pid","started_ms","concurrency","busy",
+    /// "in_flight":[ids],"processed","failed","last_beat_ms","beat_age_ms",
+    /// "expires_ms","ttl_ms","stopping","version"} (`[]` when none). Exit 0.
+    Workers(QueueArg),
     /// Pause the queue: every worker (in any process) stops claiming within
     /// one idle wait; tasks in flight finish, enqueues go on. Prints
     /// `paused QUEUE` (JSON {"queue","paused":true,"was_paused"}).

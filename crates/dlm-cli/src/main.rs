@@ -113,6 +113,7 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Queue(QueueCommand::Pop(a)) => queue_cmd::list(global, &a, true).await,
         Command::Queue(QueueCommand::Remove(a)) => queue_cmd::remove(global, &a).await,
         Command::Queue(QueueCommand::Stats(a)) => queue_cmd::stats(global, &a).await,
+        Command::Queue(QueueCommand::Workers(a)) => queue_cmd::workers(global, &a).await,
         Command::Queue(QueueCommand::Pause(a)) => queue_cmd::pause(global, &a, true).await,
         Command::Queue(QueueCommand::Resume(a)) => queue_cmd::pause(global, &a, false).await,
         Command::Queue(QueueCommand::Config(a)) => queue_cmd::config(global, &a).await,

@@ -1,5 +1,6 @@
 //! `dlm queue push | peek | pop | remove | stats | config | dead | retry | purge`
-//! (and `schedule | schedules | unschedule`, in [`schedule`]):
+//! (and `schedule | schedules | unschedule`, in [`schedule`]; `workers`, in
+//! [`workers`]):
 //! one library call each (`queue work` is in [`crate::work_cmd`]).
 
 use std::time::Duration;
@@ -15,8 +16,10 @@ use crate::output;
 
 mod payload;
 mod schedule;
+mod workers;
 
 pub use schedule::{ScheduleArgs, UnscheduleArgs, schedule, schedules, unschedule};
+pub use workers::workers;
 
 use payload::{JsonPayload, read_payload};
 
