@@ -243,8 +243,9 @@ pub enum Command {
     /// with its evidence; 3 when Redis cannot be reached).
     #[command(subcommand)]
     Check(CheckCommand),
-    /// Serve a web dashboard, a JSON API (/api/queues, /api/queues/NAME,
-    /// /api/locks), Prometheus metrics (/metrics) and /healthz for the
+    /// Serve a web dashboard (overview, queues, dead letters, live workers,
+    /// locks), a JSON API (/api/queues, /api/queues/NAME,
+    /// /api/queues/NAME/workers, /api/locks), Prometheus metrics (/metrics) and /healthz for the
     /// queues and locks of one Redis, until SIGINT/SIGTERM (exit 0; 3 when
     /// Redis is unreachable at start). Mutating actions are POSTs with a
     /// CSRF token, each confirmed first; beyond loopback they need

@@ -100,7 +100,7 @@ fn a_running_worker_is_listed_and_leaves_on_exit_or_after_its_ttl() -> TestResul
     let pid = worker.pid().to_string();
     signal(&pid, "KILL");
     let killed = Instant::now();
-    let _ = worker.finish(Duration::from_secs(5));
+    let _ = worker.finish(Duration::from_secs(120));
     let left = wait_workers(&server, "jobs", Duration::from_secs(5), <[_]>::is_empty);
     assert!(left.is_empty(), "{left:?}");
     assert!(
@@ -114,7 +114,7 @@ fn a_running_worker_is_listed_and_leaves_on_exit_or_after_its_ttl() -> TestResul
     let listed = wait_workers(&server, "jobs", Duration::from_secs(15), |w| w.len() == 1);
     assert_eq!(listed[0]["id"], "cli-2", "{listed:?}");
     signal(&worker.pid().to_string(), "TERM");
-    let r = worker.finish(Duration::from_secs(10));
+    let r = worker.finish(Duration::from_secs(120));
     assert_eq!(r.code(), 0, "{}", r.stderr);
     assert!(workers_json(&server, "jobs").is_empty());
 
