@@ -431,7 +431,8 @@ pub enum QueueCommand {
     /// are ignored meanwhile); dlm then prints a summary as its last line on
     /// stdout and exits 0. A dlm killed with SIGKILL leaves its commands
     /// running; their tasks come back when their leases expire and may run
-    /// twice (at-least-once).
+    /// twice (at-least-once). While it runs, it heartbeats a record of
+    /// itself (`queue workers`; name it with --worker-id).
     Work(WorkArgs),
     /// Show up to N dead tasks, oldest death first (JSON lines, always).
     Dead(DeadArgs),

@@ -39,15 +39,32 @@ crate::queue::ops::script!(BEAT, "worker_beat.lua");
 crate::queue::ops::script!(WORKERS, "workers.lua");
 
 /// The most running task ids one worker's record names (its `busy` count
-/// still counts them all).
+/// still counts them all; the ids shown are also capped at 64 KiB).
+///
+/// ```
+/// assert_eq!(dlm::queue::MAX_IN_FLIGHT_IDS, 1000);
+/// ```
 pub const MAX_IN_FLIGHT_IDS: usize = 1000;
 /// The most bytes of task ids one record holds.
 const MAX_IN_FLIGHT_BYTES: usize = 64 * 1024;
 /// The most workers one [`Queue::workers`] call returns.
+///
+/// ```
+/// assert_eq!(dlm::queue::MAX_WORKERS, 1000);
+/// ```
 pub const MAX_WORKERS: usize = 1000;
-/// How many expired workers one beat deletes at most.
+/// How many expired workers' records one beat deletes at most.
+///
+/// ```
+/// assert_eq!(dlm::queue::DROP_PER_BEAT, 100);
+/// ```
 pub const DROP_PER_BEAT: usize = 100;
-/// How many beat periods a record lives without a new beat.
+/// How many beat periods a record lives without a new beat: a worker
+/// with a 30 s lease beats every 5 s, so its record lives 15 s.
+///
+/// ```
+/// assert_eq!(dlm::queue::TTL_TICKS, 3);
+/// ```
 pub const TTL_TICKS: u32 = 3;
 /// The longest time between two beats.
 const MAX_BEAT_EVERY: Duration = Duration::from_secs(5);

@@ -20,8 +20,9 @@
 //! (ZSET id → lease deadline), `:lease` (HASH id → fencing token),
 //! `:attempts`, `:dead`, `:errors`, `:fence`, `:stats`, `:signal` (wake-ups);
 //! and, only once a queue uses them, `:config` (its settings), `:prio`,
-//! `:group`, `:ready`, `:gcount`, `:parked`, `:parkedid`, `:rate` and
-//! `:completed` ([`crate::keys::QUEUE_KEY_SUFFIXES`]).
+//! `:group`, `:ready`, `:gcount`, `:parked`, `:parkedid`, `:rate`,
+//! `:completed`, and while workers run `:workers` and `:workerinfo` (their
+//! heartbeat records, [`Queue::workers`]) ([`crate::keys::QUEUE_KEY_SUFFIXES`]).
 //!
 //! **Priorities** ([`NewTask::priority`]): due tasks with a priority or a
 //! group wait in `:ready`, scored `-priority * 2^42 + due ms`, so a claim
