@@ -7,6 +7,8 @@
 mod common;
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::TestResult;
@@ -371,5 +373,68 @@ async fn dead_records_are_deleted_and_the_keys_expire() -> TestResult {
         .query_async(&mut raw)
         .await?;
     assert_eq!(exists, 0, "both keys expired with the dead worker's record");
+    Ok(())
+}
+
+/// A beat that fails (Redis down for a while) never stops the worker: once
+/// Redis is back, it beats again (its record reappears in the emptied
+/// server) and goes on working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_beats_do_not_stop_the_worker() -> TestResult {
+    let mut s = RedisServer::start()?;
+    let c = common::client(&s).await;
+    let q = c.queue("outage");
+    let done = Arc::new(AtomicUsize::new(0));
+    let stop = CancellationToken::new();
+    let worker = {
+        let (q, stop, done) = (q.clone(), stop.clone(), done.clone());
+        tokio::spawn(async move {
+            let opts = WorkerOptions::new()
+                .id("steady")
+                .lease(Duration::from_millis(900))
+                .idle_wait(Duration::from_millis(100));
+            q.worker(opts)
+                .run(
+                    move |_task| {
+                        let done = done.clone();
+                        async move {
+                            done.fetch_add(1, Ordering::SeqCst);
+                            Ok::<(), std::io::Error>(())
+                        }
+                    },
+                    stop,
+                )
+                .await
+        })
+    };
+    until(Duration::from_secs(10), || workers(&q), |w| w.len() == 1).await?;
+    s.kill();
+    // Several beats fail meanwhile.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    s.restart()?;
+    let back = until(
+        Duration::from_secs(15),
+        || async { Ok(q.workers().await.unwrap_or_default()) },
+        |w| w.len() == 1,
+    )
+    .await?;
+    assert_eq!(back.len(), 1, "beating again after the outage");
+    assert_eq!(back[0].id, "steady");
+    assert!(!worker.is_finished(), "the worker goes on");
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if q.push("after").await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let start = Instant::now();
+    while done.load(Ordering::SeqCst) < 1 && start.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 1, "and works");
+    stop.cancel();
+    worker.await??;
+    assert!(q.workers().await?.is_empty());
     Ok(())
 }

@@ -452,6 +452,56 @@ mod tests {
         assert_eq!(out, "\"a\\\"b\\\\c\\nd\\u0001é\"");
     }
 
+    fn beat(tally: Arc<Tally>) -> Beat {
+        Beat {
+            queue: Queue::new(None, None, "q\"1".into()),
+            me: Identity {
+                id: "w\\1".into(),
+                concurrency: 2000,
+                heartbeat: Duration::from_secs(10),
+            },
+            every: Duration::from_secs(5),
+            tally,
+            host: "h".into(),
+            started_ms: None,
+        }
+    }
+
+    /// The record is JSON with every field, and names at most 1000 ids and
+    /// 64 KiB of them while `busy` counts them all.
+    #[test]
+    fn records_are_json_and_their_id_lists_are_capped() -> std::result::Result<(), serde_json::Error>
+    {
+        let tally = Arc::new(Tally::default());
+        tally.settled(true);
+        tally.settled(false);
+        tally.settled(false);
+        let b = beat(tally);
+        let many: Vec<String> = (0..1500).map(|i| format!("t{i:04}")).collect();
+        let r: serde_json::Value = serde_json::from_str(&b.record(many, true))?;
+        assert_eq!(r["id"], "w\\1");
+        assert_eq!(r["queue"], "q\"1");
+        assert_eq!(
+            (&r["busy"], &r["concurrency"]),
+            (&1500.into(), &2000.into())
+        );
+        assert_eq!((&r["processed"], &r["failed"]), (&1.into(), &2.into()));
+        assert_eq!(r["ttl_ms"], 15_000);
+        assert_eq!(r["stopping"], true);
+        assert_eq!(r["pid"], std::process::id());
+        let ids = r["in_flight"].as_array().map(Vec::len);
+        assert_eq!(ids, Some(MAX_IN_FLIGHT_IDS));
+        assert_eq!(r["in_flight"][0], "t0000", "sorted");
+        let long: Vec<String> = (0..200)
+            .map(|i| format!("{i:03}{}", "x".repeat(1000)))
+            .collect();
+        let r: serde_json::Value = serde_json::from_str(&b.record(long, false))?;
+        let shown = r["in_flight"].as_array().map_or(0, Vec::len);
+        assert!(shown > 0 && shown * 1003 <= MAX_IN_FLIGHT_BYTES, "{shown}");
+        assert_eq!(r["busy"], 200);
+        Ok(())
+    }
+
     #[test]
     fn worker_ids_are_checked() {
         assert!(check_worker_id("web-1:42").is_ok());
