@@ -398,7 +398,8 @@ pub enum QueueCommand {
     /// List the queue's live workers: every running `queue work` (and
     /// library Worker) heartbeats a record of itself with a TTL (three beats,
     /// a beat every third of its lease, at most every 5 s), so a killed one
-    /// drops out by itself. A table (id, host, pid, uptime, busy/concurrency,
+    /// drops out by itself; a beat comes within a second of a task starting
+    /// or settling. A table (id, host, pid, uptime, busy/concurrency,
     /// processed, failed, last beat, tasks in flight); with --json one JSON
     /// array of {"queue","id","host","pid","started_ms","concurrency","busy",
     /// "in_flight":[ids],"processed","failed","last_beat_ms","beat_age_ms",

@@ -212,6 +212,58 @@ async fn dead_worker_drops_out(target: &Target) -> TestResult {
     Ok(())
 }
 
+/// A worker beats every 5 s by default, and sooner (at most once a
+/// second) when a task starts or settles: the record follows the work.
+async fn early_beats_follow_the_work(c: &Client) -> TestResult {
+    let q = c.queue("early");
+    let (release, stop) = (CancellationToken::new(), CancellationToken::new());
+    let worker = {
+        let (q, release, stop) = (q.clone(), release.clone(), stop.clone());
+        tokio::spawn(async move {
+            q.worker(WorkerOptions::new())
+                .run(
+                    move |_task| {
+                        let release = release.clone();
+                        async move {
+                            release.cancelled().await;
+                            Ok::<(), std::io::Error>(())
+                        }
+                    },
+                    stop,
+                )
+                .await
+        })
+    };
+    until(Duration::from_secs(10), || workers(&q), |w| w.len() == 1).await?;
+    let pushed = Instant::now();
+    q.push("job").await?;
+    let w = until(
+        Duration::from_secs(10),
+        || workers(&q),
+        |w| w.first().is_some_and(|w| w.in_flight == ["job"]),
+    )
+    .await?;
+    assert_eq!(w[0].in_flight, ["job"]);
+    assert!(
+        pushed.elapsed() < Duration::from_millis(2500),
+        "seen after {:?}, not after the 5 s beat",
+        pushed.elapsed()
+    );
+    let released = Instant::now();
+    release.cancel();
+    let w = until(
+        Duration::from_secs(10),
+        || workers(&q),
+        |w| w.first().is_some_and(|w| w.processed == 1),
+    )
+    .await?;
+    assert_eq!((w[0].processed, w[0].busy), (1, 0), "{w:?}");
+    assert!(released.elapsed() < Duration::from_millis(2500));
+    stop.cancel();
+    worker.await??;
+    Ok(())
+}
+
 /// A worker id that cannot be one is a typed error before anything runs.
 async fn bad_worker_ids(c: &Client) -> TestResult {
     let q = c.queue("bad-ids");
@@ -242,6 +294,7 @@ async fn cases(target: Target) -> TestResult {
     let c = target.connect().await?;
     listed_while_running(&c).await?;
     dead_worker_drops_out(&target).await?;
+    early_beats_follow_the_work(&c).await?;
     bad_worker_ids(&c).await?;
     Ok(())
 }

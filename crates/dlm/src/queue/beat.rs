@@ -14,8 +14,10 @@
 //! worker's deadline, so nothing is left behind when all die.
 //!
 //! **When.** At start, then every `min(heartbeat, 5 s)` (the worker's lease
-//! renewal period, default a third of its lease, capped at 5 s); a record
-//! lives [`TTL_TICKS`] such periods. A beat that fails is retried at the
+//! renewal period, default a third of its lease, capped at 5 s), and sooner,
+//! at most once a second, when a task started or settled or shutdown began
+//! (an idle worker beats no more often); a record lives [`TTL_TICKS`] such
+//! periods. A beat that fails is retried at the
 //! next tick and never stops the worker (logged: a warning when beats start
 //! failing, debug after that).
 //!
@@ -68,6 +70,8 @@ pub const DROP_PER_BEAT: usize = 100;
 pub const TTL_TICKS: u32 = 3;
 /// The longest time between two beats.
 const MAX_BEAT_EVERY: Duration = Duration::from_secs(5);
+/// The shortest time between two beats of a worker whose record changed.
+const EARLY_BEAT_EVERY: Duration = Duration::from_secs(1);
 /// The longest worker id accepted.
 pub(crate) const MAX_WORKER_ID_LEN: usize = 256;
 
@@ -202,11 +206,24 @@ fn workers_reply(v: Value) -> Result<Vec<WorkerInfo>> {
 /// A worker's tallies, kept by its tasks as they settle.
 #[derive(Debug, Default)]
 pub(crate) struct Tally {
+    started: AtomicU64,
     processed: AtomicU64,
     failed: AtomicU64,
 }
 
 impl Tally {
+    /// One task's handler started.
+    pub(crate) fn started(&self) {
+        self.started.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A number that changes whenever a task starts or settles.
+    fn changes(&self) -> u64 {
+        [&self.started, &self.processed, &self.failed]
+            .iter()
+            .fold(0u64, |sum, c| sum.wrapping_add(c.load(Ordering::Relaxed)))
+    }
+
     /// One task settled: acked (`true`) or failed (retried, dead, lost).
     pub(crate) fn settled(&self, acked: bool) {
         let counter = if acked { &self.processed } else { &self.failed };
@@ -353,8 +370,9 @@ impl Beat {
         R: Fn() -> Vec<String>,
     {
         let mut failing = false;
-        loop {
-            let record = self.record(running(), shutdown.is_cancelled());
+        'beats: loop {
+            let seen = (self.tally.changes(), shutdown.is_cancelled());
+            let record = self.record(running(), seen.1);
             match self.send("beat", &record).await {
                 Ok(now) => {
                     self.started_ms.get_or_insert(now);
@@ -371,9 +389,19 @@ impl Beat {
                     tracing::debug!(queue = %self.queue.name(), worker = %self.me.id, error = %e, "worker heartbeat failed again");
                 }
             }
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(self.every) => {}
+            // The next beat: after `every`, or sooner (at most one a second)
+            // when a task started or settled or shutdown began, so the record
+            // follows a busy worker closely and an idle one costs nothing more.
+            let due = tokio::time::Instant::now() + self.every;
+            loop {
+                let look = (tokio::time::Instant::now() + EARLY_BEAT_EVERY).min(due);
+                tokio::select! {
+                    _ = stop.cancelled() => break 'beats,
+                    _ = tokio::time::sleep_until(look) => {}
+                }
+                if look >= due || (self.tally.changes(), shutdown.is_cancelled()) != seen {
+                    break;
+                }
             }
         }
         if let Err(e) = self.send("stop", "").await {

@@ -178,6 +178,7 @@ impl Worker {
                     task,
                     at: claimed_at,
                 };
+                tally.started();
                 tasks.spawn(async move {
                     let outcome = process(queue, acks, handler, claim, running, permit).await;
                     tally.settled(matches!(outcome, Outcome::Acked));
