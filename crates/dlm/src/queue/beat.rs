@@ -14,12 +14,12 @@
 //! worker's deadline, so nothing is left behind when all die.
 //!
 //! **When.** At start, then every `min(heartbeat, 5 s)` (the worker's lease
-//! renewal period, default a third of its lease, capped at 5 s), and sooner,
-//! at most once a second, when a task started or settled or shutdown began
-//! (an idle worker beats no more often); a record lives [`TTL_TICKS`] such
-//! periods. A beat that fails is retried at the
-//! next tick and never stops the worker (logged: a warning when beats start
-//! failing, debug after that).
+//! renewal period, default a third of its lease, capped at 5 s; at least
+//! 100 ms), and sooner, at most once a second, when a task started or settled or
+//! shutdown began (an idle worker beats no more often); a record lives
+//! [`TTL_TICKS`] such periods. A beat that fails is retried at the next tick
+//! and never stops the worker (logged: a warning when beats start failing,
+//! debug after that).
 //!
 //! **Bounds.** A record names at most [`MAX_IN_FLIGHT_IDS`] running task ids
 //! (and at most 64 KiB of them; `busy` still counts them all);
@@ -70,6 +70,8 @@ pub const DROP_PER_BEAT: usize = 100;
 pub const TTL_TICKS: u32 = 3;
 /// The longest time between two beats.
 const MAX_BEAT_EVERY: Duration = Duration::from_secs(5);
+/// The shortest (a lease renewed every few ms need not beat as often).
+const MIN_BEAT_EVERY: Duration = Duration::from_millis(100);
 /// The shortest time between two beats of a worker whose record changed.
 const EARLY_BEAT_EVERY: Duration = Duration::from_secs(1);
 /// The longest worker id accepted.
@@ -316,7 +318,7 @@ impl Beating {
         let stop = CancellationToken::new();
         let beat = Beat {
             queue,
-            every: me.heartbeat.min(MAX_BEAT_EVERY),
+            every: me.heartbeat.clamp(MIN_BEAT_EVERY, MAX_BEAT_EVERY),
             me,
             tally: tally.clone(),
             host: host_name(),
