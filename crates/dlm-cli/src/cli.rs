@@ -402,8 +402,9 @@ pub enum QueueCommand {
     /// or settling. A table (id, host, pid, uptime, busy/concurrency,
     /// processed, failed, last beat, tasks in flight); with --json one JSON
     /// array of {"queue","id","host","pid","started_ms","concurrency","busy",
-    /// "in_flight":[ids],"processed","failed","last_beat_ms","beat_age_ms",
-    /// "expires_ms","ttl_ms","stopping","version"} (`[]` when none). Exit 0.
+    /// "in_flight","processed","failed","last_beat_ms","beat_age_ms",
+    /// "expires_ms","ttl_ms","stopping","version"} ("in_flight": an array of
+    /// task ids; `[]` when no worker is live). Exit 0.
     Workers(QueueArg),
     /// Pause the queue: every worker (in any process) stops claiming within
     /// one idle wait; tasks in flight finish, enqueues go on. Prints

@@ -1,6 +1,6 @@
 //! `dlm queue push | peek | pop | remove | stats | config | dead | retry | purge`
-//! (and `schedule | schedules | unschedule`, in [`schedule`]; `workers`, in
-//! [`workers`]):
+//! (and `schedule | schedules | unschedule`, in [`mod@schedule`]; `workers`,
+//! in [`mod@workers`]):
 //! one library call each (`queue work` is in [`crate::work_cmd`]).
 
 use std::time::Duration;
