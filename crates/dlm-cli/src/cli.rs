@@ -243,8 +243,9 @@ pub enum Command {
     /// with its evidence; 3 when Redis cannot be reached).
     #[command(subcommand)]
     Check(CheckCommand),
-    /// Serve a web dashboard, a JSON API (/api/queues, /api/queues/NAME,
-    /// /api/locks), Prometheus metrics (/metrics) and /healthz for the
+    /// Serve a web dashboard (overview, queues, dead letters, live workers,
+    /// locks), a JSON API (/api/queues, /api/queues/NAME,
+    /// /api/queues/NAME/workers, /api/locks), Prometheus metrics (/metrics) and /healthz for the
     /// queues and locks of one Redis, until SIGINT/SIGTERM (exit 0; 3 when
     /// Redis is unreachable at start). Mutating actions are POSTs with a
     /// CSRF token, each confirmed first; beyond loopback they need
@@ -406,6 +407,17 @@ pub enum QueueCommand {
     /// {"event","id","ts_ms","cursor"} plus "error", "progress", "message"
     /// when the event has them. The log is off until `queue config --events N`.
     Events(EventsArgs),
+    /// List the queue's live workers: every running `queue work` (and
+    /// library Worker) heartbeats a record of itself with a TTL (three beats,
+    /// a beat every third of its lease, at most every 5 s), so a killed one
+    /// drops out by itself; a beat comes within a second of a task starting
+    /// or settling. A table (id, host, pid, uptime, busy/concurrency,
+    /// processed, failed, last beat, tasks in flight); with --json one JSON
+    /// array of {"queue","id","host","pid","started_ms","concurrency","busy",
+    /// "in_flight","processed","failed","last_beat_ms","beat_age_ms",
+    /// "expires_ms","ttl_ms","stopping","version"} ("in_flight": an array of
+    /// task ids; `[]` when no worker is live). Exit 0.
+    Workers(QueueArg),
     /// Pause the queue: every worker (in any process) stops claiming within
     /// one idle wait; tasks in flight finish, enqueues go on. Prints
     /// `paused QUEUE` (JSON {"queue","paused":true,"was_paused"}).
@@ -433,7 +445,8 @@ pub enum QueueCommand {
     /// are ignored meanwhile); dlm then prints a summary as its last line on
     /// stdout and exits 0. A dlm killed with SIGKILL leaves its commands
     /// running; their tasks come back when their leases expire and may run
-    /// twice (at-least-once).
+    /// twice (at-least-once). While it runs, it heartbeats a record of
+    /// itself (`queue workers`; name it with --worker-id).
     Work(WorkArgs),
     /// Show up to N dead tasks, oldest death first (JSON lines, always).
     Dead(DeadArgs),

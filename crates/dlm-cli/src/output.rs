@@ -66,6 +66,68 @@ pub fn cell_us(v: Option<u64>) -> String {
     v.map_or_else(|| "-".into(), |v| human(Duration::from_micros(v)))
 }
 
+/// One live worker as `dlm queue workers --json` and the dashboard's
+/// `/api/queues/NAME/workers` show it (times in ms since the epoch, Redis clock).
+#[derive(Debug, Serialize)]
+pub struct WorkerLine {
+    /// The queue it works on.
+    pub queue: String,
+    /// Its id.
+    pub id: String,
+    /// Its host.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// When it started.
+    pub started_ms: u64,
+    /// How many tasks it runs at once at most.
+    pub concurrency: usize,
+    /// How many it ran at its last beat.
+    pub busy: usize,
+    /// Their ids (at most [`dlm::queue::MAX_IN_FLIGHT_IDS`]).
+    pub in_flight: Vec<String>,
+    /// Tasks acked so far.
+    pub processed: u64,
+    /// Tasks failed so far (retried, dead, lease lost).
+    pub failed: u64,
+    /// When it last beat.
+    pub last_beat_ms: u64,
+    /// How long ago that was.
+    pub beat_age_ms: u64,
+    /// When its record expires without a new beat.
+    pub expires_ms: u64,
+    /// How long a record lives.
+    pub ttl_ms: u64,
+    /// Shutting down (claims nothing more).
+    pub stopping: bool,
+    /// The dlm version it runs.
+    pub version: String,
+}
+
+impl WorkerLine {
+    /// `w`, a worker of `queue`.
+    pub fn new(queue: &str, w: dlm::queue::WorkerInfo) -> Self {
+        WorkerLine {
+            queue: queue.to_string(),
+            beat_age_ms: ms(w.beat_age),
+            ttl_ms: ms(w.ttl),
+            id: w.id,
+            host: w.host,
+            pid: w.pid,
+            started_ms: w.started_ms,
+            concurrency: w.concurrency,
+            busy: w.busy,
+            in_flight: w.in_flight,
+            processed: w.processed,
+            failed: w.failed,
+            last_beat_ms: w.last_beat_ms,
+            expires_ms: w.expires_ms,
+            stopping: w.stopping,
+            version: w.version,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -58,12 +58,25 @@ pub struct WorkArgs {
     /// Exit 0 once nothing is waiting, due later or in flight.
     #[arg(long)]
     pub exit_when_empty: bool,
+    /// This worker's id in the heartbeat record `queue workers` and the
+    /// dashboard show (1 to 256 bytes, no control characters). Default:
+    /// HOST:PID:RANDOM, new for every run.
+    #[arg(long, value_name = "ID", value_parser = parse_worker_id)]
+    pub worker_id: Option<String>,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub settings: crate::global::SettingsArgs,
     /// The command and its arguments, after `--`.
     #[arg(value_name = "CMD", last = true, required = true, num_args = 1..)]
     pub command: Vec<String>,
+}
+
+/// A worker id: 1 to 256 bytes without control characters.
+fn parse_worker_id(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 256 || s.chars().any(char::is_control) {
+        return Err("a worker id must be 1 to 256 bytes without control characters".into());
+    }
+    Ok(s.to_string())
 }
 
 /// The longest pause between retries of a failing task (or `--retry-base`, if larger).
@@ -279,11 +292,14 @@ pub async fn work(global: &Global, args: &WorkArgs) -> Result<u8, CliError> {
         .await?
         .max_attempts(args.max_attempts)
         .backoff(Backoff::new(args.retry_base, MAX_RETRY_PAUSE));
-    let options = WorkerOptions::new()
+    let mut options = WorkerOptions::new()
         .concurrency(args.concurrency as usize)
         .lease(args.lease)
         .grace(args.grace)
         .exit_when_empty(args.exit_when_empty);
+    if let Some(id) = &args.worker_id {
+        options = options.id(id.clone());
+    }
     if args.settings.any() {
         // Stored for the queue, so every worker of it follows the latest value.
         queue.configure(&args.settings.change()).await?;

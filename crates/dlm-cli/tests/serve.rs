@@ -544,3 +544,200 @@ fn browser_shows_every_lock_kind() -> Result<(), Error> {
     assert_eq!(cell("elections", "scheduler", "term")?, "1");
     Ok(())
 }
+
+/// `dlm queue work QUEUE --worker-id ID OPTS... -- sh -c SCRIPT`, started.
+fn start_worker(
+    server: &RedisServer,
+    queue: &str,
+    id: &str,
+    opts: &[&str],
+    script: &str,
+) -> Running {
+    let mut cmd = dlm();
+    cmd.args([
+        "--redis",
+        &server.url(),
+        "queue",
+        "work",
+        queue,
+        "--worker-id",
+        id,
+    ])
+    .args(opts)
+    .args(["--grace", "0s", "--", "sh", "-c", script]);
+    start(cmd)
+}
+
+/// Kills the processes a test started (by pid, and those whose pids a
+/// command wrote to a file) when dropped, so a failed test leaves none.
+struct Reaper(Vec<String>, std::path::PathBuf);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let written = std::fs::read_to_string(&self.1).unwrap_or_default();
+        for pid in self
+            .0
+            .iter()
+            .map(String::as_str)
+            .chain(written.split_whitespace())
+        {
+            signal(pid, "KILL");
+        }
+    }
+}
+
+/// The Workers page (Sidekiq's Busy page) in Chromium with real `dlm queue
+/// work` processes: one running three tasks (one with an HTML id, shown
+/// escaped), one idle after its tasks; its API; the links to it from the
+/// navigation and the queue page; a stopped worker leaves the page.
+#[test]
+fn browser_shows_live_workers() -> Result<(), Error> {
+    let Some((chromium, driver)) = browser() else {
+        eprintln!(
+            "SKIPPED: chromium and chromedriver are not installed (scripts/ensure-deps.sh --tests installs them)"
+        );
+        return Ok(());
+    };
+    let s = filled()?;
+    let dir = tempdir()?;
+    const HTML_ID: &str = "<img src=x onerror=alert(1)>";
+    let r = run_on(
+        &s,
+        &["queue", "push", "render", "render:1", "render:2", HTML_ID],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let mail: Vec<String> = (0..20).map(|i| format!("mail:{i}")).collect();
+    let mut push = vec!["queue", "push", "mail", "bounce"];
+    push.extend(mail.iter().map(String::as_str));
+    assert_eq!(run_on(&s, &push).code(), 0);
+    let pids = path_in(&dir, "pids");
+    let busy = start_worker(
+        &s,
+        "render",
+        "render-1",
+        &["--concurrency", "4"],
+        &format!("echo $$ >> '{}'; exec sleep 60", pids.display()),
+    );
+    let idle = start_worker(
+        &s,
+        "mail",
+        "mailer-1",
+        &["--concurrency", "2", "--max-attempts", "1"],
+        "test \"$DLM_TASK_ID\" != bounce",
+    );
+    let mut reaper = Reaper(
+        vec![busy.pid().to_string(), idle.pid().to_string()],
+        pids.clone(),
+    );
+    let serve = Serve::start(&s, "127.0.0.1", &[])?;
+    let started = Instant::now();
+    let api = loop {
+        let api = serve.get_json("/api/queues/render/workers")?;
+        if api["workers"][0]["busy"] == 3 || started.elapsed() > Duration::from_secs(15) {
+            break api;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let w = &api["workers"][0];
+    assert_eq!(api["queue"], "render", "{api}");
+    assert_eq!(w["id"], "render-1", "{api}");
+    assert_eq!(w["pid"], busy.pid(), "{api}");
+    assert_eq!(
+        (&w["busy"], &w["concurrency"]),
+        (&3.into(), &4.into()),
+        "{api}"
+    );
+    assert_eq!(
+        w["in_flight"],
+        serde_json::json!([HTML_ID, "render:1", "render:2"]),
+        "{api}"
+    );
+    let none = serve.get_json("/api/queues/nobody/workers")?;
+    assert_eq!(none["workers"], serde_json::json!([]));
+    let too_long = format!("/api/queues/{}/workers", "q".repeat(2000));
+    assert_eq!(serve.get(&too_long)?.status, 400);
+    // The mailer is done with its 22 tasks (with the fill's m1): 21 acked, 1 dead.
+    let started = Instant::now();
+    while serve.get_json("/api/queues/mail/workers")?["workers"][0]["failed"] != 1
+        && started.elapsed() < Duration::from_secs(15)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let b = Browser::start(&chromium, &driver)?;
+    b.goto(&serve.url("/"))?;
+    b.click("header nav a[href=\"/workers\"]")?;
+    let rows = b.eval_until(
+        "return document.querySelectorAll('tr[data-worker]').length",
+        |v| v == 2,
+    )?;
+    assert_eq!(rows, 2);
+    let cell = |worker: &str, css: &str| -> Result<String, Error> {
+        let v = b.eval(&format!(
+            "var c = document.querySelector('tr[data-worker=\"{worker}\"] {css}'); return c ? c.textContent : null;"
+        ))?;
+        Ok(v.as_str().unwrap_or_default().to_string())
+    };
+    assert_eq!(cell("render-1", ".slots")?, "3/4");
+    assert_eq!(cell("render-1", "td:nth-child(2)")?, "render");
+    assert_eq!(cell("render-1", "td:nth-child(4)")?, busy.pid().to_string());
+    let tasks = b.eval(
+        "return Array.from(document.querySelectorAll('tr[data-worker=\"render-1\"] .flying .task')).map(function (a) { return a.textContent; })",
+    )?;
+    assert_eq!(
+        tasks,
+        serde_json::json!([HTML_ID, "render:1", "render:2"]),
+        "task ids are text, not markup"
+    );
+    assert!(!b.alert_open());
+    assert_eq!(b.eval("return document.images.length")?, 0);
+    assert_eq!(cell("mailer-1", ".processed")?, "21");
+    assert_eq!(cell("mailer-1", ".failed")?, "1");
+    assert_eq!(cell("mailer-1", ".flying")?, "idle");
+    assert_eq!(
+        b.eval("return document.getElementById('total-workers').textContent")?,
+        "2"
+    );
+    shot(&b, "dashboard-workers.png")?;
+
+    // From a queue's page to its workers only.
+    b.goto(&serve.url("/queues/render"))?;
+    b.click("a[href=\"/queues/render/workers\"]")?;
+    let heading = b.eval_until(
+        "var h = document.querySelector('h1'); return h ? h.textContent : null",
+        |v| v.as_str().is_some_and(|t| t.starts_with("workers of")),
+    )?;
+    assert_eq!(heading, "workers of render");
+    assert_eq!(
+        b.eval("return document.querySelectorAll('tr[data-worker]').length")?,
+        1
+    );
+
+    // A stopped worker leaves the page (live refresh, no reload).
+    signal(&idle.pid().to_string(), "TERM");
+    let r = idle.finish(Duration::from_secs(120));
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    b.goto(&serve.url("/workers"))?;
+    let rows = b.eval_until(
+        "return document.querySelectorAll('tr[data-worker]').length",
+        |v| v == 1,
+    )?;
+    assert_eq!(rows, 1);
+    signal(&busy.pid().to_string(), "TERM");
+    let r = busy.finish(Duration::from_secs(120));
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    // Both workers exited; the busy one killed its commands (--grace 0s).
+    reaper.0.clear();
+    reaper.1 = std::path::PathBuf::new();
+    let empty = b.eval_until(
+        "var e = document.querySelector('table.workers .empty'); return e ? e.textContent : null",
+        |v| !v.is_null(),
+    )?;
+    assert!(
+        empty
+            .as_str()
+            .is_some_and(|t| t.starts_with("no live worker")),
+        "{empty}"
+    );
+    Ok(())
+}

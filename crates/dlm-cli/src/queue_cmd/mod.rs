@@ -1,5 +1,6 @@
 //! `dlm queue push | peek | pop | remove | stats | config | dead | retry | purge`
-//! (and `schedule | schedules | unschedule`, in [`schedule`]):
+//! (and `schedule | schedules | unschedule`, in [`mod@schedule`]; `workers`,
+//! in [`mod@workers`]):
 //! one library call each (`queue work` is in [`crate::work_cmd`]).
 
 use std::time::Duration;
@@ -17,10 +18,12 @@ mod events;
 mod payload;
 mod schedule;
 mod task;
+mod workers;
 
 pub use events::{EventsArgs, events};
 pub use schedule::{ScheduleArgs, UnscheduleArgs, schedule, schedules, unschedule};
 pub use task::{TaskArgs, task};
+pub use workers::workers;
 
 use payload::{JsonPayload, read_payload};
 

@@ -6,7 +6,8 @@
 //!   sampler that reads Redis and sets the Prometheus gauges;
 //! * [`pages`]: the HTML, rendered on the server, every value from Redis
 //!   escaped;
-//! * [`routes`]: the axum router: pages, form actions (POST, CSRF token,
+//! * [`routes`]: the axum router: pages (overview, queue, dead letters,
+//!   workers, locks), form actions (POST, CSRF token,
 //!   admin token), `/api/*`, `/metrics`, `/healthz` and the embedded assets.
 
 use std::net::SocketAddr;

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use dlm::HeldLock;
-use dlm::queue::{QueueStats, TaskPage, TaskState};
+use dlm::queue::{QueueStats, TaskPage, TaskState, WorkerInfo};
 
 use super::state::{Access, QueueRow};
 
@@ -70,6 +70,8 @@ pub enum Nav {
     Overview,
     /// A queue or its dead letters.
     Queue,
+    /// The live workers.
+    Workers,
     /// The locks.
     Locks,
 }
@@ -114,13 +116,14 @@ pub fn page(frame: &Frame<'_>, body: &str) -> String {
 <title>{title} · dlm</title><link rel=\"stylesheet\" href=\"/assets/style.css\">\
 <link rel=\"icon\" href=\"data:,\"></head>\
 <body><header class=\"top\"><a class=\"brand\" href=\"/\"><span class=\"logo\">◆</span> dlm</a>\
-<nav>{overview}{locks}</nav><div class=\"status\">{redis}{mode}<span class=\"clock\" id=\"updated\"></span></div></header>\
+<nav>{overview}{workers}{locks}</nav><div class=\"status\">{redis}{mode}<span class=\"clock\" id=\"updated\"></span></div></header>\
 <main id=\"live\" data-refresh=\"{refresh}\">{body}</main>\
 <footer>dlm serve · <a href=\"/api/queues\">/api/queues</a> · <a href=\"/api/locks\">/api/locks</a> · \
 <a href=\"/metrics\">/metrics</a> · <a href=\"/healthz\">/healthz</a></footer>\
 <script src=\"/assets/app.js\"></script></body></html>\n",
         title = esc(frame.title),
         overview = link(Nav::Overview, "/", "Overview"),
+        workers = link(Nav::Workers, "/workers", "Workers"),
         locks = link(Nav::Locks, "/locks", "Locks"),
         refresh = frame.refresh.map_or(0, |r| r.as_millis()),
     )
@@ -329,7 +332,8 @@ pub fn queue(
     }
     let _ = write!(
         out,
-        "<a class=\"tab\" href=\"{base}/dead\">dead letters ›</a></nav>"
+        "<a class=\"tab\" href=\"{base}/dead\">dead letters ›</a>\
+<a class=\"tab\" href=\"{base}/workers\">workers ›</a></nav>"
     );
     let when = match state {
         TaskState::Waiting | TaskState::Delayed | TaskState::Blocked => "Due",
@@ -372,6 +376,128 @@ pub fn queue(
         size,
         list.total,
     ));
+    out
+}
+
+/// How many in-flight task ids a worker's row shows.
+const IDS_SHOWN: usize = 20;
+
+/// A worker's busy slots as a small bar (SVG: the page's CSP allows no
+/// inline style).
+fn meter(busy: usize, concurrency: usize) -> String {
+    const W: usize = 64;
+    let filled = if concurrency == 0 {
+        0
+    } else {
+        (busy.min(concurrency) * W).div_ceil(concurrency)
+    };
+    format!(
+        "<svg class=\"meter\" viewBox=\"0 0 {W} 8\" width=\"{W}\" height=\"8\" aria-hidden=\"true\">\
+<rect class=\"track\" width=\"{W}\" height=\"8\" rx=\"4\"/><rect class=\"fill\" width=\"{filled}\" height=\"8\" rx=\"4\"/></svg>"
+    )
+}
+
+/// The live workers (Sidekiq's Busy page): of one queue (`scope`), or of
+/// every queue watched; `workers` as (queue, worker), `errors` the queues
+/// that could not be read.
+pub fn workers(scope: Option<&str>, workers: &[(String, WorkerInfo)], errors: &[String]) -> String {
+    let mut out = match scope {
+        Some(q) => format!(
+            "<h1><span class=\"muted\">workers of</span> <a href=\"/queues/{}\">{}</a></h1>",
+            seg(q),
+            esc(q)
+        ),
+        None => "<h1>Workers</h1>".to_string(),
+    };
+    for e in errors {
+        out.push_str(&error_box("Redis:", e));
+    }
+    let busy: usize = workers.iter().map(|(_, w)| w.busy).sum();
+    let slots: usize = workers.iter().map(|(_, w)| w.concurrency).sum();
+    let processed: u64 = workers.iter().map(|(_, w)| w.processed).sum();
+    let failed: u64 = workers.iter().map(|(_, w)| w.failed).sum();
+    let hosts = workers
+        .iter()
+        .map(|(_, w)| w.host.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let _ = write!(
+        out,
+        "<section class=\"cards\">\
+<div class=\"card workers\"><span class=\"label\">Workers</span><span class=\"value\" id=\"total-workers\">{}</span></div>\
+<div class=\"card\"><span class=\"label\">Hosts</span><span class=\"value\" id=\"total-hosts\">{hosts}</span></div>\
+<div class=\"card in_flight\"><span class=\"label\">Busy slots</span><span class=\"value\" id=\"total-busy\">{busy}<span class=\"of\"> / {slots}</span></span></div>\
+<div class=\"card ok\"><span class=\"label\">Processed</span><span class=\"value\" id=\"total-processed\">{processed}</span></div>\
+<div class=\"card dead\"><span class=\"label\">Failed</span><span class=\"value\" id=\"total-failed\">{failed}</span></div>\
+</section>",
+        workers.len()
+    );
+    out.push_str(
+        "<table class=\"grid workers\"><thead><tr><th>Worker</th><th>Queue</th><th>Host</th><th class=\"num\">PID</th>\
+<th>Started</th><th>Busy</th><th class=\"num\">Processed</th><th class=\"num\">Failed</th>\
+<th class=\"num\">Last beat</th><th>In flight</th></tr></thead><tbody>",
+    );
+    if workers.is_empty() {
+        out.push_str(
+            "<tr><td colspan=\"10\" class=\"empty\">no live worker: a running <code>dlm queue work</code> \
+(or library Worker) shows up here within one heartbeat</td></tr>",
+        );
+    }
+    for (queue, w) in workers {
+        let now = w.last_beat_ms.saturating_add(crate::output::ms(w.beat_age));
+        let q = esc(queue);
+        let href = format!("/queues/{}", seg(queue));
+        let stopping = if w.stopping {
+            " <span class=\"chip paused\" title=\"shutting down: claims nothing more\">stopping</span>"
+        } else {
+            ""
+        };
+        let mut flying = String::new();
+        for id in w.in_flight.iter().take(IDS_SHOWN) {
+            let _ = write!(
+                flying,
+                "<a class=\"task mono\" href=\"{href}?state=in_flight\">{}</a>",
+                esc(id)
+            );
+        }
+        let shown = w.in_flight.len().min(IDS_SHOWN);
+        if w.busy > shown {
+            let _ = write!(
+                flying,
+                "<span class=\"muted more\">+{} more</span>",
+                w.busy - shown
+            );
+        }
+        if w.busy == 0 {
+            flying.push_str("<span class=\"muted\">idle</span>");
+        }
+        let beat_class = if w.beat_age > w.ttl / 2 {
+            "num beat bad"
+        } else {
+            "num beat"
+        };
+        let _ = write!(
+            out,
+            "<tr data-worker=\"{id}\" data-queue=\"{q}\"><td class=\"mono\">{id}{stopping}</td>\
+<td><a href=\"{href}\">{q}</a></td><td>{host}</td><td class=\"num mono\">{pid}</td>\
+<td title=\"{started}\">{since}</td><td class=\"busy\">{meter} <span class=\"slots\">{busy}/{conc}</span></td>\
+<td class=\"num processed\">{processed}</td><td class=\"num failed\">{failed}</td>\
+<td class=\"{beat_class}\" title=\"{last}\">{age} ago</td><td class=\"flying\">{flying}</td></tr>",
+            id = esc(&w.id),
+            host = esc(&w.host),
+            pid = w.pid,
+            started = w.started_ms,
+            since = relative(w.started_ms, now),
+            meter = meter(w.busy, w.concurrency),
+            busy = w.busy,
+            conc = w.concurrency,
+            processed = w.processed,
+            failed = w.failed,
+            last = w.last_beat_ms,
+            age = human(w.beat_age),
+        );
+    }
+    out.push_str("</tbody></table>");
     out
 }
 

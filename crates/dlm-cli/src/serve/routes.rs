@@ -41,10 +41,13 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/queues/{name}/dead", get(dead_page))
         .route("/queues/{name}/dead/retry", post(retry))
         .route("/queues/{name}/dead/purge", post(purge))
+        .route("/queues/{name}/workers", get(queue_workers_page))
+        .route("/workers", get(workers_page))
         .route("/locks", get(locks_page))
         .route("/locks/release", post(release))
         .route("/api/queues", get(api_queues))
         .route("/api/queues/{name}", get(api_queue))
+        .route("/api/queues/{name}/workers", get(api_workers))
         .route("/api/locks", get(api_locks))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -230,6 +233,52 @@ async fn dead_page(
                 &headers,
                 &format!("{name}: dead letters"),
                 Nav::Queue,
+                true,
+                body,
+            )
+        }
+        Err(e) => unavailable(&e),
+    }
+}
+
+/// The Workers page of every queue watched (read at once, one script each).
+async fn workers_page(Shared(state): App, headers: HeaderMap) -> Response {
+    let names = state.queues();
+    let reads = names.iter().map(|name| {
+        let queue = state.client().queue(name.as_str());
+        async move { (name, queue.workers().await) }
+    });
+    let mut rows = Vec::new();
+    let mut errors = Vec::new();
+    for (name, read) in futures_util::future::join_all(reads).await {
+        match read {
+            Ok(ws) => rows.extend(ws.into_iter().map(|w| (name.clone(), w))),
+            Err(e) => errors.push(format!("cannot read the workers of queue {name}: {e}")),
+        }
+    }
+    let body = pages::workers(None, &rows, &errors);
+    render(&state, &headers, "Workers", Nav::Workers, true, body)
+}
+
+/// The Workers page of one queue.
+async fn queue_workers_page(
+    Shared(state): App,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let name = match parse_queue_name(&name) {
+        Ok(n) => n,
+        Err(e) => return bad_name(e),
+    };
+    match state.client().queue(name.as_str()).workers().await {
+        Ok(ws) => {
+            let rows: Vec<_> = ws.into_iter().map(|w| (name.clone(), w)).collect();
+            let body = pages::workers(Some(&name), &rows, &[]);
+            render(
+                &state,
+                &headers,
+                &format!("{name}: workers"),
+                Nav::Workers,
                 true,
                 body,
             )
@@ -570,6 +619,25 @@ async fn api_queue(
         "tasks": tasks,
     }))
     .into_response()
+}
+
+/// `/api/queues/NAME/workers`: `{"queue", "workers": [...]}`, each worker
+/// with the fields of `dlm queue workers --json`.
+async fn api_workers(Shared(state): App, Path(name): Path<String>) -> Response {
+    let name = match parse_queue_name(&name) {
+        Ok(n) => n,
+        Err(e) => return bad_name(e),
+    };
+    match state.client().queue(name.as_str()).workers().await {
+        Ok(ws) => {
+            let workers: Vec<crate::output::WorkerLine> = ws
+                .into_iter()
+                .map(|w| crate::output::WorkerLine::new(&name, w))
+                .collect();
+            axum::Json(serde_json::json!({ "queue": name, "workers": workers })).into_response()
+        }
+        Err(e) => unavailable(&e),
+    }
 }
 
 /// One lock in `/api/locks`.

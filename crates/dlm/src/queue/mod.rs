@@ -20,8 +20,9 @@
 //! (ZSET id → lease deadline), `:lease` (HASH id → fencing token),
 //! `:attempts`, `:dead`, `:errors`, `:fence`, `:stats`, `:signal` (wake-ups);
 //! and, only once a queue uses them, `:config` (its settings), `:prio`,
-//! `:group`, `:ready`, `:gcount`, `:parked`, `:parkedid`, `:rate` and
-//! `:completed` ([`crate::keys::QUEUE_KEY_SUFFIXES`]).
+//! `:group`, `:ready`, `:gcount`, `:parked`, `:parkedid`, `:rate`,
+//! `:completed`, and while workers run `:workers` and `:workerinfo` (their
+//! heartbeat records, [`Queue::workers`]) ([`crate::keys::QUEUE_KEY_SUFFIXES`]).
 //!
 //! **Priorities** ([`NewTask::priority`]): due tasks with a priority or a
 //! group wait in `:ready`, scored `-priority * 2^42 + due ms`, so a claim
@@ -68,6 +69,7 @@
 //! # Ok(()) }
 //! ```
 
+mod beat;
 mod events;
 mod idle;
 mod inspect;
@@ -80,6 +82,7 @@ mod worker_options;
 
 use std::time::Duration;
 
+pub use beat::{DROP_PER_BEAT, MAX_IN_FLIGHT_IDS, MAX_WORKERS, TTL_TICKS, WorkerInfo};
 pub use events::{Event, EventKind, EventsFrom, MAX_EVENTS_PAGE};
 pub(crate) use inspect::queue_names;
 pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskDetail, TaskInfo, TaskPage, TaskState};

@@ -1,6 +1,7 @@
 //! The worker runtime: claim in batches, run a handler per task with bounded
 //! concurrency, renew every running lease in one script per heartbeat, ack or
-//! retry, block (not poll) while idle, and shut down gracefully.
+//! retry, block (not poll) while idle, and shut down gracefully; all the
+//! while it heartbeats a record of itself ([`crate::queue::beat`]).
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -14,6 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
+use crate::queue::beat::{Beating, Identity, default_id};
 use crate::queue::idle::Idle;
 pub use crate::queue::worker_options::{WorkerOptions, WorkerReport};
 use crate::queue::{Nacked, Queue, Task};
@@ -103,6 +105,26 @@ impl Worker {
             self.opts.heartbeat_every(),
             stop_heartbeat.clone(),
         ));
+        // The worker's record for `Queue::workers`: what its handlers run now.
+        let beating = Beating::start(
+            self.queue.clone(),
+            Identity {
+                id: self.opts.id.clone().unwrap_or_else(default_id),
+                concurrency: self.opts.concurrency,
+                heartbeat: self.opts.heartbeat_every(),
+            },
+            shutdown.clone(),
+            {
+                let running = running.clone();
+                move || {
+                    lock_running(&running)
+                        .iter()
+                        .filter(|(_, l)| !l.settling)
+                        .map(|(id, _)| id.clone())
+                        .collect()
+                }
+            },
+        );
         let mut idle = Idle::new(&self.queue);
         // Repeating tasks: fire due ticks between claims (see schedule.rs).
         let mut schedules = crate::queue::schedule::Ticker::new();
@@ -151,12 +173,17 @@ impl Worker {
                 lock_running(&running).insert(task.id.clone(), lease);
                 let (queue, handler, running) =
                     (self.queue.clone(), handler.clone(), running.clone());
-                let acks = acks.clone();
+                let (acks, tally) = (acks.clone(), beating.tally());
                 let claim = Claim {
                     task,
                     at: claimed_at,
                 };
-                tasks.spawn(process(queue, acks, handler, claim, running, permit));
+                tally.started();
+                tasks.spawn(async move {
+                    let outcome = process(queue, acks, handler, claim, running, permit).await;
+                    tally.settled(matches!(outcome, Outcome::Acked));
+                    outcome
+                });
             }
             if got < free
                 && let Some(pause) = claimed.rate_wait
@@ -229,6 +256,7 @@ impl Worker {
                 }
             }
         }
+        beating.stop().await;
         Ok(report)
     }
 }

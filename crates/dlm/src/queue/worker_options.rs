@@ -23,6 +23,7 @@ pub struct WorkerOptions {
     pub(super) idle_wait: Duration,
     pub(super) exit_when_empty: bool,
     pub(super) settings: crate::queue::QueueSettings,
+    pub(super) id: Option<String>,
 }
 
 impl Default for WorkerOptions {
@@ -35,6 +36,7 @@ impl Default for WorkerOptions {
             idle_wait: Duration::from_secs(1),
             exit_when_empty: false,
             settings: crate::queue::QueueSettings::default(),
+            id: None,
         }
     }
 }
@@ -86,6 +88,19 @@ impl WorkerOptions {
         self
     }
 
+    /// The worker's id in its heartbeat record (see
+    /// [`crate::queue::Queue::workers`]): 1 to 256 bytes without control
+    /// characters. Default: `host:pid:random` (six hex digits), new for
+    /// every run. Two workers running with the same id share one record.
+    ///
+    /// ```
+    /// let opts = dlm::queue::WorkerOptions::new().id("mailer-1");
+    /// ```
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
     /// Store a group concurrency for the queue when the worker starts: at
     /// most `k` tasks of one group in flight at once across all workers
     /// (`None`: remove the limit). A queue-level setting kept in Redis: every
@@ -117,6 +132,9 @@ impl WorkerOptions {
 
     pub(super) fn validate(&self) -> Result<()> {
         self.settings.validate()?;
+        if let Some(id) = &self.id {
+            super::beat::check_worker_id(id)?;
+        }
         if self.concurrency == 0 || self.concurrency > 10_000 {
             return Err(Error::invalid("concurrency", "must be 1 ..= 10000"));
         }
