@@ -34,7 +34,9 @@
 --  29 children  HASH  id -> the tasks waiting for it (JSON array)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
--- ARGV     per task two values: id, lease fencing token
+-- ARGV     per task three values: id, lease fencing token, result (bytes; '':
+--          none). A result is kept in `results` with its forget time in `done`
+--          (see results.lua) and published to `wait_result` callers.
 -- Returns  per task: 1 acked, 0 not in flight any more (lease expired and
 --          returned), -1 leased to another worker now (re-claimed)
 -- Needs ZMSCORE (Redis 6.2 or newer).
@@ -52,18 +54,19 @@ local function fetch(cmd, key, list)
   return all
 end
 local ids = {}
-for i = 1, #ARGV / 2 do ids[i] = ARGV[2 * i - 1] end
+for i = 1, #ARGV / 3 do ids[i] = ARGV[3 * i - 2] end
 local out = {}
 if #ids == 0 then return out end
 local leases = fetch('HMGET', KEYS[4], ids)
-local done, seen = {}, {}
+local done, seen, with_result = {}, {}, {}
 for i, id in ipairs(ids) do
   local lease = leases[i]
   if seen[id] then
     out[i] = 0 -- the same lease twice in one call: the first ack took it
-  elseif lease == ARGV[2 * i] then
+  elseif lease == ARGV[3 * i - 1] then
     done[#done + 1] = id
     out[i] = 1
+    if ARGV[3 * i] ~= '' then with_result[#with_result + 1] = i end
   elseif lease then
     out[i] = -1
   else
@@ -95,6 +98,19 @@ if #done > 0 then
       chunked('HDEL', KEYS[12], gone)
       chunked('HDEL', KEYS[13], gone)
     end
+  end
+  -- Issue 24: results, progress, run-time limits. A queue that uses none
+  -- of them pays one EXISTS per call here.
+  if #with_result > 0 or redis.call('EXISTS', KEYS[22], KEYS[24], KEYS[25]) > 0 then
+    local now = now_ms()
+    chunked('HDEL', KEYS[25], done)
+    if #gone > 0 then chunked('HDEL', KEYS[22], gone) end
+    local stored = {}
+    for _, i in ipairs(with_result) do
+      if remember_result(ids[i], now, ARGV[3 * i]) then stored[#stored + 1] = ids[i] end
+    end
+    trim_done(now)
+    if #stored > 0 then publish_results(stored, now) end
   end
   redis.call('HINCRBY', KEYS[9], 'processed', #done)
   local keep = tonumber(redis.call('HGET', KEYS[11], 'keep_completed') or '0')

@@ -52,6 +52,7 @@
 --           ms until the rate limit allows the next claim (-1: not limited now),
 --           then per claimed task seven values: id, due time, payload (nil: none),
 --           lease fencing token, attempt number (1 = first), priority, group (nil: none)}
+--           and (issue 24) an eighth: the task's run-time limit in ms (0: none)
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -65,6 +66,7 @@ local function chunked(cmd, key, list)
 end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
 release_all(groups_of(expired))
+if #expired > 0 then chunked('HDEL', KEYS[25], expired) end -- issue 24: progress ends with the lease
 local died = 0
 for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[3], id)
@@ -154,6 +156,9 @@ if n > 0 then
   local first_fence = redis.call('INCRBY', KEYS[8], n) - n + 1
   local payloads = payloads_of(ids, small_count() > 0)
   local attempts = hmget_many(KEYS[5], ids)
+  -- Issue 24: run-time limits, one EXISTS when no task has one.
+  local timeouts = {}
+  if redis.call('EXISTS', KEYS[22]) == 1 then timeouts = hmget_many(KEYS[22], ids) end
   local leases, flying, counts, log = {}, {}, {}, {}
   local deadline = now + lease_ms
   for i = 1, n do
@@ -170,6 +175,7 @@ if n > 0 then
     out[#out + 1] = attempt
     out[#out + 1] = prios[i]
     out[#out + 1] = groups[i]
+    out[#out + 1] = tonumber(timeouts[i] or '0')
   end
   chunked('HSET', KEYS[4], leases)
   chunked('ZADD', KEYS[3], flying)

@@ -36,12 +36,17 @@
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
 -- ARGV[1]  'get', 'set' or 'clear'
 -- ARGV[2..] with 'set': field, value pairs (fields: group_concurrency, rate_n,
---          rate_period_ms, keep_completed; value '': remove the setting)
+--          rate_period_ms, keep_completed, keep_results_ms; value '': remove
+--          the setting). keep_results_ms: how long results are kept (0: not
+--          at all; not set: 1 hour). Results kept so far stay until their time.
+-- Not settings, kept by 'clear': paused (pause.lua) and result_waiters (ms
+-- until which a `wait_result` may wait, see result.lua).
 -- 'clear' removes every setting, the rate log and the completed history.
 -- A new group concurrency (or none) moves every parked task back to `ready`:
 -- the next claims apply the new limit to them.
--- Returns  {group_concurrency, rate_n, rate_period_ms, keep_completed} (nil: not set)
-local fields = {'group_concurrency', 'rate_n', 'rate_period_ms', 'keep_completed'}
+-- Returns  {group_concurrency, rate_n, rate_period_ms, keep_completed,
+--          keep_results_ms} (nil: not set)
+local fields = {'group_concurrency', 'rate_n', 'rate_period_ms', 'keep_completed', 'keep_results_ms'}
 local function unpark_all()
   local parked = redis.call('ZRANGE', KEYS[16], 0, -1)
   for _, m in ipairs(parked) do
@@ -57,9 +62,10 @@ local function unpark_all()
 end
 if ARGV[1] == 'clear' then
   -- Pausing is no setting: a paused queue stays paused.
-  local paused = redis.call('HGET', KEYS[11], 'paused')
+  local kept = redis.call('HMGET', KEYS[11], 'paused', 'result_waiters')
   redis.call('DEL', KEYS[11], KEYS[18], KEYS[19])
-  if paused then redis.call('HSET', KEYS[11], 'paused', paused) end
+  if kept[1] then redis.call('HSET', KEYS[11], 'paused', kept[1]) end
+  if kept[2] then redis.call('HSET', KEYS[11], 'result_waiters', kept[2]) end
   unpark_all()
 elseif ARGV[1] == 'set' then
   for i = 2, #ARGV, 2 do

@@ -99,6 +99,7 @@ local function forget_unless_flying(ids)
       redis.call('HDEL', KEYS[5], id)
       redis.call('HDEL', KEYS[12], id)
       redis.call('HDEL', KEYS[13], id)
+      redis.call('HDEL', KEYS[22], id) -- issue 24: its run-time limit
     end
   end
   drop_payloads(gone)

@@ -37,8 +37,9 @@
 -- ARGV[1]  delay in ms (>= 0)
 -- ARGV[2]  'keep' or 'replace'
 -- ARGV[3]  '1': small payloads go to their bucket (compact), '0': to `payload`
--- ARGV[4..] per task five values: id, '1' with payload / '0' without, payload,
---          priority (integer, '0': none), group ('': none)
+-- ARGV[4..] per task six values: id, '1' with payload / '0' without, payload,
+--          priority (integer, '0': none), group ('': none), run-time limit in
+--          ms ('0': none; issue 24, kept in `timeout`)
 -- A task with a priority or a group that is due now goes to `ready`; so does
 -- every task due now once the queue has such tasks (claim orders `ready`).
 -- Returns  per task two values: status (1 added, 0 kept as it was, 2 replaced),
@@ -52,7 +53,10 @@ local out, added = {}, 0
 -- Payloads: see payload.lua (small ones in buckets, counted in stats `small`).
 local small, bucketed = small_count() > 0, 0
 local compact = ARGV[3] == '1'
-for i = 4, #ARGV, 5 do
+-- Issue 24: whether any task has a run-time limit or a result (an added or
+-- replaced task drops those of an earlier run with its id).
+local limits = redis.call('EXISTS', KEYS[22], KEYS[23]) > 0
+for i = 4, #ARGV, 6 do
   local id, prio, group = ARGV[i], ARGV[i + 3], ARGV[i + 4]
   local cur = redis.call('ZSCORE', KEYS[1], id)
   local ready, parked = false, false
@@ -117,6 +121,15 @@ for i = 4, #ARGV, 5 do
       redis.call('HDEL', KEYS[5], id)
     end
     redis.call('HDEL', KEYS[7], id)
+    -- Issue 24: the new run's time limit; an earlier run's result goes.
+    if limits then
+      redis.call('HDEL', KEYS[22], id)
+      redis.call('HDEL', KEYS[23], id)
+    end
+    if ARGV[i + 5] ~= '0' then
+      redis.call('HSET', KEYS[22], id, ARGV[i + 5])
+      limits = true
+    end
     if cur or flying then out[#out + 1] = 2 else out[#out + 1] = 1 end
     out[#out + 1] = score
     added = added + 1

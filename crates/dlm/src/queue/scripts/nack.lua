@@ -51,6 +51,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREM', KEYS[3], id)
 redis.call('HDEL', KEYS[4], id)
 redis.call('HSET', KEYS[7], id, ARGV[5])
+redis.call('HDEL', KEYS[25], id) -- issue 24: this run's progress ends with it
 local group = redis.call('HGET', KEYS[13], id)
 if group then release(group) end
 local again = redis.call('ZSCORE', KEYS[1], id) or in_ready(id)

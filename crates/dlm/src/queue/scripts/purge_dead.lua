@@ -45,6 +45,7 @@ for _, id in ipairs(ids) do
     redis.call('HDEL', KEYS[5], id)
     redis.call('HDEL', KEYS[12], id)
     redis.call('HDEL', KEYS[13], id)
+    redis.call('HDEL', KEYS[22], id) -- issue 24: its run-time limit
   end
 end
 drop_payloads(gone)
