@@ -1,5 +1,6 @@
 //! `dlm queue push | peek | pop | remove | stats | config | dead | retry | purge`
-//! (and `schedule | schedules | unschedule`, in [`schedule`]):
+//! (and `schedule | schedules | unschedule`, in [`schedule`]; `result |
+//! progress`, in [`results`]):
 //! one library call each (`queue work` is in [`crate::work_cmd`]).
 
 use std::time::Duration;
@@ -9,13 +10,17 @@ use dlm::queue::{Enqueued, NewTask, OnDuplicate, QueueSettings, Removed};
 use serde::Serialize;
 
 use crate::error::{CliError, EXIT_OK};
-use crate::global::parse::{parse_delay, parse_group, parse_priority, parse_task_id};
+use crate::global::parse::{
+    parse_delay, parse_group, parse_priority, parse_task_id, parse_task_timeout,
+};
 use crate::global::{Global, QueueArg, SettingsArgs};
 use crate::output;
 
 mod payload;
+mod results;
 mod schedule;
 
+pub use results::{ProgressArgs, ResultArgs, progress, result};
 pub use schedule::{ScheduleArgs, UnscheduleArgs, schedule, schedules, unschedule};
 
 use payload::{JsonPayload, read_payload};
@@ -50,6 +55,12 @@ pub struct PushArgs {
     /// the queue, at most K tasks of one group run at once, across all workers.
     #[arg(long, value_name = "G", value_parser = parse_group)]
     pub group: Option<String>,
+    /// The tasks' run-time limit (1ms to 7d; default: the worker's
+    /// --task-timeout, if any): a worker cancels a task past it (`queue
+    /// work`: SIGTERM, then SIGKILL after its --grace) and fails it with
+    /// "timed out".
+    #[arg(long, value_name = "D", value_parser = parse_task_timeout, allow_hyphen_values = true)]
+    pub task_timeout: Option<Duration>,
 }
 
 /// `dlm queue config`
@@ -153,6 +164,9 @@ pub async fn push(global: &Global, args: &PushArgs) -> Result<u8, CliError> {
         let mut t = NewTask::new(id.clone()).priority(args.priority);
         if let Some(g) = &args.group {
             t = t.group(g.clone());
+        }
+        if let Some(limit) = args.task_timeout {
+            t = t.timeout(limit);
         }
         match &payload {
             Some(p) => t.payload(p.clone()),
@@ -351,6 +365,7 @@ struct ConfigLine<'a> {
     group_concurrency: Option<u32>,
     rate: Option<RateLine>,
     keep_completed: Option<u32>,
+    keep_results_ms: u128,
 }
 
 /// Print a queue's settings (one line; JSON with --json).
@@ -363,11 +378,12 @@ pub fn print_settings(global: &Global, queue: &str, s: &QueueSettings) -> Result
             period_ms: r.period().as_millis(),
         }),
         keep_completed: s.get_keep_completed(),
+        keep_results_ms: s.get_keep_results().as_millis(),
     };
     output::emit(global.json, &line, || {
         let or_none = |v: Option<u32>| v.map_or("none".to_string(), |v| v.to_string());
         format!(
-            "{queue}: group concurrency {}, rate {}, keep completed {}",
+            "{queue}: group concurrency {}, rate {}, keep completed {}, keep results {}",
             or_none(line.group_concurrency),
             line.rate.as_ref().map_or("none".to_string(), |r| format!(
                 "{}/{}",
@@ -376,7 +392,11 @@ pub fn print_settings(global: &Global, queue: &str, s: &QueueSettings) -> Result
                     u64::try_from(r.period_ms).unwrap_or(u64::MAX)
                 ))
             )),
-            or_none(line.keep_completed)
+            or_none(line.keep_completed),
+            match s.get_keep_results() {
+                d if d.is_zero() => "none".to_string(),
+                d => humantime::format_duration(d).to_string(),
+            }
         )
     })
 }
