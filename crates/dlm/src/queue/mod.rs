@@ -20,8 +20,37 @@
 //! (ZSET id → lease deadline), `:lease` (HASH id → fencing token),
 //! `:attempts`, `:dead`, `:errors`, `:fence`, `:stats`, `:signal` (wake-ups);
 //! and, only once a queue uses them, `:config` (its settings), `:prio`,
-//! `:group`, `:ready`, `:gcount`, `:parked`, `:parkedid`, `:rate` and
-//! `:completed` ([`crate::keys::QUEUE_KEY_SUFFIXES`]).
+//! `:group`, `:ready`, `:gcount`, `:parked`, `:parkedid`, `:rate`,
+//! `:completed`, `:timeout`, `:results`, `:done` and `:progress`
+//! ([`crate::keys::QUEUE_KEY_SUFFIXES`]).
+//!
+//! **Results** ([`TaskOutput`], [`Lease::ack_with`], [`Queue::result`],
+//! [`Queue::wait_result`]): the ack stores a result in `:results` and the
+//! time it is forgotten in `:done` (now + [`QueueSettings::keep_results`],
+//! 1 hour by default). Bounds, exactly: a result is at most
+//! [`MAX_RESULT_BYTES`] (1 MiB; a worker fails a task whose handler returns
+//! more, `Lease::ack_with` refuses it); at most [`MAX_REMEMBERED_RESULTS`]
+//! (100,000) ids are remembered, and an ack beyond it evicts those to be
+//! forgotten soonest; every ack of a queue with results, and every read,
+//! removes up to 100 expired ones; and both keys expire as a whole at the
+//! last forget time, so an idle queue's results go away by themselves. A
+//! task that returns nothing writes nothing. An id enqueued again loses
+//! the result of its earlier run. `wait_result` subscribes to the channel
+//! named like the results key, then reads; the ack publishes the ids it
+//! stored there only while a waiter's mark (`result_waiters` in `:config`,
+//! a time) has not passed.
+//!
+//! **Progress** ([`Lease::progress`], [`Queue::progress`]): one field of
+//! `:progress` per running task, written only under the lease's fence,
+//! deleted when the run ends (ack, nack, give-back, lease expiry).
+//!
+//! **Time limits** ([`NewTask::timeout`], [`WorkerOptions::task_timeout`]):
+//! kept in `:timeout` while the task exists, returned by the claim in
+//! [`Task::timeout`]; the [`Worker`] drops a handler past it and nacks the
+//! task `"timed out"`.
+//!
+//! A queue that uses none of these has none of those keys and pays one
+//! `EXISTS` per claim, ack and enqueue script.
 //!
 //! **Priorities** ([`NewTask::priority`]): due tasks with a priority or a
 //! group wait in `:ready`, scored `-priority * 2^42 + due ms`, so a claim
