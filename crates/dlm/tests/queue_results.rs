@@ -398,7 +398,8 @@ async fn a_plain_queue_writes_no_feature_keys() -> TestResult {
         .await
         .into_iter()
         .map(|k| k.replace("limited", "plain"))
-        .filter(|k| !k.ends_with(":signal"))
+        // `config` marks a queue that used issue 24's keys (its `extras`).
+        .filter(|k| !k.ends_with(":signal") && !k.ends_with(":config"))
         .collect();
     let plain: Vec<String> = plain
         .into_iter()

@@ -34,8 +34,9 @@
 //! forgotten soonest; every ack of a queue with results, and every read,
 //! removes up to 100 expired ones; and both keys expire as a whole at the
 //! last forget time, so an idle queue's results go away by themselves. A
-//! task that returns nothing writes nothing. An id enqueued again loses
-//! the result of its earlier run. `wait_result` subscribes to the channel
+//! task that returns nothing writes nothing (in a queue that has results,
+//! its ack deletes an earlier run's result), and `result` gives nothing for
+//! an id waiting, in flight or dead again. `wait_result` subscribes to the channel
 //! named like the results key, then reads; the ack publishes the ids it
 //! stored there only while a waiter's mark (`result_waiters` in `:config`,
 //! a time) has not passed.
@@ -49,8 +50,10 @@
 //! [`Task::timeout`]; the [`Worker`] drops a handler past it and nacks the
 //! task `"timed out"`.
 //!
-//! A queue that uses none of these has none of those keys and pays one
-//! `EXISTS` per claim, ack and enqueue script.
+//! A queue that uses none of these has none of those keys and sends no
+//! more commands: the field `extras` of `:config`, set once a queue uses
+//! one of them, is read by claim and ack with the settings they read
+//! anyway (and is kept by [`Queue::clear_settings`]).
 //!
 //! **Priorities** ([`NewTask::priority`]): due tasks with a priority or a
 //! group wait in `:ready`, scored `-priority * 2^42 + due ms`, so a claim

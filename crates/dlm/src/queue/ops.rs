@@ -580,7 +580,9 @@ fn settings_reply(v: Value) -> Result<QueueSettings> {
         group_concurrency: Some(get(0).filter(|k| *k > 0)),
         rate: Some(rate),
         keep_completed: Some(get(3).filter(|k| *k > 0)),
-        keep_results: Some(keep_results),
+        // Not stored: left out (`get_keep_results` gives the default), so
+        // settings read back equal those built without it.
+        keep_results: keep_results.map(Some),
     })
 }
 

@@ -58,7 +58,7 @@ for i = 1, #ARGV / 3 do ids[i] = ARGV[3 * i - 2] end
 local out = {}
 if #ids == 0 then return out end
 local leases = fetch('HMGET', KEYS[4], ids)
-local done, seen, with_result = {}, {}, {}
+local done, seen, any_result = {}, {}, false
 for i, id in ipairs(ids) do
   local lease = leases[i]
   if seen[id] then
@@ -66,7 +66,7 @@ for i, id in ipairs(ids) do
   elseif lease == ARGV[3 * i - 1] then
     done[#done + 1] = id
     out[i] = 1
-    if ARGV[3 * i] ~= '' then with_result[#with_result + 1] = i end
+    if ARGV[3 * i] ~= '' then any_result = true end
   elseif lease then
     out[i] = -1
   else
@@ -99,21 +99,32 @@ if #done > 0 then
       chunked('HDEL', KEYS[13], gone)
     end
   end
-  -- Issue 24: results, progress, run-time limits. A queue that uses none
-  -- of them pays one EXISTS per call here.
-  if #with_result > 0 or redis.call('EXISTS', KEYS[22], KEYS[24], KEYS[25]) > 0 then
-    local now = now_ms()
+  -- One read of the settings: keep_completed, and issue 24's (see results.lua).
+  local cfg = redis.call('HMGET', KEYS[11], 'keep_completed', 'extras')
+  -- Issue 24: results, progress, run-time limits; nothing for a queue that
+  -- never used them (`extras` not set) and stores no result now.
+  if any_result or cfg[2] then
+    local R = results_helpers()
+    local now = R.now()
     chunked('HDEL', KEYS[25], done)
     if #gone > 0 then chunked('HDEL', KEYS[22], gone) end
-    local stored = {}
-    for _, i in ipairs(with_result) do
-      if remember_result(ids[i], now, ARGV[3 * i]) then stored[#stored + 1] = ids[i] end
+    -- A run that leaves no result also drops an earlier run's.
+    local stored, plain = {}, {}
+    for i, id in ipairs(ids) do
+      if out[i] == 1 then
+        if ARGV[3 * i] ~= '' and R.remember_result(id, now, ARGV[3 * i]) then
+          stored[#stored + 1] = id
+        else
+          plain[#plain + 1] = id
+        end
+      end
     end
-    trim_done(now)
-    if #stored > 0 then publish_results(stored, now) end
+    if #plain > 0 then chunked('HDEL', KEYS[23], plain) end
+    R.trim(now)
+    if #stored > 0 then R.publish(stored, now) end
   end
   redis.call('HINCRBY', KEYS[9], 'processed', #done)
-  local keep = tonumber(redis.call('HGET', KEYS[11], 'keep_completed') or '0')
+  local keep = tonumber(cfg[1] or '0')
   if keep > 0 then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -56,7 +56,8 @@
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
-local cfg = redis.call('HMGET', KEYS[11], 'group_concurrency', 'rate_n', 'rate_period_ms', 'paused')
+local cfg = redis.call('HMGET', KEYS[11], 'group_concurrency', 'rate_n', 'rate_period_ms', 'paused', 'extras')
+local extras = cfg[5] == '1' -- issue 24's keys in use (see results.lua)
 local limit = tonumber(cfg[1] or '0')
 local rate_n, rate_p = tonumber(cfg[2] or '0'), tonumber(cfg[3] or '0')
 local function chunked(cmd, key, list)
@@ -66,7 +67,7 @@ local function chunked(cmd, key, list)
 end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
 release_all(groups_of(expired))
-if #expired > 0 then chunked('HDEL', KEYS[25], expired) end -- issue 24: progress ends with the lease
+if extras and #expired > 0 then chunked('HDEL', KEYS[25], expired) end -- issue 24: progress ends with the lease
 local died = 0
 for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[3], id)
@@ -156,9 +157,9 @@ if n > 0 then
   local first_fence = redis.call('INCRBY', KEYS[8], n) - n + 1
   local payloads = payloads_of(ids, small_count() > 0)
   local attempts = hmget_many(KEYS[5], ids)
-  -- Issue 24: run-time limits, one EXISTS when no task has one.
+  -- Issue 24: run-time limits, read only once the queue has used them.
   local timeouts = {}
-  if redis.call('EXISTS', KEYS[22]) == 1 then timeouts = hmget_many(KEYS[22], ids) end
+  if extras then timeouts = hmget_many(KEYS[22], ids) end
   local leases, flying, counts, log = {}, {}, {}, {}
   local deadline = now + lease_ms
   for i = 1, n do
@@ -175,7 +176,8 @@ if n > 0 then
     out[#out + 1] = attempt
     out[#out + 1] = prios[i]
     out[#out + 1] = groups[i]
-    out[#out + 1] = tonumber(timeouts[i] or '0')
+    local limit = timeouts[i]
+    out[#out + 1] = limit and tonumber(limit) or 0
   end
   chunked('HSET', KEYS[4], leases)
   chunked('ZADD', KEYS[3], flying)

@@ -39,8 +39,9 @@
 --          rate_period_ms, keep_completed, keep_results_ms; value '': remove
 --          the setting). keep_results_ms: how long results are kept (0: not
 --          at all; not set: 1 hour). Results kept so far stay until their time.
--- Not settings, kept by 'clear': paused (pause.lua) and result_waiters (ms
--- until which a `wait_result` may wait, see result.lua).
+-- Not settings, kept by 'clear': paused (pause.lua), result_waiters (ms
+-- until which a `wait_result` may wait, see result.lua) and extras (issue
+-- 24's keys in use, see results.lua).
 -- 'clear' removes every setting, the rate log and the completed history.
 -- A new group concurrency (or none) moves every parked task back to `ready`:
 -- the next claims apply the new limit to them.
@@ -62,10 +63,12 @@ local function unpark_all()
 end
 if ARGV[1] == 'clear' then
   -- Pausing is no setting: a paused queue stays paused.
-  local kept = redis.call('HMGET', KEYS[11], 'paused', 'result_waiters')
+  local kept = {'paused', 'result_waiters', 'extras'}
+  local values = redis.call('HMGET', KEYS[11], unpack(kept))
   redis.call('DEL', KEYS[11], KEYS[18], KEYS[19])
-  if kept[1] then redis.call('HSET', KEYS[11], 'paused', kept[1]) end
-  if kept[2] then redis.call('HSET', KEYS[11], 'result_waiters', kept[2]) end
+  for i, field in ipairs(kept) do
+    if values[i] then redis.call('HSET', KEYS[11], field, values[i]) end
+  end
   unpark_all()
 elseif ARGV[1] == 'set' then
   for i = 2, #ARGV, 2 do

@@ -53,9 +53,8 @@ local out, added = {}, 0
 -- Payloads: see payload.lua (small ones in buckets, counted in stats `small`).
 local small, bucketed = small_count() > 0, 0
 local compact = ARGV[3] == '1'
--- Issue 24: whether any task has a run-time limit or a result (an added or
--- replaced task drops those of an earlier run with its id).
-local limits = redis.call('EXISTS', KEYS[22], KEYS[23]) > 0
+-- Issue 24: whether `extras` (see results.lua) was set by this call.
+local extras = false
 for i = 4, #ARGV, 6 do
   local id, prio, group = ARGV[i], ARGV[i + 3], ARGV[i + 4]
   local cur = redis.call('ZSCORE', KEYS[1], id)
@@ -121,14 +120,14 @@ for i = 4, #ARGV, 6 do
       redis.call('HDEL', KEYS[5], id)
     end
     redis.call('HDEL', KEYS[7], id)
-    -- Issue 24: the new run's time limit; an earlier run's result goes.
-    if limits then
-      redis.call('HDEL', KEYS[22], id)
-      redis.call('HDEL', KEYS[23], id)
-    end
+    -- Issue 24: the new run's time limit replaces the earlier one's.
+    if cur or flying or was_dead then redis.call('HDEL', KEYS[22], id) end
     if ARGV[i + 5] ~= '0' then
       redis.call('HSET', KEYS[22], id, ARGV[i + 5])
-      limits = true
+      if not extras then
+        redis.call('HSET', KEYS[11], 'extras', '1')
+        extras = true
+      end
     end
     if cur or flying then out[#out + 1] = 2 else out[#out + 1] = 1 end
     out[#out + 1] = score

@@ -44,4 +44,5 @@ if lease ~= ARGV[2] then
   return 0
 end
 redis.call('HSET', KEYS[25], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[11], 'extras', '1') -- issue 24's keys in use (see results.lua)
 return 1

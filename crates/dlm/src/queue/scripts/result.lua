@@ -38,18 +38,26 @@
 -- ARGV[2]  ms a caller of `wait_result` will wait for it when it is not
 --          there yet (0: none): then `result_waiters` in `config` is moved to
 --          at least now + that, so acks publish results (see results.lua)
--- Returns  the result (bytes), or nil: none (yet, or forgotten)
-local now = now_ms()
+-- Returns  the result (bytes), or nil: none (yet, or forgotten). A result
+--          of an earlier run of an id that is waiting, in flight or dead
+--          again is no result of the current one: nil.
+local R = results_helpers()
+local now = R.now()
 local id = ARGV[1]
 local r = false
 if redis.call('EXISTS', KEYS[24]) == 1 then
-  expire_done(now)
+  R.expire(now)
   local at = redis.call('ZSCORE', KEYS[24], id)
   if at and tonumber(at) > now then r = redis.call('HGET', KEYS[23], id) end
+  if r and (redis.call('ZSCORE', KEYS[1], id) or redis.call('ZSCORE', KEYS[3], id)
+      or redis.call('ZSCORE', KEYS[6], id) or redis.call('ZSCORE', KEYS[14], id)
+      or redis.call('HEXISTS', KEYS[17], id) == 1) then
+    r = false
+  end
 end
 local wait = tonumber(ARGV[2])
 if not r and wait > 0 then
-  local _, waiters = results_config()
+  local _, waiters = R.config()
   if now + wait > waiters then redis.call('HSET', KEYS[11], 'result_waiters', now + wait) end
 end
 return r
