@@ -214,6 +214,18 @@ async fn progress(c: &Client) -> TestResult {
     );
     let late = first.progress(100, "after the end").await;
     assert!(matches!(late, Err(Error::LeaseLost { .. })), "{late:?}");
+    // A retried task's next run starts without the failed run's progress,
+    // and a dead one keeps none.
+    let q = q.max_attempts(2);
+    q.push("r").await?;
+    let run = claim_one(&q, LEASE).await?;
+    run.progress(30, "failing").await?;
+    run.nack_after(NOW, "boom").await?;
+    let run = claim_one(&q, LEASE).await?;
+    assert_eq!(q.progress("r").await?, None, "a new run");
+    run.progress(70, "failing again").await?;
+    assert_eq!(run.nack_after(NOW, "boom").await?, dlm::queue::Nacked::Dead);
+    assert_eq!(q.progress("r").await?, None, "dead");
     Ok(())
 }
 

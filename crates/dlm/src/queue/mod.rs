@@ -43,7 +43,8 @@
 //!
 //! **Progress** ([`Lease::progress`], [`Queue::progress`]): one field of
 //! `:progress` per running task, written only under the lease's fence,
-//! deleted when the run ends (ack, nack, give-back, lease expiry).
+//! deleted when the task finishes (ack, dead), is given back or its lease
+//! expires, and when its next run is claimed (after a nack).
 //!
 //! **Time limits** ([`NewTask::timeout`], [`WorkerOptions::task_timeout`]):
 //! kept in `:timeout` while the task exists, returned by the claim in

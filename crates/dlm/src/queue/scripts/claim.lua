@@ -159,7 +159,10 @@ if n > 0 then
   local attempts = hmget_many(KEYS[5], ids)
   -- Issue 24: run-time limits, read only once the queue has used them.
   local timeouts = {}
-  if extras then timeouts = hmget_many(KEYS[22], ids) end
+  if extras then
+    timeouts = hmget_many(KEYS[22], ids)
+    chunked('HDEL', KEYS[25], ids) -- a new run: an earlier run's progress goes
+  end
   local leases, flying, counts, log = {}, {}, {}, {}
   local deadline = now + lease_ms
   for i = 1, n do

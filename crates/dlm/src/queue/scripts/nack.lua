@@ -51,7 +51,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREM', KEYS[3], id)
 redis.call('HDEL', KEYS[4], id)
 redis.call('HSET', KEYS[7], id, ARGV[5])
-redis.call('HDEL', KEYS[25], id) -- issue 24: this run's progress ends with it
 local group = redis.call('HGET', KEYS[13], id)
 if group then release(group) end
 local again = redis.call('ZSCORE', KEYS[1], id) or in_ready(id)
@@ -59,6 +58,7 @@ local attempts = tonumber(redis.call('HGET', KEYS[5], id) or '0')
 if attempts >= tonumber(ARGV[4]) and not again then
   redis.call('ZADD', KEYS[6], now, id)
   redis.call('HINCRBY', KEYS[9], 'failed', 1)
+  redis.call('HDEL', KEYS[25], id) -- issue 24: its progress ends with it (a retry's: at its next claim)
   return 2
 end
 if not again then redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[3]), id) end
