@@ -244,6 +244,8 @@ async fn timeouts(c: &Client) -> TestResult {
     )
     .await?;
     q.push("plain").await?;
+    // Clearing the settings keeps the flag that says limits are in use.
+    q.clear_settings().await?;
     let got = q.claim(2, LEASE).await?;
     let mut limits: Vec<(&str, Option<Duration>)> = got
         .iter()
