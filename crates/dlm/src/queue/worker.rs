@@ -367,17 +367,24 @@ where
         None => Some(run.await),
     };
     let (result, error) = match ran {
-        Some(Ok(Ok(output))) => match output.into_result() {
-            Some(r) if r.len() > crate::queue::MAX_RESULT_BYTES => (
-                Vec::new(),
-                Some(format!(
-                    "result too large: {} bytes is more than the limit of {} bytes",
-                    r.len(),
-                    crate::queue::MAX_RESULT_BYTES
-                )),
-            ),
-            r => (r.unwrap_or_default(), None),
-        },
+        // A TaskOutput of the caller's may panic too: a failure as well.
+        Some(Ok(Ok(output))) => {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| output.into_result())) {
+                Err(_) => (
+                    Vec::new(),
+                    Some("the handler's result panicked".to_string()),
+                ),
+                Ok(Some(r)) if r.len() > crate::queue::MAX_RESULT_BYTES => (
+                    Vec::new(),
+                    Some(format!(
+                        "result too large: {} bytes is more than the limit of {} bytes",
+                        r.len(),
+                        crate::queue::MAX_RESULT_BYTES
+                    )),
+                ),
+                Ok(r) => (r.unwrap_or_default(), None),
+            }
+        }
         Some(Ok(Err(e))) => (Vec::new(), Some(e.to_string())),
         Some(Err(_)) => (Vec::new(), Some("the handler panicked".to_string())),
         None => (Vec::new(), Some(TIMED_OUT.to_string())),
