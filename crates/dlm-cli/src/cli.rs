@@ -21,8 +21,8 @@ use crate::global::{Global, QueueArg, Topology};
 use crate::id_cmd::IdCommand;
 use crate::lock_cmd::{AcquireArgs, ExtendArgs, ReleaseArgs, StatusArgs};
 use crate::queue_cmd::{
-    ConfigArgs, DeadArgs, EventsArgs, ListArgs, PurgeArgs, PushArgs, RemoveArgs, RetryArgs,
-    ScheduleArgs, TaskArgs, UnscheduleArgs,
+    ConfigArgs, DeadArgs, EventsArgs, ListArgs, ProgressArgs, PurgeArgs, PushArgs, RemoveArgs,
+    ResultArgs, RetryArgs, ScheduleArgs, TaskArgs, UnscheduleArgs,
 };
 use crate::run_cmd::RunArgs;
 use crate::rwlock_cmd::{RwRunArgs, RwStatusArgs};
@@ -426,19 +426,28 @@ pub enum QueueCommand {
     /// `resumed QUEUE` (JSON {"queue","paused":false,"was_paused"}).
     Resume(QueueArg),
     /// Show the queue's settings, stored in Redis and followed by every
-    /// worker: group concurrency, rate limit, completed history (JSON with
-    /// --json: {"queue","group_concurrency","rate":{"n","period_ms"}|null,
-    /// "keep_completed"}). With flags, change them first: --group-concurrency 0,
-    /// --rate off and --keep-completed 0 remove one; --clear removes them all.
+    /// worker: group concurrency, rate limit, completed history, how long
+    /// results are kept (JSON with --json: {"queue","group_concurrency",
+    /// "rate":{"n","period_ms"}|null,"keep_completed","keep_results_ms"}).
+    /// With flags, change them first: --group-concurrency 0, --rate off,
+    /// --keep-completed 0 and --keep-results 0 remove one; --clear removes
+    /// them all.
     Config(ConfigArgs),
     /// Run a command once per task until stopped (SIGINT/SIGTERM: graceful).
     ///
     /// CMD gets the payload on stdin (empty when none) and DLM_QUEUE,
     /// DLM_TASK_ID, DLM_TASK_ATTEMPT, DLM_TASK_SCORE, DLM_TASK_PRIORITY,
-    /// DLM_FENCE and (for a task with a group) DLM_TASK_GROUP in its
-    /// environment; its stdout and stderr are dlm's. Exit status 0 acks the
-    /// task; anything else (or a signal) fails it: it is retried after a
-    /// backoff, and goes to the dead-letter set after --max-attempts. Each
+    /// DLM_TASK_FENCE (also as DLM_FENCE), (for a task with a group)
+    /// DLM_TASK_GROUP, and the Redis options dlm was given (DLM_REDIS_URL,
+    /// ...) in its environment, so `dlm queue progress "$DLM_QUEUE"
+    /// "$DLM_TASK_ID" PCT MSG` works inside it. CMD's stdout becomes the
+    /// task's result (`queue result`; at most --result-bytes, more fails the
+    /// task; --result-bytes 0: stdout is dlm's, no result); its stderr is
+    /// dlm's. Exit status 0 acks the task; anything else (or a signal)
+    /// fails it: it is retried after a backoff, and goes to the dead-letter
+    /// set after --max-attempts. Past its time limit (push's or work's
+    /// --task-timeout) CMD's group gets SIGTERM, SIGKILL after --grace, and
+    /// the task fails with "timed out". Each
     /// CMD runs in its own process group. On SIGINT/SIGTERM no new task is
     /// started; running ones get --grace to finish, then their process
     /// groups are killed and their tasks given back at once (further signals
@@ -448,6 +457,17 @@ pub enum QueueCommand {
     /// twice (at-least-once). While it runs, it heartbeats a record of
     /// itself (`queue workers`; name it with --worker-id).
     Work(WorkArgs),
+    /// Print the result task ID left (its command's stdout, as bytes; JSON:
+    /// {"queue","id","payload"} with "payload_base64":true when not UTF-8).
+    /// Exit 1 when there is none: not finished (within --wait), finished
+    /// without output, failed, or forgotten (see config --keep-results).
+    Result(ResultArgs),
+    /// Record how far a running task is: PCT (0 to 100) and MESSAGE, under
+    /// the lease --fence (default $DLM_TASK_FENCE, which `queue work` gives
+    /// its command). Exit 1 when that lease is stale (expired, taken over
+    /// or finished), 2 on bad input. Without PCT: print the task's progress
+    /// (`PCT% MESSAGE`; exit 1 when none).
+    Progress(ProgressArgs),
     /// Show up to N dead tasks, oldest death first (JSON lines, always).
     Dead(DeadArgs),
     /// Move dead tasks back to the queue, due now, attempts reset; prints how many.

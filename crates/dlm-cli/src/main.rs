@@ -120,6 +120,8 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Queue(QueueCommand::Resume(a)) => queue_cmd::pause(global, &a, false).await,
         Command::Queue(QueueCommand::Config(a)) => queue_cmd::config(global, &a).await,
         Command::Queue(QueueCommand::Work(a)) => work_cmd::work(global, &a).await,
+        Command::Queue(QueueCommand::Result(a)) => queue_cmd::result(global, &a).await,
+        Command::Queue(QueueCommand::Progress(a)) => queue_cmd::progress(global, &a).await,
         Command::Queue(QueueCommand::Dead(a)) => queue_cmd::dead(global, &a).await,
         Command::Queue(QueueCommand::Retry(a)) => queue_cmd::retry(global, &a).await,
         Command::Queue(QueueCommand::Purge(a)) => queue_cmd::purge(global, &a).await,

@@ -3,6 +3,10 @@
 //!
 //! CMD gets the payload on stdin and the task in its environment; exit 0
 //! acks, anything else fails the task (retried with backoff, then dead).
+//! CMD's stdout becomes the task's result (at most `--result-bytes`; more
+//! fails the task); its stderr is dlm's. Past its time limit (the task's,
+//! else `--task-timeout`) CMD's group gets SIGTERM, then SIGKILL after
+//! `--grace`, and the task fails with "timed out".
 //! Each CMD is the leader of its own process group, so a Ctrl-C at the
 //! terminal reaches dlm only: dlm stops claiming, lets running commands
 //! finish for `--grace`, then kills what is left (the whole group) and the
@@ -21,10 +25,11 @@ use clap::Args;
 use dlm::CancellationToken;
 use dlm::queue::{Backoff, Task, WorkerOptions};
 use serde::Serialize;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
 
 use crate::error::{CliError, EXIT_OK};
-use crate::global::parse::{parse_grace, parse_lease, parse_retry_base};
+use crate::global::parse::{parse_grace, parse_lease, parse_retry_base, parse_task_timeout};
 use crate::global::{Global, QueueArg};
 use crate::output;
 use crate::signals::Signals;
@@ -52,9 +57,23 @@ pub struct WorkArgs {
     #[arg(long, value_name = "D", default_value = "100ms", value_parser = parse_retry_base, allow_hyphen_values = true)]
     pub retry_base: Duration,
     /// After SIGINT/SIGTERM, how long running commands may finish before they
-    /// are killed and their tasks given back.
+    /// are killed and their tasks given back; also how long a command past
+    /// its time limit gets after SIGTERM before SIGKILL.
     #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_grace, allow_hyphen_values = true)]
     pub grace: Duration,
+    /// The run-time limit of tasks pushed without one (`queue push
+    /// --task-timeout`); 1ms to 7d, default none. At the limit CMD's process
+    /// group gets SIGTERM, then SIGKILL after --grace, and the task fails
+    /// with the error "timed out" (retried, then dead). (`--timeout` is the
+    /// deadline of each Redis call.)
+    #[arg(long, value_name = "D", value_parser = parse_task_timeout, allow_hyphen_values = true)]
+    pub task_timeout: Option<Duration>,
+    /// The most bytes of CMD's stdout kept as the task's result (1 to
+    /// 1048576; 0: stdout is not captured, it is dlm's, and tasks leave no
+    /// result). More output fails the task ("result larger than N bytes").
+    #[arg(long, value_name = "N", default_value_t = 64 * 1024,
+          value_parser = clap::value_parser!(u32).range(0..=dlm::queue::MAX_RESULT_BYTES as i64))]
+    pub result_bytes: u32,
     /// Exit 0 once nothing is waiting, due later or in flight.
     #[arg(long)]
     pub exit_when_empty: bool,
@@ -81,8 +100,12 @@ fn parse_worker_id(s: &str) -> Result<String, String> {
 
 /// The longest pause between retries of a failing task (or `--retry-base`, if larger).
 pub const MAX_RETRY_PAUSE: Duration = Duration::from_secs(10);
-/// How long dlm waits for killed commands to be reaped before it exits.
+/// How long dlm waits for killed commands to be reaped before it exits
+/// (and for a finished command's stdout to close).
 const REAP_WAIT: Duration = Duration::from_secs(2);
+/// After a task's time limit and --grace, how long more the worker lets
+/// the command's handler end by itself before dropping it.
+const TIMEOUT_SLACK: Duration = Duration::from_secs(5);
 
 /// What the progress line counts.
 #[derive(Debug, Default)]
@@ -112,6 +135,12 @@ struct CommandSpec {
     /// Cancelled when running commands must die (after the grace period).
     kill: CancellationToken,
     progress: Progress,
+    /// The most bytes of stdout kept as the result (0: not captured).
+    result_bytes: usize,
+    /// From SIGTERM to SIGKILL when a command is past its time limit.
+    grace: Duration,
+    /// How CMD reaches the same Redis (`dlm queue progress` inside it).
+    redis_env: Vec<(&'static str, String)>,
 }
 
 /// Kills a child's process group when dropped, unless the child was reaped.
@@ -130,12 +159,17 @@ impl GroupKiller {
     }
 
     /// SIGKILL the whole group (the command and whatever it started).
-    #[allow(unsafe_code)]
     fn kill(&self) {
+        self.signal(libc::SIGKILL);
+    }
+
+    /// Send `sig` to the whole group.
+    #[allow(unsafe_code)]
+    fn signal(&self, sig: libc::c_int) {
         let Some(pgid) = self.pgid else { return };
         // SAFETY: kill(2) takes plain integers and touches no memory of ours;
         // -pgid names the group our unreaped child leads, never another one.
-        let rc = unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let rc = unsafe { libc::kill(-pgid, sig) };
         if rc != 0 {
             tracing::debug!(pgid, error = %std::io::Error::last_os_error(), "killpg failed");
         }
@@ -165,21 +199,22 @@ fn describe(status: ExitStatus) -> String {
 }
 
 impl CommandSpec {
-    /// Run the command for `task`: Ok on exit status 0.
-    async fn run(&self, task: Task) -> Result<(), String> {
+    /// Run the command for `task`: Ok (with its stdout: the result) on exit status 0.
+    async fn run(&self, task: Task) -> Result<Vec<u8>, String> {
         self.progress.running.fetch_add(1, Ordering::Relaxed);
         let result = self.run_inner(task).await;
         self.progress.running.fetch_sub(1, Ordering::Relaxed);
         let counter = match result {
-            Ok(()) => &self.progress.succeeded,
+            Ok(_) => &self.progress.succeeded,
             Err(_) => &self.progress.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         result
     }
 
-    async fn run_inner(&self, task: Task) -> Result<(), String> {
+    async fn run_inner(&self, task: Task) -> Result<Vec<u8>, String> {
         let payload = task.payload.unwrap_or_default();
+        let capture = self.result_bytes > 0;
         let mut command = tokio::process::Command::new(&self.program);
         command
             .args(&self.args)
@@ -191,6 +226,13 @@ impl CommandSpec {
             // Its dependencies (all done by now), comma-separated; empty when none.
             .env("DLM_TASK_DEPS", task.deps.join(","))
             .env("DLM_FENCE", task.fence.to_string())
+            .env("DLM_TASK_FENCE", task.fence.to_string())
+            .envs(self.redis_env.iter().map(|(k, v)| (k, v)))
+            .stdout(if capture {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .stdin(if payload.is_empty() {
                 Stdio::null()
             } else {
@@ -214,21 +256,91 @@ impl CommandSpec {
                 let _ = stdin.write_all(&payload).await;
             });
         }
-        let waited = tokio::select! {
-            r = child.wait() => r,
-            _ = self.kill.cancelled() => {
-                group.kill();
-                child.wait().await
+        // Read stdout as it comes (a full pipe would block CMD), keeping at
+        // most `limit` bytes and noting whether there was more.
+        let limit = self.result_bytes;
+        let output = child.stdout.take().map(|mut out| {
+            tokio::spawn(async move {
+                let (mut kept, mut over) = (Vec::new(), false);
+                let mut chunk = vec![0u8; 16 * 1024];
+                while let Ok(n) = out.read(&mut chunk).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let room = limit - kept.len();
+                    kept.extend_from_slice(&chunk[..n.min(room)]);
+                    over |= n > room;
+                }
+                (kept, over)
+            })
+        });
+        let limit_at = task.timeout.map(|d| Instant::now() + d);
+        let mut kill_at: Option<Instant> = None;
+        let mut timed_out = false;
+        let waited = loop {
+            tokio::select! {
+                r = child.wait() => break r,
+                _ = self.kill.cancelled() => {
+                    group.kill();
+                    break child.wait().await;
+                }
+                _ = sleep_until_some(limit_at), if !timed_out => {
+                    timed_out = true;
+                    tracing::info!(id = %task.id, "the task's time limit passed; sending its command SIGTERM");
+                    group.signal(libc::SIGTERM);
+                    kill_at = Some(Instant::now() + self.grace);
+                }
+                _ = sleep_until_some(kill_at) => {
+                    tracing::warn!(id = %task.id, "the command ignored SIGTERM for {:?}; sending SIGKILL", self.grace);
+                    group.kill();
+                    kill_at = None;
+                }
             }
         };
         group.disarm();
         let status = waited.map_err(|e| format!("waiting for the command failed: {e}"))?;
-        if status.success() {
-            Ok(())
-        } else {
+        // A process CMD left behind may keep stdout open: read what came
+        // within a moment and go on.
+        let (result, over) = match output {
+            Some(reader) => match tokio::time::timeout(REAP_WAIT, reader).await {
+                Ok(Ok(read)) => read,
+                _ => (Vec::new(), false),
+            },
+            None => (Vec::new(), false),
+        };
+        if timed_out {
+            Err("timed out".to_string())
+        } else if !status.success() {
             Err(describe(status))
+        } else if over {
+            Err(format!("result larger than {limit} bytes"))
+        } else {
+            Ok(result)
         }
     }
+}
+
+/// Completes at `at`, or never when there is none.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The environment that lets CMD's own `dlm` calls (`dlm queue progress`)
+/// reach the Redis this worker uses.
+fn redis_env(global: &Global) -> Vec<(&'static str, String)> {
+    let mut env = Vec::new();
+    if !global.redis.is_empty() {
+        env.push(("DLM_REDIS_URL", global.redis.join(",")));
+    }
+    match &global.topology {
+        crate::global::Topology::Cluster => env.push(("DLM_CLUSTER", "true".to_string())),
+        crate::global::Topology::Sentinel(name) => env.push(("DLM_SENTINEL", name.clone())),
+        crate::global::Topology::Plain => {}
+    }
+    env
 }
 
 /// Where `program` would be run from, as execvp(3) finds it, or why it cannot be.
@@ -296,9 +408,15 @@ pub async fn work(global: &Global, args: &WorkArgs) -> Result<u8, CliError> {
         .concurrency(args.concurrency as usize)
         .lease(args.lease)
         .grace(args.grace)
-        .exit_when_empty(args.exit_when_empty);
+        .exit_when_empty(args.exit_when_empty)
+        // The command stops itself at its limit (SIGTERM, SIGKILL after
+        // --grace); the worker drops it only if that somehow hangs.
+        .timeout_grace(args.grace + TIMEOUT_SLACK);
     if let Some(id) = &args.worker_id {
         options = options.id(id.clone());
+    }
+    if let Some(limit) = args.task_timeout {
+        options = options.task_timeout(limit);
     }
     if args.settings.any() {
         // Stored for the queue, so every worker of it follows the latest value.
@@ -311,6 +429,9 @@ pub async fn work(global: &Global, args: &WorkArgs) -> Result<u8, CliError> {
         queue: name.to_string(),
         kill: CancellationToken::new(),
         progress: Progress::default(),
+        result_bytes: args.result_bytes as usize,
+        grace: args.grace,
+        redis_env: redis_env(global),
     });
     let shutdown = CancellationToken::new();
     let handler = {

@@ -6,7 +6,7 @@
 use clap::Args;
 
 use super::Global;
-use super::parse::{RateArg, parse_name, parse_queue_name, parse_rate};
+use super::parse::{RateArg, parse_keep_results, parse_name, parse_queue_name, parse_rate};
 use super::target::connect;
 use crate::error::CliError;
 use dlm::queue::QueueSettings;
@@ -83,6 +83,11 @@ pub struct SettingsArgs {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(0..=i64::from(dlm::queue::MAX_EVENTS)))]
     pub events: Option<u32>,
+    /// Store for the queue: keep the results tasks leave (`queue work`:
+    /// CMD's stdout) for D, for `queue result` (0: keep none; at most 30
+    /// days; when never set: 1h).
+    #[arg(long, value_name = "D", value_parser = parse_keep_results, allow_hyphen_values = true)]
+    pub keep_results: Option<std::time::Duration>,
 }
 
 impl SettingsArgs {
@@ -101,6 +106,9 @@ impl SettingsArgs {
         if let Some(n) = self.events {
             s = s.events(Some(n).filter(|n| *n > 0));
         }
+        if let Some(ttl) = self.keep_results {
+            s = s.keep_results(ttl);
+        }
         s
     }
 
@@ -110,5 +118,6 @@ impl SettingsArgs {
             || self.rate.is_some()
             || self.keep_completed.is_some()
             || self.events.is_some()
+            || self.keep_results.is_some()
     }
 }

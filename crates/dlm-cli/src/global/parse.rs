@@ -40,6 +40,18 @@ pub fn parse_wait(s: &str) -> Result<Duration, String> {
     in_range(s, Duration::ZERO, dlm::MAX_WAIT)
 }
 
+/// A task's run-time limit (`--task-timeout`): 1ms to
+/// [`dlm::queue::MAX_TASK_TIMEOUT`].
+pub fn parse_task_timeout(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::from_millis(1), dlm::queue::MAX_TASK_TIMEOUT)
+}
+
+/// How long a queue keeps results (`--keep-results`): 0 (none) to
+/// [`dlm::queue::MAX_RESULT_TTL`].
+pub fn parse_keep_results(s: &str) -> Result<Duration, String> {
+    in_range(s, Duration::ZERO, dlm::queue::MAX_RESULT_TTL)
+}
+
 /// The deadline of every call to Redis (`--timeout`): 1ms to 1h.
 pub fn parse_timeout(s: &str) -> Result<Duration, String> {
     in_range(s, Duration::from_millis(1), Duration::from_secs(3600))

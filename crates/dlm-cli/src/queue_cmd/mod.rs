@@ -1,6 +1,7 @@
 //! `dlm queue push | peek | pop | remove | stats | config | dead | retry | purge`
 //! (and `schedule | schedules | unschedule`, in [`mod@schedule`]; `workers`,
-//! in [`mod@workers`]):
+//! in [`mod@workers`]; `result | progress`, in [`mod@results`]; `task`, in
+//! [`mod@task`]; `events`, in [`mod@events`]):
 //! one library call each (`queue work` is in [`crate::work_cmd`]).
 
 use std::time::Duration;
@@ -10,17 +11,21 @@ use dlm::queue::{DependencyFailure, Enqueued, NewTask, OnDuplicate, QueueSetting
 use serde::Serialize;
 
 use crate::error::{CliError, EXIT_OK};
-use crate::global::parse::{parse_delay, parse_group, parse_priority, parse_task_id};
+use crate::global::parse::{
+    parse_delay, parse_group, parse_priority, parse_task_id, parse_task_timeout,
+};
 use crate::global::{Global, QueueArg, SettingsArgs};
 use crate::output;
 
 mod events;
 mod payload;
+mod results;
 mod schedule;
 mod task;
 mod workers;
 
 pub use events::{EventsArgs, events};
+pub use results::{ProgressArgs, ResultArgs, progress, result};
 pub use schedule::{ScheduleArgs, UnscheduleArgs, schedule, schedules, unschedule};
 pub use task::{TaskArgs, task};
 pub use workers::workers;
@@ -57,6 +62,12 @@ pub struct PushArgs {
     /// the queue, at most K tasks of one group run at once, across all workers.
     #[arg(long, value_name = "G", value_parser = parse_group)]
     pub group: Option<String>,
+    /// The tasks' run-time limit (1ms to 7d; default: the worker's
+    /// --task-timeout, if any): a worker cancels a task past it (`queue
+    /// work`: SIGTERM, then SIGKILL after its --grace) and fails it with
+    /// "timed out".
+    #[arg(long, value_name = "D", value_parser = parse_task_timeout, allow_hyphen_values = true)]
+    pub task_timeout: Option<Duration>,
     /// Dependencies: the tasks (of this queue) that must complete first,
     /// comma-separated. Until then the tasks are blocked. An unknown id or a
     /// cycle exits 2 and writes nothing.
@@ -196,6 +207,9 @@ pub async fn push(global: &Global, args: &PushArgs) -> Result<u8, CliError> {
                     DepPolicy::Ignore => DependencyFailure::Ignore,
                 })
                 .deps_may_come_later(args.deps_may_come_later);
+        }
+        if let Some(limit) = args.task_timeout {
+            t = t.timeout(limit);
         }
         match &payload {
             Some(p) => t.payload(p.clone()),
@@ -402,6 +416,7 @@ struct ConfigLine<'a> {
     keep_completed: Option<u32>,
     /// The event log's cap (`null`: no log).
     events: Option<u32>,
+    keep_results_ms: u128,
 }
 
 /// Print a queue's settings (one line; JSON with --json).
@@ -415,11 +430,12 @@ pub fn print_settings(global: &Global, queue: &str, s: &QueueSettings) -> Result
         }),
         keep_completed: s.get_keep_completed(),
         events: s.get_events(),
+        keep_results_ms: s.get_keep_results().as_millis(),
     };
     output::emit(global.json, &line, || {
         let or_none = |v: Option<u32>| v.map_or("none".to_string(), |v| v.to_string());
         format!(
-            "{queue}: group concurrency {}, rate {}, keep completed {}, events {}",
+            "{queue}: group concurrency {}, rate {}, keep completed {}, keep results {}, events {}",
             or_none(line.group_concurrency),
             line.rate.as_ref().map_or("none".to_string(), |r| format!(
                 "{}/{}",
@@ -429,6 +445,10 @@ pub fn print_settings(global: &Global, queue: &str, s: &QueueSettings) -> Result
                 ))
             )),
             or_none(line.keep_completed),
+            match s.get_keep_results() {
+                d if d.is_zero() => "none".to_string(),
+                d => humantime::format_duration(d).to_string(),
+            },
             or_none(line.events)
         )
     })

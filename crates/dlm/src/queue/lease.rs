@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::queue::{Nacked, Queue, Task, check_lease};
+use crate::queue::{Nacked, Queue, Task, check_lease, check_result};
 
 /// A leased task: ack, nack or extend it before the lease runs out.
 ///
@@ -25,9 +25,32 @@ impl Lease {
 
     /// Done: delete the task.
     pub async fn ack(self) -> Result<()> {
+        self.ack_with(Vec::new()).await
+    }
+
+    /// Done, leaving `result` (at most [`crate::queue::MAX_RESULT_BYTES`];
+    /// empty: none, as [`Lease::ack`]): the task is deleted and its result
+    /// kept as the queue's [`crate::queue::QueueSettings::keep_results`]
+    /// says (1 hour by default), for [`Queue::result`] and
+    /// [`Queue::wait_result`], whose waiters it wakes. A result too large is
+    /// an [`Error::InvalidArgument`] before anything is sent (the task is
+    /// not acked; keep a clone of the lease to nack it).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// use std::time::Duration;
+    /// let q = client.queue("thumbs");
+    /// for lease in q.claim(1, Duration::from_secs(30)).await? {
+    ///     lease.ack_with(b"thumb-1.png".to_vec()).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn ack_with(self, result: impl Into<Vec<u8>>) -> Result<()> {
+        let result = result.into();
+        check_result(&self.task.id, &result)?;
         let codes = self
             .queue
-            .ack_many(&[(&self.task.id, self.task.fence)])
+            .ack_many(&[(&self.task.id, self.task.fence, &result)])
             .await?;
         match codes.first() {
             Some(1) => Ok(()),
@@ -46,6 +69,28 @@ impl Lease {
     /// Failed: retry after `retry_after` (or die after the last attempt).
     pub async fn nack_after(self, retry_after: Duration, error: &str) -> Result<Nacked> {
         self.queue.nack_raw(&self.task, retry_after, error).await
+    }
+
+    /// Report how far the task is: `pct` (0 ..= 100) and a message (at most
+    /// [`crate::queue::MAX_PROGRESS_MESSAGE`] bytes), read with
+    /// [`Queue::progress`] until the run ends. Refused with
+    /// [`Error::LeaseLost`] once this lease is stale (expired and taken
+    /// over: the fencing token no longer matches), so a zombie worker
+    /// cannot overwrite the progress of the run that replaced it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// use std::time::Duration;
+    /// for lease in client.queue("thumbs").claim(1, Duration::from_secs(30)).await? {
+    ///     lease.progress(50, "resized").await?;
+    ///     lease.ack().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn progress(&self, pct: u8, message: &str) -> Result<()> {
+        self.queue
+            .report_progress(&self.task.id, self.task.fence, pct, message)
+            .await
     }
 
     /// Renew the lease to `lease` from now.

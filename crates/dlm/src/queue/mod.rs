@@ -21,8 +21,41 @@
 //! `:attempts`, `:dead`, `:errors`, `:fence`, `:stats`, `:signal` (wake-ups);
 //! and, only once a queue uses them, `:config` (its settings), `:prio`,
 //! `:group`, `:ready`, `:gcount`, `:parked`, `:parkedid`, `:rate`,
-//! `:completed`, and while workers run `:workers` and `:workerinfo` (their
-//! heartbeat records, [`Queue::workers`]) ([`crate::keys::QUEUE_KEY_SUFFIXES`]).
+//! `:completed`, `:timeout`, `:results`, `:done`, `:progress`, the dependencies' keys
+//! (see **Dependencies** below), and while workers run `:workers` and `:workerinfo`
+//! (their heartbeat records, [`Queue::workers`]) ([`crate::keys::QUEUE_KEY_SUFFIXES`]).
+//!
+//! **Results** ([`TaskOutput`], [`Lease::ack_with`], [`Queue::result`],
+//! [`Queue::wait_result`]): the ack stores a result in `:results` and the
+//! time it is forgotten in `:done` (now + [`QueueSettings::keep_results`],
+//! 1 hour by default). Bounds, exactly: a result is at most
+//! [`MAX_RESULT_BYTES`] (1 MiB; a worker fails a task whose handler returns
+//! more, `Lease::ack_with` refuses it); at most [`MAX_REMEMBERED_RESULTS`]
+//! (100,000) ids are remembered, and an ack beyond it evicts those to be
+//! forgotten soonest; every ack of a queue with results, and every read,
+//! removes up to 100 expired ones; and both keys expire as a whole at the
+//! last forget time, so an idle queue's results go away by themselves. A
+//! task that returns nothing writes nothing (in a queue that has results,
+//! its ack deletes an earlier run's result), and `result` gives nothing for
+//! an id waiting, in flight or dead again. `wait_result` subscribes to the channel
+//! named like the results key, then reads; the ack publishes the ids it
+//! stored there only while a waiter's mark (`result_waiters` in `:config`,
+//! a time) has not passed.
+//!
+//! **Progress** ([`Lease::progress`], [`Queue::progress`]): one field of
+//! `:progress` per running task, written only under the lease's fence,
+//! deleted when the task finishes (ack, dead), is given back or its lease
+//! expires, and when its next run is claimed (after a nack).
+//!
+//! **Time limits** ([`NewTask::timeout`], [`WorkerOptions::task_timeout`]):
+//! kept in `:timeout` while the task exists, returned by the claim in
+//! [`Task::timeout`]; the [`Worker`] drops a handler past it and nacks the
+//! task `"timed out"`.
+//!
+//! A queue that uses none of these has none of those keys and sends no
+//! more commands: the field `extras` of `:config`, set once a queue uses
+//! one of them, is read by claim and ack with the settings they read
+//! anyway (and is kept by [`Queue::clear_settings`]).
 //!
 //! **Priorities** ([`NewTask::priority`]): due tasks with a priority or a
 //! group wait in `:ready`, scored `-priority * 2^42 + due ms`, so a claim
@@ -89,12 +122,14 @@ pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskDetail, TaskInfo, TaskPage, TaskSta
 pub use lease::Lease;
 pub use schedule::{MAX_SCHEDULES, MIN_EVERY, Repeat, ScheduleInfo, ScheduleRun, Scheduled};
 pub use types::{
-    Backoff, Completed, DEFAULT_EVENTS, DEFAULT_MAX_PAYLOAD, DeadTask, DependencyFailure, Enqueued,
-    Entry, MAX_BATCH, MAX_DELAY, MAX_DEPS, MAX_ERROR_LEN, MAX_EVENTS, MAX_GROUP_CONCURRENCY,
-    MAX_GROUP_LEN, MAX_KEEP_COMPLETED, MAX_PAYLOAD_LIMIT, MAX_PRIORITY, Nacked, NewTask,
-    OnDuplicate, QueueSettings, QueueStats, RateLimit, Removed, Task,
+    Backoff, Completed, DEFAULT_EVENTS, DEFAULT_MAX_PAYLOAD, DEFAULT_RESULT_TTL, DeadTask,
+    DependencyFailure, Enqueued, Entry, MAX_BATCH, MAX_DELAY, MAX_DEPS, MAX_ERROR_LEN, MAX_EVENTS,
+    MAX_GROUP_CONCURRENCY, MAX_GROUP_LEN, MAX_KEEP_COMPLETED, MAX_PAYLOAD_LIMIT, MAX_PRIORITY,
+    MAX_PROGRESS_MESSAGE, MAX_REMEMBERED_RESULTS, MAX_RESULT_BYTES, MAX_RESULT_TTL,
+    MAX_TASK_TIMEOUT, Nacked, NewTask, OnDuplicate, QueueSettings, QueueStats, RateLimit, Removed,
+    Task, TaskProgress,
 };
-pub use worker::{Worker, WorkerOptions, WorkerReport};
+pub use worker::{TaskOutput, Worker, WorkerOptions, WorkerReport};
 
 use std::sync::Arc;
 
@@ -182,6 +217,15 @@ fn check_task_options(t: &NewTask) -> Result<()> {
             ),
         ));
     }
+    if let Some(limit) = t.timeout {
+        check_task_timeout(limit).map_err(|e| match e {
+            Error::InvalidArgument { arg, reason } => Error::InvalidArgument {
+                arg,
+                reason: format!("task {:?}: {reason}", t.id),
+            },
+            other => other,
+        })?;
+    }
     Ok(())
 }
 
@@ -217,6 +261,37 @@ fn check_dependencies(t: &NewTask) -> Result<()> {
     }
     Ok(())
 }
+
+/// A run-time limit: 1 ms ..= [`MAX_TASK_TIMEOUT`].
+fn check_task_timeout(limit: Duration) -> Result<()> {
+    if limit < Duration::from_millis(1) || limit > MAX_TASK_TIMEOUT {
+        return Err(Error::invalid(
+            "task timeout",
+            format!("{limit:?} is outside 1ms ..= 7 days"),
+        ));
+    }
+    Ok(())
+}
+
+/// A result a task leaves: at most [`MAX_RESULT_BYTES`].
+fn check_result(id: &str, result: &[u8]) -> Result<()> {
+    if result.len() > MAX_RESULT_BYTES {
+        return Err(Error::invalid(
+            "result",
+            format!(
+                "task {id:?}: result too large: {} bytes is more than the limit of {MAX_RESULT_BYTES} bytes",
+                result.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// How often [`Queue::wait_result`] reads again without a message (a lost
+/// message costs at most this; with no pub/sub connection it polls at
+/// [`RESULT_POLL`]).
+const RESULT_RECHECK: Duration = Duration::from_secs(5);
+const RESULT_POLL: Duration = Duration::from_millis(200);
 
 fn cap_error(text: &str) -> String {
     if text.len() <= MAX_ERROR_LEN {
@@ -597,7 +672,159 @@ impl Queue {
         Worker::new(self.clone(), options)
     }
 
-    pub(crate) async fn ack_many(&self, leases: &[(&str, Fence)]) -> Result<Vec<i64>> {
+    /// The result the handler of task `id` returned ([`TaskOutput`],
+    /// [`Lease::ack_with`]), while the queue remembers it (see
+    /// [`QueueSettings::keep_results`]); `None`: not finished yet, finished
+    /// without a result, failed, or forgotten. Also forgets a few expired
+    /// results (expiry is lazy; the keys expire as a whole too).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// if let Some(bytes) = client.queue("thumbs").result("img:7").await? {
+    ///     println!("{} bytes", bytes.len());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn result(&self, id: &str) -> Result<Option<Vec<u8>>> {
+        check_id(id)?;
+        let (backend, keys) = self.ready()?;
+        ops::result(backend, &keys, id, Duration::ZERO).await
+    }
+
+    /// Like [`Queue::result`], but when there is none yet wait for it, at
+    /// most `deadline` (at most [`MAX_DELAY`]): woken by the ack that
+    /// stores it (a pub/sub message on the channel named like the queue's
+    /// results key, `dlm:queue:{Q}:results`, published only while someone
+    /// waits), not by polling; it reads again every 5 s in case a message
+    /// was lost. `None` at the deadline. A task that finishes without a
+    /// result, or fails, wakes nobody: the wait ends at the deadline.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// use std::time::Duration;
+    /// let q = client.queue("thumbs");
+    /// q.push("img:7").await?;
+    /// match q.wait_result("img:7", Duration::from_secs(30)).await? {
+    ///     Some(bytes) => println!("done: {} bytes", bytes.len()),
+    ///     None => println!("not done within 30 s"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_result(&self, id: &str, deadline: Duration) -> Result<Option<Vec<u8>>> {
+        use futures_util::StreamExt;
+        check_id(id)?;
+        check_delay("deadline", deadline)?;
+        let (backend, keys) = self.ready()?;
+        let until = tokio::time::Instant::now() + deadline;
+        // Subscribe first, then read: an ack between the two is not missed.
+        let mut sub = None;
+        if let Some(d) = &self.deployment
+            && !deadline.is_zero()
+        {
+            let channel = &keys[22];
+            let opened = tokio::time::timeout(backend.timeout(), async {
+                let mut p = d.pubsub().await?;
+                p.subscribe(channel).await?;
+                Ok::<_, redis::RedisError>(p)
+            })
+            .await;
+            match opened {
+                Ok(Ok(p)) => sub = Some(p),
+                Ok(Err(e)) => tracing::debug!(error = %e, "no results subscription; polling"),
+                Err(_) => tracing::debug!("results subscription timed out; polling"),
+            }
+        }
+        loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if let Some(r) = ops::result(backend, &keys, id, left).await? {
+                return Ok(Some(r));
+            }
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let Some(p) = sub.as_mut() else {
+                tokio::time::sleep(left.min(RESULT_POLL)).await;
+                continue;
+            };
+            let mut messages = p.on_message();
+            let heard = tokio::time::timeout(left.min(RESULT_RECHECK), async {
+                while let Some(m) = messages.next().await {
+                    if m.get_payload_bytes() == id.as_bytes() {
+                        return true;
+                    }
+                }
+                false
+            })
+            .await;
+            drop(messages);
+            if heard == Ok(false) {
+                // The connection closed: poll from here on.
+                sub = None;
+            }
+        }
+    }
+
+    /// What the running task `id` last reported with [`Lease::progress`]
+    /// (`None`: nothing, or it is not running any more: progress is deleted
+    /// when its run ends).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// if let Some(p) = client.queue("thumbs").progress("img:7").await? {
+    ///     println!("{}% {}", p.pct, p.message);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn progress(&self, id: &str) -> Result<Option<TaskProgress>> {
+        check_id(id)?;
+        let (backend, keys) = self.ready()?;
+        let v: redis::Value = backend
+            .query(redis::cmd("HGET").arg(&keys[24]).arg(id))
+            .await?;
+        Ok(ops::progress_reply(&v))
+    }
+
+    /// Report the progress of task `id` under the lease with fencing token
+    /// `fence`, as [`Lease::progress`] does, for a process that has no
+    /// [`Lease`] but knows both (`dlm queue progress`, from the
+    /// `DLM_TASK_ID` and `DLM_TASK_FENCE` that `dlm queue work` gives its
+    /// command). [`Error::LeaseLost`] when that lease is not the task's
+    /// current one (expired, taken over or finished).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let fence = dlm::Fence::new(std::env::var("DLM_TASK_FENCE").unwrap_or_default().parse().unwrap_or(0));
+    /// client.queue("thumbs").report_progress("img:7", fence, 50, "half way").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn report_progress(
+        &self,
+        id: &str,
+        fence: Fence,
+        pct: u8,
+        message: &str,
+    ) -> Result<()> {
+        check_id(id)?;
+        if pct > 100 {
+            return Err(Error::invalid("pct", format!("{pct} is above 100")));
+        }
+        if message.len() > MAX_PROGRESS_MESSAGE {
+            return Err(Error::invalid(
+                "progress message",
+                format!(
+                    "{} bytes is longer than {MAX_PROGRESS_MESSAGE}",
+                    message.len()
+                ),
+            ));
+        }
+        let (backend, keys) = self.ready()?;
+        match ops::progress(backend, &keys, id, fence, pct, message).await? {
+            1 => Ok(()),
+            c => Err(self.lease_lost(id, c)),
+        }
+    }
+
+    pub(crate) async fn ack_many(&self, leases: &[ops::Finished<'_>]) -> Result<Vec<i64>> {
         let (backend, keys) = self.ready()?;
         let codes = ops::ack(backend, &keys, leases).await?;
         let acked = codes.iter().filter(|c| **c == 1).count() as u64;

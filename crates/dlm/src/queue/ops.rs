@@ -10,7 +10,7 @@ use crate::backend::millis;
 use crate::error::{Error, Result};
 use crate::queue::{
     Completed, DeadTask, Enqueued, Entry, NewTask, OnDuplicate, QueueSettings, QueueStats,
-    RateLimit, Removed, Task,
+    RateLimit, Removed, Task, TaskProgress,
 };
 use crate::token::Fence;
 
@@ -34,23 +34,33 @@ pub(crate) use script;
 
 script!(
     ENQUEUE,
-    ["groups", "payload", "events", "deps"],
+    ["groups", "payload", "events", "results", "deps"],
     "enqueue.lua"
 );
 script!(TOP, ["groups", "payload", "due"], "top.lua");
 script!(
     POP,
-    ["groups", "payload", "due", "events", "deps"],
+    ["groups", "payload", "due", "events", "results", "deps"],
     "pop.lua"
 );
 script!(
     REMOVE_IF_SCORE,
-    ["groups", "payload", "due", "events", "deps"],
+    ["groups", "payload", "due", "events", "results", "deps"],
     "remove_if_score.lua"
 );
-script!(CLAIM, ["groups", "payload", "events", "deps"], "claim.lua");
-script!(ACK, ["groups", "payload", "events", "deps"], "ack.lua");
-script!(NACK, ["groups", "events", "deps"], "nack.lua");
+script!(
+    CLAIM,
+    ["groups", "payload", "events", "results", "deps"],
+    "claim.lua"
+);
+script!(
+    ACK,
+    ["groups", "payload", "events", "results", "deps"],
+    "ack.lua"
+);
+script!(RESULT, ["results"], "result.lua");
+script!(PROGRESS, ["events"], "progress.lua");
+script!(NACK, ["groups", "events", "results", "deps"], "nack.lua");
 script!(EXTEND, "extend.lua");
 script!(ABANDON, ["groups"], "abandon.lua");
 script!(STATS, "stats.lua");
@@ -149,7 +159,7 @@ pub(crate) async fn enqueue(
             None => inv.arg("0").arg(""),
         };
         inv.arg(t.priority).arg(t.group.as_deref().unwrap_or(""));
-        inv.arg("0");
+        inv.arg(t.timeout.map_or(0, millis));
         inv.arg(deps_arg(&t.deps)).arg(deps_flags(t));
     }
     enqueue_reply(backend.eval(&inv).await?)
@@ -325,7 +335,7 @@ pub(crate) async fn claim(
 
 /// claim.lua: expired leases returned, time to the next due task, the
 /// server's clock, how many expired leases died, time to the next rate
-/// slot, then per task seven values.
+/// slot, then per task eight values.
 fn claim_reply(v: Value) -> Result<Claimed> {
     let reply = array(v)?;
     let (head, rest) = reply.split_at(reply.len().min(5));
@@ -343,7 +353,7 @@ fn claim_reply(v: Value) -> Result<Claimed> {
                 attempt,
                 priority,
                 group,
-                _timeout,
+                timeout,
                 deps,
             ] => Ok(Task {
                 id: text(id)?,
@@ -358,6 +368,12 @@ fn claim_reply(v: Value) -> Result<Claimed> {
                     g => Some(text(g)?),
                 },
                 deps: bytes(deps).map(|d| split_ids(&d)).unwrap_or_default(),
+                timeout: match timeout {
+                    Value::Nil => None,
+                    t => Some(unsigned(int(t)?))
+                        .filter(|ms| *ms > 0)
+                        .map(Duration::from_millis),
+                },
             }),
             _ => Err(Error::protocol("short claimed task")),
         })
@@ -382,14 +398,58 @@ fn with_leases<'a>(inv: &mut redis::ScriptInvocation<'a>, leases: &[(&str, Fence
     }
 }
 
+/// A lease to ack and the result its task leaves (empty: none).
+pub(crate) type Finished<'a> = (&'a str, Fence, &'a [u8]);
+
 pub(crate) async fn ack(
     backend: &Backend,
     keys: &[String],
-    leases: &[(&str, Fence)],
+    leases: &[Finished<'_>],
 ) -> Result<Vec<i64>> {
     let mut inv = invocation(&ACK, keys);
-    with_leases(&mut inv, leases);
+    for (id, fence, result) in leases {
+        inv.arg(*id).arg(fence.get()).arg(*result);
+    }
     codes_reply(backend.eval(&inv).await?)
+}
+
+/// result.lua: the result of `id`, marking a waiter for `wait` when there is none.
+pub(crate) async fn result(
+    backend: &Backend,
+    keys: &[String],
+    id: &str,
+    wait: Duration,
+) -> Result<Option<Vec<u8>>> {
+    let mut inv = invocation(&RESULT, keys);
+    inv.arg(id).arg(millis(wait));
+    Ok(bytes(&backend.eval::<Value>(&inv).await?))
+}
+
+/// progress.lua: 1 recorded, 0 / -1 lease lost (as extend.lua).
+pub(crate) async fn progress(
+    backend: &Backend,
+    keys: &[String],
+    id: &str,
+    fence: Fence,
+    pct: u8,
+    message: &str,
+) -> Result<i64> {
+    let mut inv = invocation(&PROGRESS, keys);
+    inv.arg(id)
+        .arg(fence.get())
+        .arg(format!("{pct}\0{message}"));
+    code_reply(backend.eval(&inv).await?)
+}
+
+/// The stored "pct NUL message" of a progress (None: unreadable).
+pub(crate) fn progress_reply(v: &Value) -> Option<TaskProgress> {
+    let raw = bytes(v)?;
+    let text = String::from_utf8_lossy(&raw);
+    let (pct, message) = text.split_once('\0')?;
+    Some(TaskProgress {
+        pct: pct.parse().ok().filter(|p| *p <= 100)?,
+        message: message.to_string(),
+    })
 }
 
 pub(crate) async fn extend(
@@ -548,6 +608,12 @@ fn settings_args(change: &QueueSettings) -> Vec<(&'static str, String)> {
     if let Some(n) = change.events {
         args.push(("events_maxlen", num(n)));
     }
+    if let Some(ttl) = change.keep_results {
+        args.push((
+            "keep_results_ms",
+            ttl.map_or(String::new(), |t| millis(t).to_string()),
+        ));
+    }
     args
 }
 
@@ -579,7 +645,7 @@ pub(crate) async fn config(
     settings_reply(backend.eval(&inv).await?)
 }
 
-/// config.lua: the four settings, nil when not set. A stored value out of
+/// config.lua: the six settings, nil when not set. A stored value out of
 /// range (written by hand) reads as not set.
 fn settings_reply(v: Value) -> Result<QueueSettings> {
     let v = array(v)?;
@@ -590,9 +656,16 @@ fn settings_reply(v: Value) -> Result<QueueSettings> {
             _ => None,
         }
     };
-    if v.len() != 5 {
-        return Err(Error::protocol("config reply is not five values"));
+    if v.len() != 6 {
+        return Err(Error::protocol("config reply is not six values"));
     }
+    let keep_results = match v.get(4) {
+        Some(Value::BulkString(b)) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()),
+        Some(Value::Int(n)) => u64::try_from(*n).ok(),
+        _ => None,
+    }
+    .map(Duration::from_millis)
+    .filter(|t| *t <= crate::queue::MAX_RESULT_TTL);
     let rate = match (get(1), get(2)) {
         (Some(n), Some(ms)) => RateLimit::new(n, Duration::from_millis(u64::from(ms))).ok(),
         _ => None,
@@ -601,7 +674,10 @@ fn settings_reply(v: Value) -> Result<QueueSettings> {
         group_concurrency: Some(get(0).filter(|k| *k > 0)),
         rate: Some(rate),
         keep_completed: Some(get(3).filter(|k| *k > 0)),
-        events: Some(get(4).filter(|k| *k > 0)),
+        events: Some(get(5).filter(|k| *k > 0)),
+        // Not stored: left out (`get_keep_results` gives the default), so
+        // settings read back equal those built without it.
+        keep_results: keep_results.map(Some),
     })
 }
 
@@ -675,10 +751,11 @@ mod tests {
             Value::Int(2),
             Value::Int(5),
             Value::BulkString(b"g".to_vec()),
-            Value::Int(0),
+            Value::Int(1500),
             Value::BulkString(b"a\0b\0".to_vec()),
         ]))?;
         assert_eq!(claimed.tasks[0].deps, ["a", "b"]);
+        assert_eq!(claimed.tasks[0].timeout, Some(Duration::from_millis(1500)));
         assert_eq!(claimed.tasks[0].priority, 5);
         assert_eq!(claimed.tasks[0].group.as_deref(), Some("g"));
         assert_eq!(claimed.rate_wait, None);

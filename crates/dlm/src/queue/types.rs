@@ -34,6 +34,23 @@ pub enum DependencyFailure {
     /// The dead dependency counts as done: it runs once the others are.
     Ignore,
 }
+/// The longest run-time limit of a task ([`NewTask::timeout`],
+/// [`crate::queue::WorkerOptions::task_timeout`]): 7 days.
+pub const MAX_TASK_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The largest result a task may leave (1 MiB): a worker whose handler
+/// returns more fails the task with the error "result too large ...".
+pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
+/// How long results are kept when the queue's
+/// [`QueueSettings::keep_results`] is not set: 1 hour.
+pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(3600);
+/// The longest [`QueueSettings::keep_results`]: 30 days.
+pub const MAX_RESULT_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// The most finished tasks a queue remembers (with their results) at once:
+/// beyond it the ones due to be forgotten first go first. With
+/// [`MAX_RESULT_BYTES`] this bounds a queue's result memory.
+pub const MAX_REMEMBERED_RESULTS: usize = 100_000;
+/// The longest progress message ([`crate::queue::Lease::progress`]), in bytes.
+pub const MAX_PROGRESS_MESSAGE: usize = 1024;
 
 /// What to do when an enqueued id is already waiting or in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -64,16 +81,18 @@ pub struct NewTask {
     pub(crate) deps: Vec<String>,
     pub(crate) on_dep_failure: DependencyFailure,
     pub(crate) deps_may_come_later: bool,
+    pub(crate) timeout: Option<Duration>,
 }
 
 impl NewTask {
-    /// A task with this id, no payload, priority 0 and no group.
+    /// A task with this id, no payload, priority 0, no group and no run-time limit.
     pub fn new(id: impl Into<String>) -> Self {
         NewTask {
             id: id.into(),
             payload: None,
             priority: 0,
             group: None,
+            timeout: None,
             deps: Vec::new(),
             on_dep_failure: DependencyFailure::Fail,
             deps_may_come_later: false,
@@ -135,6 +154,22 @@ impl NewTask {
     /// Its dependencies, as given to [`NewTask::after`].
     pub fn dependencies(&self) -> &[String] {
         &self.deps
+    }
+
+    /// Its run-time limit (1 ms ..= [`MAX_TASK_TIMEOUT`], whole milliseconds;
+    /// default: the worker's [`crate::queue::WorkerOptions::task_timeout`],
+    /// if any). A [`crate::queue::Worker`] cancels the handler at the limit
+    /// (drops its future) and nacks the task with the error `"timed out"`:
+    /// it is retried by the queue's policy, then dead. Claims return it in
+    /// [`Task::timeout`]. (Out of range: enqueue fails with a typed error.)
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let t = dlm::queue::NewTask::new("report:9").timeout(Duration::from_secs(60));
+    /// ```
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
+        self
     }
 
     /// Its priority, 0 ..= [`MAX_PRIORITY`] (default 0, the lowest): among
@@ -234,6 +269,25 @@ pub struct Task {
     /// for a task that ignores that); empty for most tasks. A handler reads
     /// their results with `Queue::result`.
     pub deps: Vec<String>,
+    /// Its run-time limit ([`NewTask::timeout`]), if it has one. A
+    /// [`crate::queue::Worker`] hands its handler the limit it runs under:
+    /// this, else the worker's [`crate::queue::WorkerOptions::task_timeout`].
+    pub timeout: Option<Duration>,
+}
+
+/// What a running task reported with [`crate::queue::Lease::progress`]
+/// ([`crate::queue::Queue::progress`]).
+///
+/// ```
+/// let p = dlm::queue::TaskProgress { pct: 40, message: "4 of 10 pages".into() };
+/// assert_eq!(p.pct, 40);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskProgress {
+    /// Percent done, 0 ..= 100.
+    pub pct: u8,
+    /// What it said (may be empty).
+    pub message: String,
 }
 
 /// Exponential backoff with jitter between attempts of a failed task.
@@ -401,6 +455,7 @@ pub struct QueueSettings {
     pub(crate) rate: Option<Option<RateLimit>>,
     pub(crate) keep_completed: Option<Option<u32>>,
     pub(crate) events: Option<Option<u32>>,
+    pub(crate) keep_results: Option<Option<Duration>>,
 }
 
 /// The most entries a queue's event log may be capped at ([`QueueSettings::events`]).
@@ -457,6 +512,34 @@ impl QueueSettings {
         self.events.flatten()
     }
 
+    /// How long the results handlers return are kept (at most
+    /// [`MAX_RESULT_TTL`], whole milliseconds; default when never set:
+    /// [`DEFAULT_RESULT_TTL`], 1 hour; `Duration::ZERO`: not kept at all).
+    /// A task that returns nothing writes nothing, so a queue without
+    /// results pays nothing for this. Results kept so far stay until their
+    /// own time. At most [`MAX_REMEMBERED_RESULTS`] are kept at once (the
+    /// soonest to be forgotten go first), each at most [`MAX_RESULT_BYTES`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let s = dlm::queue::QueueSettings::default().keep_results(Duration::from_secs(600));
+    /// assert_eq!(s.get_keep_results(), Duration::from_secs(600));
+    /// ```
+    pub fn keep_results(mut self, ttl: Duration) -> Self {
+        self.keep_results = Some(Some(ttl));
+        self
+    }
+
+    /// How long results are kept ([`DEFAULT_RESULT_TTL`] when not set).
+    ///
+    /// ```
+    /// let s = dlm::queue::QueueSettings::default();
+    /// assert_eq!(s.get_keep_results(), dlm::queue::DEFAULT_RESULT_TTL);
+    /// ```
+    pub fn get_keep_results(&self) -> Duration {
+        self.keep_results.flatten().unwrap_or(DEFAULT_RESULT_TTL)
+    }
+
     /// The group concurrency set.
     pub fn get_group_concurrency(&self) -> Option<u32> {
         self.group_concurrency.flatten()
@@ -495,6 +578,14 @@ impl QueueSettings {
             return Err(crate::error::Error::invalid(
                 "events",
                 format!("{n} is outside 1 ..= {MAX_EVENTS}"),
+            ));
+        }
+        if let Some(Some(ttl)) = self.keep_results
+            && ttl > MAX_RESULT_TTL
+        {
+            return Err(crate::error::Error::invalid(
+                "keep results",
+                format!("{ttl:?} is longer than 30 days"),
             ));
         }
         if let Some(Some(r)) = self.rate {

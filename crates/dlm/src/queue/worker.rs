@@ -34,7 +34,67 @@ struct RunningLease {
 
 type Running = Arc<Mutex<HashMap<String, RunningLease>>>;
 
+/// What a [`Worker`]'s handler may return on success: nothing (`()`), or a
+/// result that the ack stores for [`Queue::result`] and
+/// [`Queue::wait_result`] (see [`crate::queue::QueueSettings::keep_results`]).
+/// An empty result, or `None`, is no result: nothing is written. A result
+/// larger than [`crate::queue::MAX_RESULT_BYTES`] fails the task with the
+/// error `"result too large: ..."` (retried by the queue's policy).
+///
+/// ```
+/// use dlm::queue::TaskOutput;
+/// assert_eq!(().into_result(), None);
+/// assert_eq!(String::from("done").into_result(), Some(b"done".to_vec()));
+/// assert_eq!(Some(Vec::<u8>::new()).into_result(), None);
+/// ```
+pub trait TaskOutput: Send + 'static {
+    /// The result's bytes (`None`: no result).
+    fn into_result(self) -> Option<Vec<u8>>;
+}
+
+impl TaskOutput for () {
+    fn into_result(self) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+impl TaskOutput for Vec<u8> {
+    fn into_result(self) -> Option<Vec<u8>> {
+        Some(self).filter(|r| !r.is_empty())
+    }
+}
+
+impl TaskOutput for String {
+    fn into_result(self) -> Option<Vec<u8>> {
+        self.into_bytes().into_result()
+    }
+}
+
+impl TaskOutput for &'static str {
+    fn into_result(self) -> Option<Vec<u8>> {
+        self.as_bytes().to_vec().into_result()
+    }
+}
+
+impl TaskOutput for &'static [u8] {
+    fn into_result(self) -> Option<Vec<u8>> {
+        self.to_vec().into_result()
+    }
+}
+
+impl<T: TaskOutput> TaskOutput for Option<T> {
+    fn into_result(self) -> Option<Vec<u8>> {
+        self.and_then(TaskOutput::into_result)
+    }
+}
+
+/// The error a task is nacked with when its handler ran out of time.
+const TIMED_OUT: &str = "timed out";
+
 /// Runs a handler for every task of a queue. Get one from [`Queue::worker`].
+///
+/// A handler may return a result ([`TaskOutput`]: bytes, a string, or `()`
+/// for none), and runs under the task's time limit ([`Task::timeout`]).
 ///
 /// ```no_run
 /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
@@ -77,14 +137,33 @@ impl Worker {
     /// Run until `shutdown` is cancelled (or the queue is drained, with
     /// [`WorkerOptions::exit_when_empty`]). Transient Redis errors are retried
     /// with a pause, so the worker goes on by itself after a restart.
-    pub async fn run<F, Fut, E>(
+    ///
+    /// The handler's `Ok` value is the task's result ([`TaskOutput`]; `()`:
+    /// none). A task with a time limit ([`crate::queue::NewTask::timeout`],
+    /// else [`WorkerOptions::task_timeout`]) whose handler runs longer is
+    /// cancelled (its future dropped, after [`WorkerOptions::timeout_grace`])
+    /// and nacked with the error `"timed out"`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// use std::time::Duration;
+    /// use dlm::queue::WorkerOptions;
+    /// let opts = WorkerOptions::new().task_timeout(Duration::from_secs(60));
+    /// client.queue("thumbs").worker(opts)
+    ///     .run(|task| async move { Ok::<_, std::io::Error>(format!("thumb of {}", task.id)) },
+    ///          dlm::CancellationToken::new())
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<F, Fut, T, E>(
         self,
         handler: F,
         shutdown: CancellationToken,
     ) -> Result<WorkerReport>
     where
         F: Fn(Task) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+        Fut: Future<Output = std::result::Result<T, E>> + Send + 'static,
+        T: TaskOutput,
         E: Display + Send + 'static,
     {
         self.opts.validate()?;
@@ -177,6 +256,8 @@ impl Worker {
                 let claim = Claim {
                     task,
                     at: claimed_at,
+                    limit: self.opts.task_timeout,
+                    grace: self.opts.timeout_grace,
                 };
                 tally.started();
                 tasks.spawn(async move {
@@ -271,34 +352,70 @@ fn count(report: &mut WorkerReport, done: std::result::Result<Outcome, tokio::ta
     }
 }
 
-/// A claimed task and when the claim's reply came.
+/// A claimed task, when the claim's reply came, the worker's default time
+/// limit and how long after a limit the handler is dropped.
 struct Claim {
     task: Task,
     at: Instant,
+    limit: Option<Duration>,
+    grace: Duration,
 }
 
 /// Run the handler (isolated, so a panic is a failure, not a crash), then ack or nack.
-async fn process<F, Fut, E>(
+async fn process<F, Fut, T, E>(
     queue: Queue,
     acks: Acks,
     handler: Arc<F>,
-    Claim { task, at }: Claim,
+    Claim {
+        mut task,
+        at,
+        limit,
+        grace,
+    }: Claim,
     running: Running,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Outcome
 where
     F: Fn(Task) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+    Fut: Future<Output = std::result::Result<T, E>> + Send + 'static,
+    T: TaskOutput,
     E: Display + Send + 'static,
 {
+    // The handler sees the limit it runs under: its own, else the worker's.
+    task.timeout = task.timeout.or(limit);
     // A panic in the handler is a failure of this task, not a crash of the
     // worker; aborting this future (shutdown after the grace period) drops
-    // the handler with it.
-    let run = std::panic::AssertUnwindSafe(handler(task.clone()));
-    let error = match futures_util::FutureExt::catch_unwind(run).await {
-        Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(e.to_string()),
-        Err(_) => Some("the handler panicked".to_string()),
+    // the handler with it, and so does its time limit.
+    let run =
+        futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(handler(task.clone())));
+    let ran = match task.timeout {
+        Some(limit) => tokio::time::timeout(limit.saturating_add(grace), run)
+            .await
+            .ok(),
+        None => Some(run.await),
+    };
+    let (result, error) = match ran {
+        // A TaskOutput of the caller's may panic too: a failure as well.
+        Some(Ok(Ok(output))) => {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| output.into_result())) {
+                Err(_) => (
+                    Vec::new(),
+                    Some("the handler's result panicked".to_string()),
+                ),
+                Ok(Some(r)) if r.len() > crate::queue::MAX_RESULT_BYTES => (
+                    Vec::new(),
+                    Some(format!(
+                        "result too large: {} bytes is more than the limit of {} bytes",
+                        r.len(),
+                        crate::queue::MAX_RESULT_BYTES
+                    )),
+                ),
+                Ok(r) => (r.unwrap_or_default(), None),
+            }
+        }
+        Some(Ok(Err(e))) => (Vec::new(), Some(e.to_string())),
+        Some(Err(_)) => (Vec::new(), Some("the handler panicked".to_string())),
+        None => (Vec::new(), Some(TIMED_OUT.to_string())),
     };
     queue.metrics.ran(at.elapsed());
     // The handler is done: its slot can take the next task while the ack
@@ -307,7 +424,7 @@ where
     if let Some(l) = lock_running(&running).get_mut(&task.id) {
         l.settling = true;
     }
-    let outcome = settle(&queue, &acks, &task, error.as_deref()).await;
+    let outcome = settle(&queue, &acks, &task, result, error.as_deref()).await;
     lock_running(&running).remove(&task.id);
     outcome
 }
@@ -321,6 +438,8 @@ struct Acks(tokio::sync::mpsc::UnboundedSender<AckRequest>);
 struct AckRequest {
     id: String,
     fence: Fence,
+    /// The task's result (empty: none).
+    result: Vec<u8>,
     reply: tokio::sync::oneshot::Sender<std::result::Result<i64, String>>,
 }
 
@@ -331,13 +450,14 @@ impl Acks {
     }
 
     /// 1 acked, 0 / -1 lease lost (see ack.lua).
-    async fn ack(&self, id: &str, fence: Fence) -> Result<i64> {
+    async fn ack(&self, id: &str, fence: Fence, result: Vec<u8>) -> Result<i64> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let unavailable = |why: String| Error::Unavailable { source: why.into() };
         self.0
             .send(AckRequest {
                 id: id.to_string(),
                 fence,
+                result,
                 reply,
             })
             .map_err(|_| unavailable("the ack batcher stopped".into()))?;
@@ -358,7 +478,10 @@ async fn ack_batches(queue: Queue, mut rx: tokio::sync::mpsc::UnboundedReceiver<
                 Err(_) => break,
             }
         }
-        let refs: Vec<(&str, Fence)> = batch.iter().map(|r| (r.id.as_str(), r.fence)).collect();
+        let refs: Vec<(&str, Fence, &[u8])> = batch
+            .iter()
+            .map(|r| (r.id.as_str(), r.fence, r.result.as_slice()))
+            .collect();
         match queue.ack_many(&refs).await {
             Ok(codes) if codes.len() == batch.len() => {
                 for (r, code) in batch.into_iter().zip(codes) {
@@ -380,14 +503,23 @@ async fn ack_batches(queue: Queue, mut rx: tokio::sync::mpsc::UnboundedReceiver<
 }
 
 /// Ack or nack, retrying transient errors for a while (the lease is the limit).
-async fn settle(queue: &Queue, acks: &Acks, task: &Task, error: Option<&str>) -> Outcome {
+async fn settle(
+    queue: &Queue,
+    acks: &Acks,
+    task: &Task,
+    output: Vec<u8>,
+    error: Option<&str>,
+) -> Outcome {
     let mut pause = Duration::from_millis(20);
     loop {
         let result = match error {
-            None => acks.ack(&task.id, task.fence).await.map(|c| match c {
-                1 => Outcome::Acked,
-                _ => Outcome::Lost,
-            }),
+            None => acks
+                .ack(&task.id, task.fence, output.clone())
+                .await
+                .map(|c| match c {
+                    1 => Outcome::Acked,
+                    _ => Outcome::Lost,
+                }),
             Some(e) => queue
                 .nack_raw(task, queue.backoff_for(task.attempt), e)
                 .await

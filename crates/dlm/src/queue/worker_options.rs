@@ -24,6 +24,8 @@ pub struct WorkerOptions {
     pub(super) exit_when_empty: bool,
     pub(super) settings: crate::queue::QueueSettings,
     pub(super) id: Option<String>,
+    pub(super) task_timeout: Option<Duration>,
+    pub(super) timeout_grace: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -37,6 +39,8 @@ impl Default for WorkerOptions {
             exit_when_empty: false,
             settings: crate::queue::QueueSettings::default(),
             id: None,
+            task_timeout: None,
+            timeout_grace: Duration::ZERO,
         }
     }
 }
@@ -130,10 +134,64 @@ impl WorkerOptions {
         self
     }
 
+    /// Store how long the queue keeps the results handlers return when the
+    /// worker starts (`Duration::ZERO`: none); a queue-level setting like
+    /// [`Self::group_concurrency`] (see
+    /// [`crate::queue::QueueSettings::keep_results`]; not called: left as
+    /// stored, 1 hour when never set).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let opts = dlm::queue::WorkerOptions::new().keep_results(Duration::from_secs(600));
+    /// ```
+    pub fn keep_results(mut self, ttl: Duration) -> Self {
+        self.settings = self.settings.keep_results(ttl);
+        self
+    }
+
+    /// The run-time limit of tasks that have none of their own
+    /// ([`crate::queue::NewTask::timeout`]); 1 ms ..= 7 days, default none.
+    /// At the limit the handler is cancelled (its future dropped) and the
+    /// task nacked with the error `"timed out"`: retried with backoff, then
+    /// dead after the last attempt.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let opts = dlm::queue::WorkerOptions::new().task_timeout(Duration::from_secs(300));
+    /// ```
+    pub fn task_timeout(mut self, limit: Duration) -> Self {
+        self.task_timeout = Some(limit);
+        self
+    }
+
+    /// How long a handler past its time limit may still run before it is
+    /// dropped (default zero, at most 7 days): for a handler that watches
+    /// [`crate::queue::Task::timeout`] itself and stops cleanly (`dlm queue
+    /// work` sends its command SIGTERM at the limit and SIGKILL after
+    /// `--grace`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let opts = dlm::queue::WorkerOptions::new().timeout_grace(Duration::from_secs(5));
+    /// ```
+    pub fn timeout_grace(mut self, grace: Duration) -> Self {
+        self.timeout_grace = grace;
+        self
+    }
+
     pub(super) fn validate(&self) -> Result<()> {
         self.settings.validate()?;
         if let Some(id) = &self.id {
             super::beat::check_worker_id(id)?;
+        }
+        if let Some(limit) = self.task_timeout {
+            super::check_task_timeout(limit)?;
+        }
+        if self.timeout_grace > super::MAX_TASK_TIMEOUT {
+            return Err(Error::invalid(
+                "timeout grace",
+                format!("{:?} is longer than 7 days", self.timeout_grace),
+            ));
         }
         if self.concurrency == 0 || self.concurrency > 10_000 {
             return Err(Error::invalid("concurrency", "must be 1 ..= 10000"));

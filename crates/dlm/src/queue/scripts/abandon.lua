@@ -44,6 +44,7 @@ for i = 1, #ARGV, 2 do
   if redis.call('HGET', KEYS[4], id) == ARGV[i + 1] then
     redis.call('ZREM', KEYS[3], id)
     redis.call('HDEL', KEYS[4], id)
+    redis.call('HDEL', KEYS[25], id) -- issue 24: this run's progress ends with it
     local group = redis.call('HGET', KEYS[13], id)
     if group then release(group) end
     if not in_ready(id) then redis.call('ZADD', KEYS[1], 'NX', now, id) end

@@ -36,7 +36,9 @@
 --  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
--- ARGV     per task two values: id, lease fencing token
+-- ARGV     per task three values: id, lease fencing token, result (bytes; '':
+--          none). A result is kept in `results` with its forget time in `done`
+--          (see results.lua) and published to `wait_result` callers.
 -- Returns  per task: 1 acked, 0 not in flight any more (lease expired and
 --          returned), -1 leased to another worker now (re-claimed)
 -- Needs ZMSCORE (Redis 6.2 or newer).
@@ -54,18 +56,19 @@ local function fetch(cmd, key, list)
   return all
 end
 local ids = {}
-for i = 1, #ARGV / 2 do ids[i] = ARGV[2 * i - 1] end
+for i = 1, #ARGV / 3 do ids[i] = ARGV[3 * i - 2] end
 local out = {}
 if #ids == 0 then return out end
 local leases = fetch('HMGET', KEYS[4], ids)
-local done, seen = {}, {}
+local done, seen, any_result = {}, {}, false
 for i, id in ipairs(ids) do
   local lease = leases[i]
   if seen[id] then
     out[i] = 0 -- the same lease twice in one call: the first ack took it
-  elseif lease == ARGV[2 * i] then
+  elseif lease == ARGV[3 * i - 1] then
     done[#done + 1] = id
     out[i] = 1
+    if ARGV[3 * i] ~= '' then any_result = true end
   elseif lease then
     out[i] = -1
   else
@@ -98,15 +101,39 @@ if #done > 0 then
       chunked('HDEL', KEYS[13], gone)
     end
   end
+  -- One read of the settings: keep_completed, and issue 24's (see results.lua).
+  local cfg = redis.call('HMGET', KEYS[11], 'keep_completed', 'extras')
+  -- Issue 24: results, progress, run-time limits; nothing for a queue that
+  -- never used them (`extras` not set) and stores no result now.
+  if any_result or cfg[2] then
+    local R = results_helpers()
+    local now = R.now()
+    chunked('HDEL', KEYS[25], done)
+    if #gone > 0 then chunked('HDEL', KEYS[22], gone) end
+    -- A run that leaves no result also drops an earlier run's.
+    local stored, plain = {}, {}
+    for i, id in ipairs(ids) do
+      if out[i] == 1 then
+        if ARGV[3 * i] ~= '' and R.remember_result(id, now, ARGV[3 * i]) then
+          stored[#stored + 1] = id
+        else
+          plain[#plain + 1] = id
+        end
+      end
+    end
+    if #plain > 0 then chunked('HDEL', KEYS[23], plain) end
+    R.trim(now)
+    if #stored > 0 then R.publish(stored, now) end
+  end
   redis.call('HINCRBY', KEYS[9], 'processed', #done)
   event_many('completed', done)
   -- Dependencies (deps.lua): the last finished dependency releases a task.
-  if #gone > 0 and dag_in_use() then
+  if #gone > 0 and cfg[2] and dag_in_use() then
     local t = redis.call('TIME')
     local released = dag_completed(gone, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
     if released > 0 then wake(released) end
   end
-  local keep = tonumber(redis.call('HGET', KEYS[11], 'keep_completed') or '0')
+  local keep = tonumber(cfg[1] or '0')
   if keep > 0 then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -56,7 +56,8 @@
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
-local cfg = redis.call('HMGET', KEYS[11], 'group_concurrency', 'rate_n', 'rate_period_ms', 'paused')
+local cfg = redis.call('HMGET', KEYS[11], 'group_concurrency', 'rate_n', 'rate_period_ms', 'paused', 'extras')
+local extras = cfg[5] == '1' -- issue 24's keys in use (see results.lua)
 local limit = tonumber(cfg[1] or '0')
 local rate_n, rate_p = tonumber(cfg[2] or '0'), tonumber(cfg[3] or '0')
 local function chunked(cmd, key, list)
@@ -66,6 +67,7 @@ local function chunked(cmd, key, list)
 end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
 release_all(groups_of(expired))
+if extras and #expired > 0 then chunked('HDEL', KEYS[25], expired) end -- issue 24: progress ends with the lease
 local died = 0
 for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[3], id)
@@ -79,7 +81,7 @@ for _, id in ipairs(expired) do
     redis.call('HINCRBY', KEYS[9], 'failed', 1)
     died = died + 1
     -- Its dependents follow their policy (deps.lua).
-    if dag_in_use() then
+    if extras and dag_in_use() then
       local r = dag_died(id, now)
       if r[1] > 0 then wake(r[1]) end
     end
@@ -162,9 +164,14 @@ if n > 0 then
   local first_fence = redis.call('INCRBY', KEYS[8], n) - n + 1
   local payloads = payloads_of(ids, small_count() > 0)
   local attempts = hmget_many(KEYS[5], ids)
-  -- Dependencies, for tasks that have them (handlers may read their results).
-  local deps = {}
-  if redis.call('EXISTS', KEYS[28]) == 1 then deps = hmget_many(KEYS[28], ids) end
+  -- Issue 24: run-time limits and dependencies (handlers may read their
+  -- results), read only once the queue has used them.
+  local timeouts, deps = {}, {}
+  if extras then
+    timeouts = hmget_many(KEYS[22], ids)
+    deps = hmget_many(KEYS[28], ids)
+    chunked('HDEL', KEYS[25], ids) -- a new run: an earlier run's progress goes
+  end
   local leases, flying, counts, log = {}, {}, {}, {}
   local deadline = now + lease_ms
   for i = 1, n do
@@ -181,7 +188,8 @@ if n > 0 then
     out[#out + 1] = attempt
     out[#out + 1] = prios[i]
     out[#out + 1] = groups[i]
-    out[#out + 1] = 0
+    local limit = timeouts[i]
+    out[#out + 1] = limit and tonumber(limit) or 0
     out[#out + 1] = deps[i] or false
   end
   event_many('claimed', ids)

@@ -36,13 +36,20 @@
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
 -- ARGV[1]  'get', 'set' or 'clear'
 -- ARGV[2..] with 'set': field, value pairs (fields: group_concurrency, rate_n,
---          rate_period_ms, keep_completed, events_maxlen; value '': remove the setting)
--- 'clear' removes every setting, the rate log and the completed history.
+--          rate_period_ms, keep_completed, keep_results_ms, events_maxlen; value
+--          '': remove the setting). keep_results_ms: how long results are kept
+--          (0: not at all; not set: 1 hour). Results kept so far stay until
+--          their time. Turning the event log off (events_maxlen '') deletes it.
+-- Not settings, kept by 'clear': paused (pause.lua), result_waiters (ms
+-- until which a `wait_result` may wait, see result.lua) and extras (issue
+-- 24's keys in use, see results.lua).
+-- 'clear' removes every setting, the rate log, the completed history and
+-- the event log.
 -- A new group concurrency (or none) moves every parked task back to `ready`:
 -- the next claims apply the new limit to them.
--- Turning the event log off (events_maxlen '') deletes it.
--- Returns  {group_concurrency, rate_n, rate_period_ms, keep_completed, events_maxlen} (nil: not set)
-local fields = {'group_concurrency', 'rate_n', 'rate_period_ms', 'keep_completed', 'events_maxlen'}
+-- Returns  {group_concurrency, rate_n, rate_period_ms, keep_completed,
+--          keep_results_ms, events_maxlen} (nil: not set)
+local fields = {'group_concurrency', 'rate_n', 'rate_period_ms', 'keep_completed', 'keep_results_ms', 'events_maxlen'}
 local function unpark_all()
   local parked = redis.call('ZRANGE', KEYS[16], 0, -1)
   for _, m in ipairs(parked) do
@@ -58,9 +65,12 @@ local function unpark_all()
 end
 if ARGV[1] == 'clear' then
   -- Pausing is no setting: a paused queue stays paused.
-  local paused = redis.call('HGET', KEYS[11], 'paused')
+  local kept = {'paused', 'result_waiters', 'extras'}
+  local values = redis.call('HMGET', KEYS[11], unpack(kept))
   redis.call('DEL', KEYS[11], KEYS[18], KEYS[19], KEYS[31])
-  if paused then redis.call('HSET', KEYS[11], 'paused', paused) end
+  for i, field in ipairs(kept) do
+    if values[i] then redis.call('HSET', KEYS[11], field, values[i]) end
+  end
   unpark_all()
 elseif ARGV[1] == 'set' then
   for i = 2, #ARGV, 2 do

@@ -1,7 +1,8 @@
 -- deps: helpers prepended (by ops.rs) to the scripts that finish a task or
 -- write one with dependencies: enqueue, claim (a lease that expired on its
 -- last attempt), ack, nack, pop, remove_if_score. They come after groups.lua
--- (they use wake and in_ready) and events.lua (released and dead events), and
+-- (wake, in_ready), events.lua (released and dead events) and results.lua
+-- (remember_done, trim_done), and
 -- use the KEYS listed in those scripts' headers; they return nothing to the
 -- caller by themselves.
 -- A task with dependencies (NewTask::after) waits in `blocked` (26), scored
@@ -13,8 +14,8 @@
 -- the tasks that ignore a dependency's death. The last finish of a
 -- dependency releases the task into `waiting` in the same script.
 -- A completed task that took part in dependencies is remembered in `done`
--- (24) until its result's TTL ends, so a task enqueued later may depend on it.
-local DEFAULT_RESULT_TTL_MS = 3600000
+-- (24) until its result's TTL ends (results.lua's remember_done), so a task
+-- enqueued later may depend on it.
 -- Is any task of the queue part of a dependency graph?
 local function dag_in_use()
   return redis.call('EXISTS', KEYS[26], KEYS[28], KEYS[29]) > 0
@@ -25,17 +26,6 @@ local function split_ids(s)
   if not s then return out end
   for id in string.gmatch(s, '([^%z]*)%z') do out[#out + 1] = id end
   return out
-end
--- How long a completion (and its result) is remembered, in ms (0: not at all).
-local function result_ttl_ms()
-  local v = redis.call('HGET', KEYS[11], 'keep_results_ms')
-  if v then return tonumber(v) or DEFAULT_RESULT_TTL_MS end
-  return DEFAULT_RESULT_TTL_MS
-end
--- Remember that id completed, so later tasks may depend on it.
-local function remember_done(id, now)
-  local ttl = result_ttl_ms()
-  if ttl > 0 then redis.call('ZADD', KEYS[24], now + ttl, id) end
 end
 -- Did id complete, and is that still remembered (results' TTL, or the
 -- completed history of keep_completed)?
@@ -119,14 +109,18 @@ end
 -- dependents, remember them if they took part in dependencies, and drop their
 -- own edges. Returns how many tasks were released.
 local function dag_completed(ids, now)
-  local released = 0
+  local released, remembered = 0, false
   for _, id in ipairs(ids) do
     local had_deps = redis.call('HDEL', KEYS[28], id) == 1
     local has_kids = redis.call('HEXISTS', KEYS[29], id) == 1
-    if had_deps or has_kids then remember_done(id, now) end
+    if had_deps or has_kids then
+      remember_done(id, now)
+      remembered = true
+    end
     if has_kids then released = released + dependents_go_on(id, now) end
     redis.call('HDEL', KEYS[30], id)
   end
+  if remembered then trim_done(now) end
   return released
 end
 -- Task id went to the dead set: drop its own edges, then its dependents

@@ -93,12 +93,15 @@ end
 -- enqueued again while its earlier run holds a lease).
 local function forget_unless_flying(ids)
   local gone = {}
+  -- Issue 24: run-time limits exist only once `extras` is set (results.lua).
+  local extras = #ids > 0 and redis.call('HGET', KEYS[11], 'extras')
   for _, id in ipairs(ids) do
     if not redis.call('ZSCORE', KEYS[3], id) then
       gone[#gone + 1] = id
       redis.call('HDEL', KEYS[5], id)
       redis.call('HDEL', KEYS[12], id)
       redis.call('HDEL', KEYS[13], id)
+      if extras then redis.call('HDEL', KEYS[22], id) end -- issue 24: its run-time limit
     end
   end
   drop_payloads(gone)

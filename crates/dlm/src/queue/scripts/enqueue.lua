@@ -127,6 +127,8 @@ local died_here, edges = {}, {}
 -- Payloads: see payload.lua (small ones in buckets, counted in stats `small`).
 local small, bucketed = small_count() > 0, 0
 local compact = ARGV[3] == '1'
+-- Issue 24: whether `extras` (see results.lua) was set by this call.
+local extras = false
 for i = 4, #ARGV, STRIDE do
   local id, prio, group = ARGV[i], ARGV[i + 3], ARGV[i + 4]
   local deps = ARGV[i + 6]
@@ -227,6 +229,14 @@ for i = 4, #ARGV, STRIDE do
       redis.call('HDEL', KEYS[5], id)
     end
     if not doomed then redis.call('HDEL', KEYS[7], id) end
+    -- Issue 24: the new run's time limit replaces the earlier one's.
+    if cur or flying or was_dead then redis.call('HDEL', KEYS[22], id) end
+    if ARGV[i + 5] ~= '0' then redis.call('HSET', KEYS[22], id, ARGV[i + 5]) end
+    -- claim and ack look for time limits and dependencies once `extras` is set.
+    if (ARGV[i + 5] ~= '0' or deps ~= '') and not extras then
+      redis.call('HSET', KEYS[11], 'extras', '1')
+      extras = true
+    end
     if doomed then
       event('dead', id, "dependency '" .. doomed .. "' died")
     else

@@ -65,6 +65,7 @@ if attempts >= tonumber(ARGV[4]) and not again then
     if r[1] > 0 then wake(r[1]) end
   end
   flush_events()
+  redis.call('HDEL', KEYS[25], id) -- issue 24: its progress ends with it (a retry's: at its next claim)
   return 2
 end
 if not again then redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[3]), id) end

@@ -37,6 +37,8 @@
 -- Returns  how many were deleted
 local ids = redis.call('ZRANGE', KEYS[6], 0, tonumber(ARGV[1]) - 1)
 local gone = {}
+-- Issue 24: run-time limits exist only once `extras` is set (results.lua).
+local extras = #ids > 0 and redis.call('HGET', KEYS[11], 'extras')
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[6], id)
   redis.call('HDEL', KEYS[7], id)
@@ -45,6 +47,7 @@ for _, id in ipairs(ids) do
     redis.call('HDEL', KEYS[5], id)
     redis.call('HDEL', KEYS[12], id)
     redis.call('HDEL', KEYS[13], id)
+    if extras then redis.call('HDEL', KEYS[22], id) end -- issue 24: its run-time limit
   end
 end
 drop_payloads(gone)

@@ -1,0 +1,48 @@
+-- progress: record how far the task of a lease is, only with its current
+-- lease (a stale lease, fenced out, writes nothing). Issue 24.
+-- KEYS (every queue script gets the same thirty-one, all sharing the {queue} hash tag):
+--   1 waiting   ZSET  id -> due time (ms, server clock)
+--   2 payload   HASH  id -> payload over 64 bytes (small ones: buckets, see payload.lua)
+--   3 inflight  ZSET  id -> lease deadline (ms, server clock)
+--   4 lease     HASH  id -> fencing token of the current lease
+--   5 attempts  HASH  id -> times claimed
+--   6 dead      ZSET  id -> time it died (ms)
+--   7 errors    HASH  id -> last error text
+--   8 fence     STRING  lease fencing counter (INCR)
+--   9 stats     HASH  processed, failed, small (payloads kept in buckets)
+--  10 signal    LIST  wake-up markers for idle workers (at most 64)
+--  11 config    HASH  group_concurrency, rate_n, rate_period_ms, keep_completed
+--  12 prio      HASH  id -> priority (only tasks with one other than 0)
+--  13 group     HASH  id -> group (only tasks with a group)
+--  14 ready     ZSET  id -> -priority * 2^42 + due time: due tasks, claim order
+--                     (exists only while the queue has tasks with a priority or group)
+--  15 gcount    HASH  group -> its tasks in flight
+--  16 parked    ZSET  (all scores 0) group NUL ready-score NUL id: due tasks of
+--                     groups at their limit, until a slot of the group frees
+--  17 parkedid  HASH  id -> its member in parked
+--  18 rate      ZSET  the rate limit's log: fence -> claim time (ms), at most N
+--  19 completed ZSET  id -> time acked (ms), only with keep_completed, capped
+--  20 workers   ZSET  worker id -> heartbeat deadline (ms): the live workers
+--  21 workerinfo HASH worker id -> its last heartbeat (JSON)
+--  22 timeout   HASH  id -> the task's run time limit (ms), only tasks with one
+--  23 results   HASH  id -> what its handler returned (bytes), while remembered
+--  24 done      ZSET  id -> when its completion (and result) is forgotten (ms)
+--  25 progress  HASH  id -> progress of the running task: "pct NUL message"
+--  26 blocked   ZSET  id -> due time asked for (ms): tasks waiting for dependencies
+--  27 pending   HASH  id -> how many of its dependencies are not done yet
+--  28 deps      HASH  id -> its dependencies (JSON array), until it finishes
+--  29 children  HASH  id -> the tasks waiting for it (JSON array)
+--  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
+--  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
+-- ARGV[1]  id
+-- ARGV[2]  lease fencing token
+-- ARGV[3]  the progress: "pct NUL message" (checked and capped by the caller)
+-- Returns  1 recorded, 0 not in flight any more, -1 leased to another worker
+local lease = redis.call('HGET', KEYS[4], ARGV[1])
+if lease ~= ARGV[2] then
+  if lease then return -1 end
+  return 0
+end
+redis.call('HSET', KEYS[25], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[11], 'extras', '1') -- issue 24's keys in use (see results.lua)
+return 1
