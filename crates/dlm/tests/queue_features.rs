@@ -442,7 +442,9 @@ async fn event_log(c: &Client) -> TestResult {
     first.await??;
     let leases = claim_ids(&q, 2).await?;
     let mut it = leases.into_iter();
-    it.next().ok_or("a")?.ack().await?;
+    let a = it.next().ok_or("a")?;
+    a.progress(50, "half").await?;
+    a.ack().await?;
     it.next().ok_or("b")?.nack("boom").await?;
     let (events, next) = q.events_page(&EventsFrom::Start, 100).await?;
     let seen: Vec<(&str, &str)> = events
@@ -456,11 +458,16 @@ async fn event_log(c: &Client) -> TestResult {
             ("added", "b"),
             ("claimed", "a"),
             ("claimed", "b"),
+            ("progress", "a"),
             ("completed", "a"),
             ("dead", "b")
         ]
     );
-    assert_eq!(events[5].error.as_deref(), Some("boom"));
+    assert_eq!(
+        (events[4].progress, events[4].message.as_deref()),
+        (Some(50), Some("half"))
+    );
+    assert_eq!(events[6].error.as_deref(), Some("boom"));
     assert!(q.events_page(&next, 100).await?.0.is_empty());
     q.configure(&QueueSettings::default().events(None)).await?;
     assert!(

@@ -45,4 +45,6 @@ if lease ~= ARGV[2] then
 end
 redis.call('HSET', KEYS[25], ARGV[1], ARGV[3])
 redis.call('HSET', KEYS[11], 'extras', '1') -- issue 24's keys in use (see results.lua)
+event('progress', ARGV[1], ARGV[3]) -- the event log, when on (events.lua)
+flush_events()
 return 1
