@@ -17,6 +17,14 @@
 //! group `g<i % G>` (and `--group-concurrency K` stores that limit), to
 //! measure what priorities and groups cost against plain tasks.
 //!
+//! With `--dag fanout:N` (one task, then N that depend on it, then one that
+//! depends on those N) or `--dag chain:N` (N tasks, each after the one
+//! before), copies of that graph (about `--tasks` tasks in all) replace the
+//! phases above: the same number of plain tasks is enqueued and processed
+//! first, then the graphs, and the `dag` line reports both and Redis's CPU per
+//! dependency edge over the plain run. `--events N` turns the queue's event
+//! log on (capped at about N entries) to measure what it costs.
+//!
 //! At the end the queue must show every task processed and nothing left
 //! (else exit 1); its keys are then deleted.
 
@@ -25,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use dlm::CancellationToken;
-use dlm::queue::{Queue, WorkerOptions};
+use dlm::queue::{NewTask, OnDuplicate, Queue, WorkerOptions};
 use serde::Serialize;
 
 use crate::bench_common::{BENCH_LEASE, ENQUEUE_IN_FLIGHT, Shape, Variant, enqueue_all};
@@ -80,6 +88,74 @@ pub struct BenchQueueArgs {
     /// (`Queue::compact_payloads`; default false: in its single payload hash).
     #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
     pub compact_payloads: bool,
+    /// Process dependency graphs instead: `fanout:N` (1 -> N -> 1, N 1 to
+    /// 998) or `chain:N` (N 2 to 100000), copies of it up to about N tasks.
+    #[arg(long, value_name = "SHAPE", value_parser = parse_dag)]
+    pub dag: Option<DagShape>,
+    /// Turn the queue's event log on, capped at about N entries.
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(dlm::queue::MAX_EVENTS)))]
+    pub events: Option<u32>,
+}
+
+/// A dependency graph `dlm bench queue --dag` processes copies of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DagShape {
+    /// One task, then N after it, then one after those N.
+    Fanout(u32),
+    /// N tasks, each after the one before.
+    Chain(u32),
+}
+
+impl DagShape {
+    fn label(self) -> String {
+        match self {
+            DagShape::Fanout(n) => format!("fanout:{n}"),
+            DagShape::Chain(n) => format!("chain:{n}"),
+        }
+    }
+
+    /// Tasks and dependency edges of one copy.
+    fn size(self) -> (u64, u64) {
+        match self {
+            DagShape::Fanout(n) => (u64::from(n) + 2, 2 * u64::from(n)),
+            DagShape::Chain(n) => (u64::from(n), u64::from(n) - 1),
+        }
+    }
+
+    /// Copy `c`'s tasks, each after its dependencies.
+    fn tasks(self, c: u64) -> Vec<NewTask> {
+        let id = |i: u64| format!("g{c}.{i}");
+        match self {
+            DagShape::Fanout(n) => {
+                let n = u64::from(n);
+                let mut out = vec![NewTask::new(id(0))];
+                out.extend((1..=n).map(|i| NewTask::new(id(i)).after([id(0)])));
+                out.push(NewTask::new(id(n + 1)).after((1..=n).map(id)));
+                out
+            }
+            DagShape::Chain(n) => (0..u64::from(n))
+                .map(|i| {
+                    let t = NewTask::new(id(i));
+                    if i == 0 { t } else { t.after([id(i - 1)]) }
+                })
+                .collect(),
+        }
+    }
+}
+
+fn parse_dag(s: &str) -> Result<DagShape, String> {
+    let (kind, n) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: say fanout:N or chain:N"))?;
+    let n: u32 = n.parse().map_err(|_| format!("{n:?} is not a number"))?;
+    match kind {
+        "fanout" if (1..=998).contains(&n) => Ok(DagShape::Fanout(n)),
+        "chain" if (2..=100_000).contains(&n) => Ok(DagShape::Chain(n)),
+        "fanout" => Err("fanout:N takes N from 1 to 998".into()),
+        "chain" => Err("chain:N takes N from 2 to 100000".into()),
+        other => Err(format!("{other:?}: say fanout:N or chain:N")),
+    }
 }
 
 /// The longest wait for one task in the `idle-start` phase.
@@ -275,6 +351,12 @@ fn variant(global: &Global, args: &BenchQueueArgs) -> Variant {
             format!("payload{}", args.payload_bytes.unwrap_or(0))
         })
         .with(args.compact_payloads, || "compact".into())
+        .with(args.events.is_some(), || "events".into())
+        .with(args.dag.is_some(), || {
+            args.dag
+                .map(|d| d.label().replace(':', ""))
+                .unwrap_or_default()
+        })
 }
 
 /// `dlm bench queue`.
@@ -328,6 +410,14 @@ async fn phases(
         ))?;
     }
 
+    if let Some(cap) = args.events {
+        queue
+            .configure(&dlm::queue::QueueSettings::default().events(Some(cap)))
+            .await?;
+    }
+    if let Some(shape) = args.dag {
+        return dag_phase(global, args, queue, shape, target).await;
+    }
     if args.group_concurrency > 0 {
         queue
             .configure(
@@ -443,6 +533,161 @@ async fn phases(
             idle.samples,
             cell_us(idle.p50_us),
             cell_us(idle.p99_us)
+        )
+    })?;
+    Ok(EXIT_OK)
+}
+
+#[derive(Debug, Serialize)]
+struct DagPhase {
+    #[serde(rename = "impl")]
+    implementation: String,
+    variant: String,
+    phase: &'static str,
+    mode: &'static str,
+    /// `fanout:N` or `chain:N`.
+    shape: String,
+    copies: u64,
+    tasks: u64,
+    ops: u64,
+    /// Dependency edges in all.
+    edges: u64,
+    concurrency: u32,
+    /// The event log's cap (null: off).
+    events: Option<u32>,
+    /// The graphs: enqueue and process (claim, run, ack, release) rates.
+    enqueue_ops_per_s: f64,
+    ops_per_s: f64,
+    secs: f64,
+    /// Redis's CPU per task over enqueue and processing.
+    redis_cpu_us_per_op: Option<f64>,
+    /// The same number of plain tasks, just before, the same way.
+    plain_enqueue_ops_per_s: f64,
+    plain_ops_per_s: f64,
+    plain_redis_cpu_us_per_op: Option<f64>,
+    /// (graph Redis CPU - plain Redis CPU) / edges.
+    redis_cpu_us_per_edge: Option<f64>,
+}
+
+/// Enqueue `tasks` in batches of `batch`, in order (dependencies first).
+async fn enqueue_in_order(
+    queue: &Queue,
+    tasks: Vec<NewTask>,
+    batch: usize,
+) -> Result<(), CliError> {
+    let mut it = tasks.into_iter().peekable();
+    while it.peek().is_some() {
+        let chunk: Vec<NewTask> = it.by_ref().take(batch).collect();
+        queue
+            .enqueue(chunk, Duration::ZERO, OnDuplicate::Keep)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Enqueue then drain `tasks` with one worker: (enqueue secs, process secs, Redis CPU secs).
+async fn run_tasks(
+    queue: &Queue,
+    tasks: Vec<NewTask>,
+    args: &BenchQueueArgs,
+    cpu: &impl AsyncFn() -> Option<f64>,
+) -> Result<(f64, f64, Option<f64>), CliError> {
+    let n = tasks.len() as u64;
+    let cpu_before = cpu().await;
+    let start = Instant::now();
+    enqueue_in_order(queue, tasks, args.batch as usize).await?;
+    let enqueue_secs = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let report = queue
+        .worker(
+            WorkerOptions::new()
+                .concurrency(args.concurrency as usize)
+                .lease(BENCH_LEASE)
+                .exit_when_empty(true),
+        )
+        .run(
+            |_task| async { Ok::<(), Infallible>(()) },
+            CancellationToken::new(),
+        )
+        .await?;
+    let process_secs = start.elapsed().as_secs_f64();
+    let cpu_used = cpu().await.zip(cpu_before).map(|(a, b)| a - b);
+    if report.acked != n {
+        return Err(CliError::No(format!(
+            "the worker acked {} of {n} tasks: {report:?}",
+            report.acked
+        )));
+    }
+    Ok((enqueue_secs, process_secs, cpu_used))
+}
+
+/// `--dag`: plain tasks, then as many in copies of the graph.
+async fn dag_phase(
+    global: &Global,
+    args: &BenchQueueArgs,
+    queue: &Queue,
+    shape: DagShape,
+    target: &Target,
+) -> Result<u8, CliError> {
+    let (per_copy, edges_per_copy) = shape.size();
+    let copies = args.tasks.div_ceil(per_copy).max(1);
+    let (n, edges) = (copies * per_copy, copies * edges_per_copy);
+    if !global.json {
+        output::line_out(&format!(
+            "dlm bench queue --dag {}: {copies} copies, {n} tasks, {edges} edges, concurrency {}, events {}",
+            shape.label(),
+            args.concurrency,
+            args.events.map_or("off".to_string(), |e| e.to_string())
+        ))?;
+    }
+    let cpu_urls = crate::global::target::cpu_urls(target);
+    let cpu = async || crate::global::target::redis_cpu_seconds(&cpu_urls, global.timeout).await;
+    let plain: Vec<NewTask> = (0..n).map(|i| NewTask::new(format!("p{i}"))).collect();
+    let (pe, pp, pcpu) = run_tasks(queue, plain, args, &cpu).await?;
+    check_drained(queue, n).await?;
+    let graphs: Vec<NewTask> = (0..copies).flat_map(|c| shape.tasks(c)).collect();
+    let (ge, gp, gcpu) = run_tasks(queue, graphs, args, &cpu).await?;
+    check_drained(queue, 2 * n).await?;
+    let variant = variant(global, args);
+    let line = DagPhase {
+        implementation: variant.implementation(),
+        variant: variant.name(),
+        phase: "dag",
+        mode: "dag",
+        shape: shape.label(),
+        copies,
+        tasks: n,
+        ops: n,
+        edges,
+        concurrency: args.concurrency,
+        events: args.events,
+        enqueue_ops_per_s: rate(n, ge),
+        ops_per_s: rate(n, gp),
+        secs: ge + gp,
+        redis_cpu_us_per_op: crate::global::target::us_per_op(gcpu, n),
+        plain_enqueue_ops_per_s: rate(n, pe),
+        plain_ops_per_s: rate(n, pp),
+        plain_redis_cpu_us_per_op: crate::global::target::us_per_op(pcpu, n),
+        redis_cpu_us_per_edge: gcpu
+            .zip(pcpu)
+            .filter(|_| edges > 0)
+            .map(|(g, p)| (g - p) * 1e6 / edges as f64),
+    };
+    output::emit(global.json, &line, || {
+        format!(
+            "plain       {n} tasks: enqueue {:.0}/s, process {:.0}/s, Redis {} us/task\n\
+             {:<11} {n} tasks: enqueue {:.0}/s, process {:.0}/s, Redis {} us/task, {} us per edge",
+            line.plain_enqueue_ops_per_s,
+            line.plain_ops_per_s,
+            line.plain_redis_cpu_us_per_op
+                .map_or("?".into(), |v| format!("{v:.2}")),
+            shape.label(),
+            line.enqueue_ops_per_s,
+            line.ops_per_s,
+            line.redis_cpu_us_per_op
+                .map_or("?".into(), |v| format!("{v:.2}")),
+            line.redis_cpu_us_per_edge
+                .map_or("?".into(), |v| format!("{v:.2}")),
         )
     })?;
     Ok(EXIT_OK)
