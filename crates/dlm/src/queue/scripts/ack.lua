@@ -102,7 +102,8 @@ if #done > 0 then
     end
   end
   -- One read of the settings: keep_completed, and issue 24's (see results.lua).
-  local cfg = redis.call('HMGET', KEYS[11], 'keep_completed', 'extras')
+  local cfg = redis.call('HMGET', KEYS[11], 'keep_completed', 'extras', 'events_maxlen')
+  events_preset(cfg[3])
   -- Issue 24: results, progress, run-time limits; nothing for a queue that
   -- never used them (`extras` not set) and stores no result now.
   if any_result or cfg[2] then

@@ -67,7 +67,11 @@ local any_deps = false
 for i = 4, #ARGV, STRIDE do
   if ARGV[i + 6] ~= '' then any_deps = true end
 end
-local dag = any_deps or redis.call('EXISTS', KEYS[26]) == 1
+-- Issue 24's settings in one read: extras (see results.lua; dependencies set
+-- it too) and the event log's cap (events.lua).
+local ecfg = redis.call('HMGET', KEYS[11], 'extras', 'events_maxlen')
+events_preset(ecfg[2])
+local dag = any_deps or (ecfg[1] == '1' and redis.call('EXISTS', KEYS[26]) == 1)
 -- new_kids[d]: the tasks of this batch that wait for d (written at the end)
 local new_kids, is_new, in_batch = {}, {}, {}
 if any_deps then
@@ -127,8 +131,8 @@ local died_here, edges = {}, {}
 -- Payloads: see payload.lua (small ones in buckets, counted in stats `small`).
 local small, bucketed = small_count() > 0, 0
 local compact = ARGV[3] == '1'
--- Issue 24: whether `extras` (see results.lua) was set by this call.
-local extras = false
+-- Issue 24: whether `extras` (see results.lua) is set.
+local extras = ecfg[1] == '1'
 for i = 4, #ARGV, STRIDE do
   local id, prio, group = ARGV[i], ARGV[i + 3], ARGV[i + 4]
   local deps = ARGV[i + 6]

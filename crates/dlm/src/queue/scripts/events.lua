@@ -18,6 +18,10 @@ local function events_on()
   end
   return EVENTS_MAX > 0
 end
+-- The cap as read with other settings (saves the script its own read).
+local function events_preset(v)
+  EVENTS_MAX = tonumber(v or '0') or 0
+end
 -- Note an event of task id (written by flush_events).
 local function event(kind, id, detail)
   if not events_on() then return end
