@@ -861,6 +861,24 @@ fn browser_shows_a_task_with_its_dependency_graph() -> Result<(), Error> {
     assert_eq!(serve.get("/queues/flow/tasks/nope")?.status, 404);
     let counts = serve.get_json("/api/queues/flow")?;
     assert_eq!(counts["blocked"], 2, "{counts}");
+    // Ids are escaped in the HTML and percent-encoded in links.
+    let page = serve.get("/queues/flow/tasks/b")?;
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("<img"), "{}", page.body);
+    assert!(
+        page.body
+            .contains("/queues/flow/tasks/%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E")
+    );
+    // A task without links, on a queue without an event log.
+    assert_eq!(run_on(&s, &["queue", "push", "plain", "solo"]).code(), 0);
+    let solo = serve.get_json("/api/queues/plain/tasks/solo")?;
+    assert_eq!(
+        (&solo["state"], &solo["events_on"], &solo["events"]),
+        (&"waiting".into(), &false.into(), &serde_json::json!([])),
+        "{solo}"
+    );
+    let page = serve.get("/queues/plain/tasks/solo")?.body;
+    assert!(page.contains("id=\"no-deps\"") && page.contains("id=\"events-off\""));
 
     // From the queue's listing to the task's page.
     let b = Browser::start(&chromium, &driver)?;

@@ -356,7 +356,12 @@ pub fn task(queue: &str, view: &TaskView) -> String {
     }
     out.push_str("<section class=\"deps\"><h2>Dependencies</h2>");
     if t.deps.is_empty() && t.dependents.is_empty() {
-        out.push_str("<p class=\"empty\" id=\"no-deps\">no dependencies: it waits for no task and no task waits for it</p>");
+        let why = if matches!(t.state, TaskState::Completed | TaskState::Dead) {
+            "no dependencies known: a finished task does not keep its links"
+        } else {
+            "no dependencies: it waits for no task and no task waits for it"
+        };
+        let _ = write!(out, "<p class=\"empty\" id=\"no-deps\">{why}</p>");
     } else {
         out.push_str("<div class=\"graph-box\">");
         out.push_str(&graph(queue, view));
