@@ -385,3 +385,22 @@ pub fn unknown(queue: &str, id: &str) -> String {
         esc(queue)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_cut_and_columns_centred() {
+        assert_eq!(label("short"), "short");
+        let long = "x".repeat(40);
+        let cut = label(&long);
+        assert_eq!(cut.chars().count(), LABEL_CHARS);
+        assert!(cut.ends_with('…'));
+        // One node beside three sits level with the middle one.
+        assert_eq!(row_y(0, 1, 3), row_y(1, 3, 3));
+        assert_eq!(row_y(0, 3, 3), PAD);
+        assert_eq!(utc(1_000), "1970-01-01T00:00:01.000Z");
+        assert!(progress_bar(40).contains("width=\"128\""));
+    }
+}
