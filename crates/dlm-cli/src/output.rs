@@ -128,6 +128,96 @@ impl WorkerLine {
     }
 }
 
+/// One task as `dlm queue task --json` and the dashboard's
+/// `/api/queues/NAME/tasks/ID` show it.
+#[derive(Debug, Serialize)]
+pub struct TaskLine {
+    /// Its id.
+    pub id: String,
+    /// blocked, waiting, delayed, in_flight, dead, completed or unknown.
+    pub state: &'static str,
+    /// How many times it was claimed.
+    pub attempts: u32,
+    /// 0 ..= 100, the handler's last report (`dlm queue progress`).
+    pub progress: Option<u8>,
+    /// The message that came with it.
+    pub message: Option<String>,
+    /// Its dependencies.
+    pub deps: Vec<String>,
+    /// The tasks that wait for it.
+    pub dependents: Vec<String>,
+    /// The result's length, while one is kept.
+    pub result_bytes: Option<usize>,
+    /// Its last error.
+    pub error: Option<String>,
+    /// Due time, lease deadline, time of death or when the completion is forgotten (ms).
+    pub score: Option<u64>,
+    /// Blocked: dependencies not done yet.
+    pub pending_deps: u32,
+    /// `fail` or `ignore`.
+    pub on_dependency_failure: &'static str,
+    /// In flight: its lease's fencing token.
+    pub fence: Option<u64>,
+    /// Its priority.
+    pub priority: u16,
+    /// Its group.
+    pub group: Option<String>,
+    /// Its payload's length.
+    pub payload_bytes: Option<usize>,
+    /// Its run-time limit.
+    pub timeout_ms: Option<u128>,
+}
+
+impl TaskLine {
+    /// Task `id` as `detail` says (`None`: unknown).
+    pub fn new(id: &str, detail: Option<&dlm::queue::TaskDetail>) -> Self {
+        match detail {
+            Some(t) => TaskLine {
+                id: id.to_string(),
+                state: t.state.as_str(),
+                attempts: t.attempts,
+                progress: t.progress,
+                message: t.message.clone(),
+                deps: t.deps.clone(),
+                dependents: t.dependents.clone(),
+                result_bytes: t.result_bytes,
+                error: t.error.clone(),
+                score: t.score,
+                pending_deps: t.pending_deps,
+                on_dependency_failure: if t.ignores_dependency_failure {
+                    "ignore"
+                } else {
+                    "fail"
+                },
+                fence: t.fence.map(|f| f.get()),
+                priority: t.priority,
+                group: t.group.clone(),
+                payload_bytes: t.payload_len,
+                timeout_ms: t.timeout.map(|d| d.as_millis()),
+            },
+            None => TaskLine {
+                id: id.to_string(),
+                state: "unknown",
+                attempts: 0,
+                progress: None,
+                message: None,
+                deps: Vec::new(),
+                dependents: Vec::new(),
+                result_bytes: None,
+                error: None,
+                score: None,
+                pending_deps: 0,
+                on_dependency_failure: "fail",
+                fence: None,
+                priority: 0,
+                group: None,
+                payload_bytes: None,
+                timeout_ms: None,
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

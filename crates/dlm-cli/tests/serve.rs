@@ -564,7 +564,8 @@ fn start_worker(
         id,
     ])
     .args(opts)
-    .args(["--grace", "0s", "--", "sh", "-c", script]);
+    .args(["--grace", "0s", "--", "sh", "-c", script])
+    .env("DLM", DLM);
     start(cmd)
 }
 
@@ -739,5 +740,243 @@ fn browser_shows_live_workers() -> Result<(), Error> {
             .is_some_and(|t| t.starts_with("no live worker")),
         "{empty}"
     );
+    Ok(())
+}
+
+/// The task page in Chromium, on a diamond of dependencies built with the
+/// CLI (`a`; `b` and `c` after `a`; `d` after `b` and `c`; and a task with
+/// an HTML id after `b`) run by a real `dlm queue work`: `a` completed with
+/// a result, `b` in flight at 40% "halfway", `c` delayed, `d` blocked. The
+/// page of `b`: its SVG graph (nodes, states, arrows, links), progress,
+/// facts and events; the JSON API; the links to it from the queue's
+/// listing; an unknown task's 404.
+#[test]
+fn browser_shows_a_task_with_its_dependency_graph() -> Result<(), Error> {
+    let Some((chromium, driver)) = browser() else {
+        eprintln!(
+            "SKIPPED: chromium and chromedriver are not installed (scripts/ensure-deps.sh --tests installs them)"
+        );
+        return Ok(());
+    };
+    let s = server();
+    let dir = tempdir()?;
+    const HTML_ID: &str = "<img src=x onerror=alert(1)>";
+    for args in [
+        &["queue", "config", "flow", "--events", "1000"][..],
+        &["queue", "push", "flow", "a"],
+        &[
+            "queue",
+            "push",
+            "flow",
+            "b",
+            "--after",
+            "a",
+            "--priority",
+            "3",
+            "--payload",
+            "{\"step\":2}",
+        ],
+        &[
+            "queue", "push", "flow", "c", "--after", "a", "--delay", "1h",
+        ],
+        &["queue", "push", "flow", "d", "--after", "b,c"],
+        &["queue", "push", "flow", HTML_ID, "--after", "b"],
+    ] {
+        let r = run_on(&s, args);
+        assert_eq!(r.code(), 0, "{args:?}: {}", r.stderr);
+    }
+    let pids = path_in(&dir, "pids");
+    let worker = start_worker(
+        &s,
+        "flow",
+        "flow-1",
+        &[],
+        &format!(
+            "case \"$DLM_TASK_ID\" in b) \"$DLM\" queue progress \"$DLM_QUEUE\" b 40 halfway \
+             && echo $$ >> '{}' && exec sleep 60;; *) printf 'done %s' \"$DLM_TASK_ID\";; esac",
+            pids.display()
+        ),
+    );
+    let _reaper = Reaper(vec![worker.pid().to_string()], pids.clone());
+    let serve = Serve::start(&s, "127.0.0.1", &[])?;
+    let started = Instant::now();
+    let api = loop {
+        let api = serve.get_json("/api/queues/flow/tasks/b")?;
+        if api["progress"] == 40 || started.elapsed() > Duration::from_secs(15) {
+            break api;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(api["queue"], "flow", "{api}");
+    assert_eq!(api["id"], "b", "{api}");
+    assert_eq!(api["state"], "in_flight", "{api}");
+    assert_eq!(api["attempts"], 1, "{api}");
+    assert_eq!(api["message"], "halfway", "{api}");
+    assert_eq!(api["priority"], 3, "{api}");
+    assert_eq!(api["payload_bytes"], 10, "{api}");
+    assert!(api["fence"].as_u64().is_some(), "{api}");
+    assert_eq!(api["deps"], serde_json::json!(["a"]), "{api}");
+    assert_eq!(
+        api["dependents"],
+        serde_json::json!(["d", HTML_ID]),
+        "{api}"
+    );
+    assert_eq!(
+        api["neighbours"],
+        serde_json::json!({
+            "deps": [{"id": "a", "state": "completed"}],
+            "dependents": [{"id": "d", "state": "blocked"}, {"id": HTML_ID, "state": "blocked"}],
+        }),
+        "{api}"
+    );
+    assert_eq!(api["events_on"], true, "{api}");
+    let kinds: Vec<&str> = api["events"]
+        .as_array()
+        .ok_or("events")?
+        .iter()
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    assert_eq!(kinds, ["added", "released", "claimed", "progress"], "{api}");
+    assert_eq!(api["events"][3]["progress"], 40, "{api}");
+    let a = serve.get_json("/api/queues/flow/tasks/a")?;
+    assert_eq!(
+        (&a["state"], &a["result_bytes"]),
+        (&"completed".into(), &6.into()),
+        "{a}"
+    );
+    let d = serve.get_json("/api/queues/flow/tasks/d")?;
+    assert_eq!(
+        (&d["state"], &d["pending_deps"]),
+        (&"blocked".into(), &2.into()),
+        "{d}"
+    );
+    let c = serve.get_json("/api/queues/flow/tasks/c")?;
+    assert_eq!(c["state"], "delayed", "{c}");
+    let unknown = serve.get("/api/queues/flow/tasks/nope")?;
+    assert_eq!(unknown.status, 404);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&unknown.body)?["state"],
+        "unknown"
+    );
+    assert_eq!(serve.get("/queues/flow/tasks/nope")?.status, 404);
+    let counts = serve.get_json("/api/queues/flow")?;
+    assert_eq!(counts["blocked"], 2, "{counts}");
+    // Ids are escaped in the HTML and percent-encoded in links.
+    let page = serve.get("/queues/flow/tasks/b")?;
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("<img"), "{}", page.body);
+    assert!(
+        page.body
+            .contains("/queues/flow/tasks/%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E")
+    );
+    // A task without links, on a queue without an event log.
+    assert_eq!(run_on(&s, &["queue", "push", "plain", "solo"]).code(), 0);
+    let solo = serve.get_json("/api/queues/plain/tasks/solo")?;
+    assert_eq!(
+        (&solo["state"], &solo["events_on"], &solo["events"]),
+        (&"waiting".into(), &false.into(), &serde_json::json!([])),
+        "{solo}"
+    );
+    let page = serve.get("/queues/plain/tasks/solo")?.body;
+    assert!(page.contains("id=\"no-deps\"") && page.contains("id=\"events-off\""));
+
+    // From the queue's listing to the task's page.
+    let b = Browser::start(&chromium, &driver)?;
+    b.goto(&serve.url("/queues/flow?state=in_flight"))?;
+    b.click("tr[data-task=\"b\"] a.task-link")?;
+    let state = b.eval_until(
+        "var s = document.getElementById('task-state'); return s ? s.textContent : null",
+        |v| !v.is_null(),
+    )?;
+    assert_eq!(state, "in flight");
+    let nodes = b.eval(
+        "return Array.from(document.querySelectorAll('#graph .node')).map(function (n) { \
+         return [n.getAttribute('data-role'), n.getAttribute('data-id'), n.getAttribute('data-state'), \
+         n.querySelector('title').textContent, n.querySelector('text.id').textContent]; })",
+    )?;
+    assert_eq!(
+        nodes,
+        serde_json::json!([
+            ["dep", "a", "completed", "a (completed)", "a"],
+            ["task", "b", "in_flight", "b (in flight)", "b"],
+            ["dependent", "d", "blocked", "d (blocked)", "d"],
+            [
+                "dependent",
+                HTML_ID,
+                "blocked",
+                format!("{HTML_ID} (blocked)"),
+                "<img src=x onerror=alert(…"
+            ],
+        ]),
+        "ids are text, not markup"
+    );
+    let edges = b.eval(
+        "return Array.from(document.querySelectorAll('#graph .edge')).map(function (e) { \
+         return e.getAttribute('data-from') + '>' + e.getAttribute('data-to'); })",
+    )?;
+    assert_eq!(
+        edges,
+        serde_json::json!(["a>b", "b>d", format!("b>{HTML_ID}")])
+    );
+    // Every label fits its box, and no two boxes overlap.
+    let fits = b.eval(
+        "var ok = true, boxes = []; document.querySelectorAll('#graph .node').forEach(function (n) { \
+           var r = n.querySelector('rect').getBBox(); boxes.forEach(function (o) { \
+             if (r.x < o.x + o.width && o.x < r.x + r.width && r.y < o.y + o.height && o.y < r.y + r.height) ok = false; }); \
+           boxes.push(r); n.querySelectorAll('text').forEach(function (t) { \
+             var b = t.getBBox(); if (b.x + b.width > r.x + r.width - 4 || b.y + b.height > r.y + r.height) ok = false; }); }); \
+         return ok;",
+    )?;
+    assert_eq!(fits, true);
+    assert_eq!(
+        b.eval("return document.querySelector('#progress .pct').textContent")?,
+        "40%"
+    );
+    assert_eq!(
+        b.eval("return document.querySelector('#progress .message').textContent")?,
+        "halfway"
+    );
+    let rows = b.eval(
+        "return Array.from(document.querySelectorAll('#events tr[data-event]')).map(function (r) { return r.getAttribute('data-event'); })",
+    )?;
+    assert_eq!(
+        rows,
+        serde_json::json!(["added", "released", "claimed", "progress"])
+    );
+    assert!(
+        b.eval("return document.querySelector('#events tr[data-event=\"progress\"] .detail').textContent")?
+            .as_str()
+            .is_some_and(|t| t.contains("40%") && t.contains("halfway"))
+    );
+    assert!(!b.alert_open());
+    assert_eq!(b.eval("return document.images.length")?, 0);
+    // (Tall enough for the whole page in the screenshot.)
+    b.resize(1280, 1080)?;
+    shot(&b, "dashboard-task.png")?;
+
+    // A node is a link to its task's page: the HTML id's (percent-encoded), then a's.
+    b.click("#graph a.node[data-role=\"dependent\"]:not([data-id=\"d\"])")?;
+    let heading = b.eval_until(
+        "var h = document.querySelector('h1 .task-id'); return h ? h.textContent : null",
+        |v| v.as_str() == Some(HTML_ID),
+    )?;
+    assert_eq!(heading, HTML_ID);
+    assert!(!b.alert_open());
+    b.click("#graph a.node[data-id=\"b\"]")?;
+    b.eval_until(
+        "var h = document.querySelector('h1 .task-id'); return h ? h.textContent : null",
+        |v| v.as_str() == Some("b"),
+    )?;
+    b.click("#graph a.node[data-id=\"a\"]")?;
+    let result = b.eval_until(
+        "var h = document.querySelector('h1 .task-id'); var r = document.querySelector('.result-size'); \
+         return h && h.textContent === 'a' && r ? r.textContent : null",
+        |v| !v.is_null(),
+    )?;
+    assert_eq!(result, "6 B");
+
+    signal(&worker.pid().to_string(), "TERM");
+    let r = worker.finish(Duration::from_secs(60));
+    assert_eq!(r.code(), 0, "{}", r.stderr);
     Ok(())
 }

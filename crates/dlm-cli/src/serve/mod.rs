@@ -6,8 +6,9 @@
 //!   sampler that reads Redis and sets the Prometheus gauges;
 //! * [`pages`]: the HTML, rendered on the server, every value from Redis
 //!   escaped;
+//! * [`task_page`]: one task's page, with its dependency graph as inline SVG;
 //! * [`routes`]: the axum router: pages (overview, queue, dead letters,
-//!   workers, locks), form actions (POST, CSRF token,
+//!   workers, task, locks), form actions (POST, CSRF token,
 //!   admin token), `/api/*`, `/metrics`, `/healthz` and the embedded assets.
 
 use std::net::SocketAddr;
@@ -25,6 +26,7 @@ use crate::signals::Signals;
 mod pages;
 mod routes;
 mod state;
+mod task_page;
 
 use state::{Access, State};
 

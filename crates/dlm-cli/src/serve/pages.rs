@@ -54,8 +54,13 @@ pub fn human(d: Duration) -> String {
     }
 }
 
+/// The link to task `id` of queue `queue` (its page).
+pub fn task_href(queue: &str, id: &str) -> String {
+    format!("/queues/{}/tasks/{}", seg(queue), seg(id))
+}
+
 /// `score` (ms since the epoch) relative to `now`: `in 5s` or `5s ago`.
-fn relative(score: u64, now: u64) -> String {
+pub fn relative(score: u64, now: u64) -> String {
     if score >= now {
         format!("in {}", human(Duration::from_millis(score - now)))
     } else {
@@ -211,7 +216,8 @@ pub fn overview(rows: &[QueueRow], locks: Option<usize>, error: Option<&str>) ->
         return out;
     }
     out.push_str(
-        "<table class=\"grid\"><thead><tr><th>Queue</th><th class=\"num\"><span class=\"badge waiting\">waiting</span></th>\
+        "<table class=\"grid\"><thead><tr><th>Queue</th><th class=\"num\"><span class=\"badge blocked\">blocked</span></th>\
+<th class=\"num\"><span class=\"badge waiting\">waiting</span></th>\
 <th class=\"num\"><span class=\"badge delayed\">delayed</span></th><th class=\"num\"><span class=\"badge in_flight\">in flight</span></th>\
 <th class=\"num\"><span class=\"badge dead\">dead</span></th><th class=\"num\">Processed</th><th class=\"num\">Failed</th>\
 <th class=\"num\">Throughput</th><th class=\"num\">Oldest due</th><th>Backlog, last 10 min</th></tr></thead><tbody>",
@@ -226,7 +232,7 @@ pub fn overview(rows: &[QueueRow], locks: Option<usize>, error: Option<&str>) ->
         let Some(s) = row.stats else {
             let _ = write!(
                 out,
-                "</td><td colspan=\"9\" class=\"bad\">unreadable</td></tr>"
+                "</td><td colspan=\"10\" class=\"bad\">unreadable</td></tr>"
             );
             continue;
         };
@@ -240,6 +246,7 @@ pub fn overview(rows: &[QueueRow], locks: Option<usize>, error: Option<&str>) ->
             );
         }
         out.push_str("</td>");
+        out.push_str(&count_cell(&row.name, "blocked", s.blocked));
         out.push_str(&count_cell(&row.name, "waiting", s.waiting));
         out.push_str(&count_cell(&row.name, "delayed", s.delayed));
         out.push_str(&count_cell(&row.name, "in_flight", s.inflight));
@@ -313,8 +320,13 @@ pub fn queue(
 ) -> String {
     let qname = esc(name);
     let base = format!("/queues/{}", seg(name));
+    let paused = if stats.paused {
+        " <span class=\"chip paused\" id=\"paused\" title=\"workers claim nothing: dlm queue resume\">paused</span>"
+    } else {
+        ""
+    };
     let mut out =
-        format!("<h1><span class=\"muted\">queue</span> {qname}</h1><nav class=\"tabs\">");
+        format!("<h1><span class=\"muted\">queue</span> {qname}{paused}</h1><nav class=\"tabs\">");
     for (s, n) in [
         (TaskState::Blocked, stats.blocked),
         (TaskState::Waiting, stats.waiting),
@@ -360,13 +372,14 @@ pub fn queue(
         };
         let _ = write!(
             out,
-            "<tr data-task=\"{id}\"><td class=\"mono\">{id}</td><td class=\"num\">{}</td><td title=\"{}\">{}</td><td>{lease}</td>{}<td class=\"error\">{}</td></tr>",
+            "<tr data-task=\"{id}\"><td class=\"mono\"><a class=\"task-link\" href=\"{href}\">{id}</a></td><td class=\"num\">{}</td><td title=\"{}\">{}</td><td>{lease}</td>{}<td class=\"error\">{}</td></tr>",
             t.attempts,
             t.score,
             relative(t.score, list.now),
             payload_cell(t.payload_len, t.payload_preview.as_deref()),
             esc(t.error.as_deref().unwrap_or("")),
             id = esc(&t.id),
+            href = task_href(name, &t.id),
         );
     }
     out.push_str("</tbody></table>");
@@ -456,7 +469,8 @@ pub fn workers(scope: Option<&str>, workers: &[(String, WorkerInfo)], errors: &[
         for id in w.in_flight.iter().take(IDS_SHOWN) {
             let _ = write!(
                 flying,
-                "<a class=\"task mono\" href=\"{href}?state=in_flight\">{}</a>",
+                "<a class=\"task mono\" href=\"{}\">{}</a>",
+                task_href(queue, id),
                 esc(id)
             );
         }
@@ -584,13 +598,14 @@ pub fn dead(
         };
         let _ = write!(
             out,
-            "<tr data-task=\"{id}\"><td class=\"mono\">{id}</td><td class=\"num\">{}</td><td title=\"{}\">{}</td><td class=\"error\">{}</td>{}<td>{retry}</td></tr>",
+            "<tr data-task=\"{id}\"><td class=\"mono\"><a class=\"task-link\" href=\"{href}\">{id}</a></td><td class=\"num\">{}</td><td title=\"{}\">{}</td><td class=\"error\">{}</td>{}<td>{retry}</td></tr>",
             t.attempts,
             t.score,
             relative(t.score, list.now),
             esc(t.error.as_deref().unwrap_or("")),
             payload_cell(t.payload_len, t.payload_preview.as_deref()),
             id = esc(&t.id),
+            href = task_href(name, &t.id),
         );
     }
     out.push_str("</tbody></table>");

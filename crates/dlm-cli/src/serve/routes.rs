@@ -18,7 +18,8 @@ use dlm::queue::{MAX_PAGE, TaskState};
 use serde::{Deserialize, Serialize};
 
 use super::pages::{self, Confirm, Frame, Nav, seg};
-use super::state::{Access, MAX_LOCKS, QueueRow, State};
+use super::state::{Access, MAX_LOCKS, Neighbour, QueueRow, State, TaskView};
+use super::task_page;
 use crate::global::parse::{parse_name, parse_queue_name, parse_task_id};
 
 type App = Shared<Arc<State>>;
@@ -42,12 +43,14 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/queues/{name}/dead/retry", post(retry))
         .route("/queues/{name}/dead/purge", post(purge))
         .route("/queues/{name}/workers", get(queue_workers_page))
+        .route("/queues/{name}/tasks/{id}", get(task_page))
         .route("/workers", get(workers_page))
         .route("/locks", get(locks_page))
         .route("/locks/release", post(release))
         .route("/api/queues", get(api_queues))
         .route("/api/queues/{name}", get(api_queue))
         .route("/api/queues/{name}/workers", get(api_workers))
+        .route("/api/queues/{name}/tasks/{id}", get(api_task))
         .route("/api/locks", get(api_locks))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -164,7 +167,7 @@ impl Listing {
             None => Ok(default),
             Some(s) => TaskState::parse(s).ok_or(Refused(
                 StatusCode::BAD_REQUEST,
-                "state must be waiting, delayed, in_flight or dead",
+                "state must be blocked, waiting, delayed, in_flight, dead or completed",
             )),
         }
     }
@@ -282,6 +285,43 @@ async fn queue_workers_page(
                 true,
                 body,
             )
+        }
+        Err(e) => unavailable(&e),
+    }
+}
+
+/// The queue name and task id of a task's route, checked.
+fn task_path(name: &str, id: &str) -> Result<(String, String), String> {
+    Ok((parse_queue_name(name)?, parse_task_id(id)?))
+}
+
+/// One task: its facts, progress, dependency graph and events.
+async fn task_page(
+    Shared(state): App,
+    Path((name, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let (name, id) = match task_path(&name, &id) {
+        Ok(p) => p,
+        Err(e) => return bad_name(e),
+    };
+    match state.task_view(&name, &id).await {
+        Ok(Some(view)) => {
+            let body = task_page::task(&name, &view);
+            render(
+                &state,
+                &headers,
+                &format!("{name}: task {id}"),
+                Nav::Queue,
+                true,
+                body,
+            )
+        }
+        Ok(None) => {
+            let body = task_page::unknown(&name, &id);
+            let mut r = render(&state, &headers, "Unknown task", Nav::Queue, false, body);
+            *r.status_mut() = StatusCode::NOT_FOUND;
+            r
         }
         Err(e) => unavailable(&e),
     }
@@ -494,6 +534,8 @@ Do this only when the holder is known to be dead.",
 #[derive(Debug, Serialize)]
 struct ApiQueue {
     name: String,
+    /// Waiting for their dependencies (`dlm queue push --after`).
+    blocked: u64,
     waiting: u64,
     delayed: u64,
     in_flight: u64,
@@ -511,6 +553,7 @@ fn api_row(row: QueueRow) -> Option<ApiQueue> {
     let s = row.stats?;
     Some(ApiQueue {
         name: row.name,
+        blocked: s.blocked,
         waiting: s.waiting,
         delayed: s.delayed,
         in_flight: s.inflight,
@@ -604,6 +647,7 @@ async fn api_queue(
         .collect();
     axum::Json(serde_json::json!({
         "name": name,
+        "blocked": stats.blocked,
         "waiting": stats.waiting,
         "delayed": stats.delayed,
         "in_flight": stats.inflight,
@@ -636,6 +680,98 @@ async fn api_workers(Shared(state): App, Path(name): Path<String>) -> Response {
                 .collect();
             axum::Json(serde_json::json!({ "queue": name, "workers": workers })).into_response()
         }
+        Err(e) => unavailable(&e),
+    }
+}
+
+/// One event of a task in `/api/queues/NAME/tasks/ID` (as `dlm queue
+/// events --json` prints it, without the id).
+#[derive(Debug, Serialize)]
+struct ApiEvent {
+    event: &'static str,
+    ts_ms: u64,
+    cursor: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    progress: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+/// A dependency or dependent in `/api/queues/NAME/tasks/ID`.
+#[derive(Debug, Serialize)]
+struct ApiNeighbour {
+    id: String,
+    /// Its state, `unknown` when the queue remembers none.
+    state: &'static str,
+}
+
+/// `/api/queues/NAME/tasks/ID`.
+#[derive(Debug, Serialize)]
+struct ApiTaskDetail {
+    queue: String,
+    #[serde(flatten)]
+    task: crate::output::TaskLine,
+    events_on: bool,
+    events_partial: bool,
+    events: Vec<ApiEvent>,
+    neighbours: serde_json::Value,
+}
+
+fn api_neighbours(list: Vec<Neighbour>) -> Vec<ApiNeighbour> {
+    list.into_iter()
+        .map(|n| ApiNeighbour {
+            state: n.state.map_or("unknown", TaskState::as_str),
+            id: n.id,
+        })
+        .collect()
+}
+
+fn api_task_detail(queue: String, view: TaskView) -> ApiTaskDetail {
+    let task = crate::output::TaskLine::new(&view.task.id, Some(&view.task));
+    let events = view
+        .events
+        .into_iter()
+        .map(|e| ApiEvent {
+            event: e.kind.as_str(),
+            ts_ms: e.at_ms,
+            cursor: e.cursor,
+            error: e.error,
+            progress: e.progress,
+            message: e.message,
+        })
+        .collect();
+    ApiTaskDetail {
+        queue,
+        task,
+        events_on: view.events_on,
+        events_partial: view.events_partial,
+        events,
+        neighbours: serde_json::json!({
+            "deps": api_neighbours(view.deps),
+            "dependents": api_neighbours(view.dependents),
+        }),
+    }
+}
+
+/// `/api/queues/NAME/tasks/ID`: the fields of `dlm queue task --json`, its
+/// events, and its dependencies' and dependents' states; 404 when unknown.
+async fn api_task(Shared(state): App, Path((name, id)): Path<(String, String)>) -> Response {
+    let (name, id) = match task_path(&name, &id) {
+        Ok(p) => p,
+        Err(e) => return bad_name(e),
+    };
+    match state.task_view(&name, &id).await {
+        Ok(Some(view)) => axum::Json(api_task_detail(name, view)).into_response(),
+        Ok(None) => (
+            StatusCode::NOT_FOUND,
+            axum::Json(serde_json::json!({
+                "queue": name, "id": id, "state": "unknown",
+                "error": "no such task (never enqueued, or finished and not remembered)",
+            })),
+        )
+            .into_response(),
         Err(e) => unavailable(&e),
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use dlm::HeldLock;
-use dlm::queue::QueueStats;
+use dlm::queue::{Event, EventsFrom, MAX_EVENTS_PAGE, QueueStats, TaskDetail, TaskState};
 use futures_util::future::join_all;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
@@ -25,6 +25,13 @@ const HISTORY: Duration = Duration::from_secs(600);
 const REDISCOVER: Duration = Duration::from_secs(10);
 /// The window the throughput is measured over.
 const THROUGHPUT_WINDOW: Duration = Duration::from_secs(60);
+/// The most dependencies, and the most dependents, a task page reads.
+pub const MAX_NEIGHBOURS: usize = 50;
+/// The most events of one task a task page shows (the newest).
+pub const MAX_TASK_EVENTS: usize = 100;
+/// The most pages of the event log ([`MAX_EVENTS_PAGE`] entries each) read
+/// for one task page, from the oldest entry kept.
+const EVENT_PAGES: usize = 10;
 
 /// Who may act on the dashboard.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +95,68 @@ pub struct OtherLocks {
     pub semaphores: Vec<(String, dlm::SemaphoreStatus)>,
     /// Elections ever run: the leader (if any) and the last term.
     pub elections: Vec<(String, Option<dlm::Leader>, u64)>,
+}
+
+/// A dependency or dependent of a task, and its state (`None`: unknown,
+/// e.g. finished and forgotten).
+#[derive(Debug, Clone)]
+pub struct Neighbour {
+    /// Its id.
+    pub id: String,
+    /// Its state.
+    pub state: Option<TaskState>,
+}
+
+/// One task as its page and `/api/queues/NAME/tasks/ID` show it.
+#[derive(Debug, Clone)]
+pub struct TaskView {
+    /// Everything the queue knows about it.
+    pub task: TaskDetail,
+    /// Its first [`MAX_NEIGHBOURS`] dependencies, each with its state.
+    pub deps: Vec<Neighbour>,
+    /// Its first [`MAX_NEIGHBOURS`] dependents, each with its state.
+    pub dependents: Vec<Neighbour>,
+    /// Whether the queue's event log is on.
+    pub events_on: bool,
+    /// Its newest [`MAX_TASK_EVENTS`] events, oldest first, from the first
+    /// [`EVENT_PAGES`] pages of the log.
+    pub events: Vec<Event>,
+    /// Whether the log has more entries than were read.
+    pub events_partial: bool,
+}
+
+/// The states of `ids` (the first [`MAX_NEIGHBOURS`]), read at once.
+async fn neighbours(queue: &dlm::queue::Queue, ids: &[String]) -> dlm::Result<Vec<Neighbour>> {
+    let reads = ids.iter().take(MAX_NEIGHBOURS).map(|id| async move {
+        let state = queue.task(id).await?.map(|t| t.state);
+        Ok::<_, dlm::Error>(Neighbour {
+            id: id.clone(),
+            state,
+        })
+    });
+    futures_util::future::try_join_all(reads).await
+}
+
+/// The newest [`MAX_TASK_EVENTS`] events of task `id` in the first
+/// [`EVENT_PAGES`] pages of the log, and whether the log goes on.
+async fn task_events(queue: &dlm::queue::Queue, id: &str) -> dlm::Result<(Vec<Event>, bool)> {
+    let mut kept = VecDeque::new();
+    let mut from = EventsFrom::Start;
+    for _ in 0..EVENT_PAGES {
+        let (page, next) = queue.events_page(&from, MAX_EVENTS_PAGE).await?;
+        if page.is_empty() || next == from {
+            return Ok((kept.into(), false));
+        }
+        for e in page.into_iter().filter(|e| e.task == id) {
+            if kept.len() == MAX_TASK_EVENTS {
+                kept.pop_front();
+            }
+            kept.push_back(e);
+        }
+        from = next;
+    }
+    let (more, _) = queue.events_page(&from, 1).await?;
+    Ok((kept.into(), !more.is_empty()))
 }
 
 /// The shared state of the server.
@@ -296,6 +365,36 @@ impl State {
             semaphores,
             elections,
         })
+    }
+
+    /// Task `id` of queue `name` with its neighbours' states and its events
+    /// (`None`: the queue has no such task and remembers none).
+    pub async fn task_view(&self, name: &str, id: &str) -> dlm::Result<Option<TaskView>> {
+        let queue = self.client.queue(name);
+        let Some(task) = queue.task(id).await? else {
+            return Ok(None);
+        };
+        let events_on = queue.settings().await?.get_events().is_some();
+        let read_events = async {
+            if events_on {
+                task_events(&queue, id).await
+            } else {
+                Ok((Vec::new(), false))
+            }
+        };
+        let (deps, dependents, (events, events_partial)) = tokio::try_join!(
+            neighbours(&queue, &task.deps),
+            neighbours(&queue, &task.dependents),
+            read_events
+        )?;
+        Ok(Some(TaskView {
+            task,
+            deps,
+            dependents,
+            events_on,
+            events,
+            events_partial,
+        }))
     }
 
     /// Everything `/metrics` shows, read now.

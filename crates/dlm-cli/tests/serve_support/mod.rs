@@ -411,6 +411,16 @@ impl Browser {
         self.session_call("GET", "/alert/text", None).is_ok()
     }
 
+    /// Resize the window (for a screenshot of a whole page).
+    pub fn resize(&self, width: u32, height: u32) -> Result<(), Error> {
+        self.session_call(
+            "POST",
+            "/window/rect",
+            Some(serde_json::json!({ "width": width, "height": height })),
+        )?;
+        Ok(())
+    }
+
     pub fn screenshot(&self, path: &Path) -> Result<(), Error> {
         let v = self.session_call("GET", "/screenshot", None)?;
         std::fs::write(path, base64(v.as_str().ok_or("no screenshot")?)?)?;
