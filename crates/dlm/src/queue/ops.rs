@@ -152,6 +152,12 @@ pub(crate) async fn enqueue(
             OnDuplicate::Replace => "replace",
         })
         .arg(if compact { "1" } else { "0" });
+    // Eight values per task only when a task of the call has a time limit or
+    // dependencies: a plain batch costs Redis what it did before them.
+    let full = tasks
+        .iter()
+        .any(|t| t.timeout.is_some() || !t.deps.is_empty());
+    inv.arg(if full { 8 } else { 5 });
     for t in tasks {
         inv.arg(&t.id);
         match &t.payload {
@@ -159,8 +165,10 @@ pub(crate) async fn enqueue(
             None => inv.arg("0").arg(""),
         };
         inv.arg(t.priority).arg(t.group.as_deref().unwrap_or(""));
-        inv.arg(t.timeout.map_or(0, millis));
-        inv.arg(deps_arg(&t.deps)).arg(deps_flags(t));
+        if full {
+            inv.arg(t.timeout.map_or(0, millis));
+            inv.arg(deps_arg(&t.deps)).arg(deps_flags(t));
+        }
     }
     enqueue_reply(backend.eval(&inv).await?)
 }
@@ -338,24 +346,27 @@ pub(crate) async fn claim(
 /// slot, then per task eight values.
 fn claim_reply(v: Value) -> Result<Claimed> {
     let reply = array(v)?;
-    let (head, rest) = reply.split_at(reply.len().min(5));
-    let [expired, next_due, now, died, rate_wait] = head else {
+    let (head, rest) = reply.split_at(reply.len().min(6));
+    let [expired, next_due, now, died, rate_wait, per_task] = head else {
         return Err(Error::protocol("short claim reply"));
     };
+    // 7 values per task, or 9 with a time limit and dependencies.
+    let per_task = match int(per_task)? {
+        7 => 7,
+        9 => 9,
+        n => return Err(Error::protocol(format!("{n} values per claimed task"))),
+    };
     let tasks = rest
-        .chunks(9)
-        .map(|c| match c {
-            [
-                id,
-                score,
-                payload,
-                fence,
-                attempt,
-                priority,
-                group,
-                timeout,
-                deps,
-            ] => Ok(Task {
+        .chunks(per_task)
+        .map(|c| {
+            let (c, timeout, deps) = match c {
+                [c @ .., timeout, deps] if per_task == 9 => (c, timeout, deps),
+                c => (c, &Value::Nil, &Value::Nil),
+            };
+            (c, timeout, deps)
+        })
+        .map(|(c, timeout, deps)| match c {
+            [id, score, payload, fence, attempt, priority, group] => Ok(Task {
                 id: text(id)?,
                 score: unsigned(int(score)?),
                 payload: bytes(payload),
@@ -407,8 +418,14 @@ pub(crate) async fn ack(
     leases: &[Finished<'_>],
 ) -> Result<Vec<i64>> {
     let mut inv = invocation(&ACK, keys);
+    // Three values per task only when a task leaves a result.
+    let with_results = leases.iter().any(|(_, _, r)| !r.is_empty());
+    inv.arg(if with_results { 3 } else { 2 });
     for (id, fence, result) in leases {
-        inv.arg(*id).arg(fence.get()).arg(*result);
+        inv.arg(*id).arg(fence.get());
+        if with_results {
+            inv.arg(*result);
+        }
     }
     codes_reply(backend.eval(&inv).await?)
 }
@@ -744,6 +761,7 @@ mod tests {
             Value::Int(1_700_000_000_500),
             Value::Int(0),
             Value::Int(-1),
+            Value::Int(9),
             Value::BulkString(b"t1".to_vec()),
             Value::Int(1_700_000_000_000),
             Value::Nil,

@@ -36,8 +36,10 @@
 --  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
--- ARGV     per task three values: id, lease fencing token, result (bytes; '':
---          none). A result is kept in `results` with its forget time in `done`
+-- ARGV[1]  how many values per task follow: 2, or 3 when a task of the call
+--          leaves a result
+-- ARGV[2..] per task: id, lease fencing token (and with 3 the result: bytes;
+--          '': none). A result is kept in `results` with its forget time in `done`
 --          (see results.lua) and published to `wait_result` callers.
 -- Returns  per task: 1 acked, 0 not in flight any more (lease expired and
 --          returned), -1 leased to another worker now (re-claimed)
@@ -56,7 +58,9 @@ local function fetch(cmd, key, list)
   return all
 end
 local ids = {}
-for i = 1, #ARGV / 3 do ids[i] = ARGV[3 * i - 2] end
+-- S values per task: id, fence (and the result, when S is 3)
+local S = tonumber(ARGV[1])
+for i = 1, (#ARGV - 1) / S do ids[i] = ARGV[S * i - S + 2] end
 local out = {}
 if #ids == 0 then return out end
 local leases = fetch('HMGET', KEYS[4], ids)
@@ -65,10 +69,10 @@ for i, id in ipairs(ids) do
   local lease = leases[i]
   if seen[id] then
     out[i] = 0 -- the same lease twice in one call: the first ack took it
-  elseif lease == ARGV[3 * i - 1] then
+  elseif lease == ARGV[S * i - S + 3] then
     done[#done + 1] = id
     out[i] = 1
-    if ARGV[3 * i] ~= '' then any_result = true end
+    if S == 3 and ARGV[3 * i + 1] ~= '' then any_result = true end
   elseif lease then
     out[i] = -1
   else
@@ -115,7 +119,7 @@ if #done > 0 then
     local stored, plain = {}, {}
     for i, id in ipairs(ids) do
       if out[i] == 1 then
-        if ARGV[3 * i] ~= '' and R.remember_result(id, now, ARGV[3 * i]) then
+        if S == 3 and ARGV[3 * i + 1] ~= '' and R.remember_result(id, now, ARGV[3 * i + 1]) then
           stored[#stored + 1] = id
         else
           plain[#plain + 1] = id
@@ -129,9 +133,9 @@ if #done > 0 then
   redis.call('HINCRBY', KEYS[9], 'processed', #done)
   event_many('completed', done)
   -- Dependencies (deps.lua): the last finished dependency releases a task.
-  if #gone > 0 and cfg[2] and dag_in_use() then
+  if #gone > 0 and cfg[2] and DAG().in_use() then
     local t = redis.call('TIME')
-    local released = dag_completed(gone, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    local released = DAG().completed(gone, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
     if released > 0 then wake(released) end
   end
   local keep = tonumber(cfg[1] or '0')

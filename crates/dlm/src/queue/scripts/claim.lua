@@ -50,9 +50,12 @@
 -- Returns  {expired_returned, ms_until_next_due (-1: nothing waiting), now (ms),
 --           died (how many of the expired moved to the dead set),
 --           ms until the rate limit allows the next claim (-1: not limited now),
---           then per claimed task nine values: id, due time, payload (nil: none),
+--           how many values per task follow (7, or 9 once the queue uses
+--           time limits, results or dependencies: `extras`),
+--           then per claimed task: id, due time, payload (nil: none),
 --           lease fencing token, attempt number (1 = first), priority, group (nil: none),
---           run-time limit in ms (0: none), dependencies (ids each ending in NUL; nil: none)}
+--           and with 9 its run-time limit in ms (0: none) and dependencies (ids
+--           each ending in NUL; nil: none)}
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -82,8 +85,8 @@ for _, id in ipairs(expired) do
     redis.call('HINCRBY', KEYS[9], 'failed', 1)
     died = died + 1
     -- Its dependents follow their policy (deps.lua).
-    if extras and dag_in_use() then
-      local r = dag_died(id, now)
+    if extras and DAG().in_use() then
+      local r = DAG().died(id, now)
       if r[1] > 0 then wake(r[1]) end
     end
   elseif not again then
@@ -91,7 +94,7 @@ for _, id in ipairs(expired) do
     event('failed', id, 'lease expired')
   end
 end
-local out = {#expired, -1, now, died, -1}
+local out = {#expired, -1, now, died, -1, extras and 9 or 7}
 local want = tonumber(ARGV[1])
 -- A paused queue: expired leases still come back, nothing is claimed.
 local paused = cfg[4] == '1'
@@ -189,9 +192,11 @@ if n > 0 then
     out[#out + 1] = attempt
     out[#out + 1] = prios[i]
     out[#out + 1] = groups[i]
-    local limit = timeouts[i]
-    out[#out + 1] = limit and tonumber(limit) or 0
-    out[#out + 1] = deps[i] or false
+    if extras then
+      local limit = timeouts[i]
+      out[#out + 1] = limit and tonumber(limit) or 0
+      out[#out + 1] = deps[i] or false
+    end
   end
   event_many('claimed', ids)
   chunked('HSET', KEYS[4], leases)

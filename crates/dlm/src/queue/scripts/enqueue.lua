@@ -37,11 +37,13 @@
 -- ARGV[1]  delay in ms (>= 0)
 -- ARGV[2]  'keep' or 'replace'
 -- ARGV[3]  '1': small payloads go to their bucket (compact), '0': to `payload`
--- ARGV[4..] per task eight values: id, '1' with payload / '0' without, payload,
---          priority (integer, '0': none), group ('': none), run-time limit
---          in ms ('0': none), dependencies (ids each ending in NUL, '': none),
---          dependency flags ('i': ignore a dependency's death, 'l': a
---          dependency may be an id not known yet; '' neither)
+-- ARGV[4]  how many values per task follow: 5, or 8 when a task of the call
+--          has a run-time limit or dependencies (plain batches send less)
+-- ARGV[5..] per task five values: id, '1' with payload / '0' without, payload,
+--          priority (integer, '0': none), group ('': none); with 8 also its
+--          run-time limit in ms ('0': none), dependencies (ids each ending in
+--          NUL, '': none), dependency flags ('i': ignore a dependency's death,
+--          'l': a dependency may be an id not known yet; '' neither)
 -- A task with a priority or a group that is due now goes to `ready`; so does
 -- every task due now once the queue has such tasks (claim orders `ready`).
 -- A task with dependencies (see deps.lua) is new only: an id already there
@@ -61,11 +63,14 @@ local score = now + tonumber(ARGV[1])
 local replace = ARGV[2] == 'replace'
 local featured = redis.call('EXISTS', KEYS[12], KEYS[13], KEYS[14]) > 0
 local out, added = {}, 0
-local STRIDE = 8
+local STRIDE = tonumber(ARGV[4])
+local FULL = STRIDE == 8
 -- Dependencies: the whole batch is checked before anything is written.
 local any_deps = false
-for i = 4, #ARGV, STRIDE do
-  if ARGV[i + 6] ~= '' then any_deps = true end
+if FULL then
+  for i = 5, #ARGV, STRIDE do
+    if ARGV[i + 6] ~= '' then any_deps = true end
+  end
 end
 -- Issue 24's settings in one read: extras (see results.lua; dependencies set
 -- it too) and the event log's cap (events.lua).
@@ -75,15 +80,15 @@ local dag = any_deps or (ecfg[1] == '1' and redis.call('EXISTS', KEYS[26]) == 1)
 -- new_kids[d]: the tasks of this batch that wait for d (written at the end)
 local new_kids, is_new, in_batch = {}, {}, {}
 if any_deps then
-  for i = 4, #ARGV, STRIDE do
+  for i = 5, #ARGV, STRIDE do
     in_batch[ARGV[i]] = true
-    if not is_new[ARGV[i]] and ARGV[i + 6] ~= '' and not alive(ARGV[i]) then is_new[ARGV[i]] = i end
+    if not is_new[ARGV[i]] and ARGV[i + 6] ~= '' and not DAG().alive(ARGV[i]) then is_new[ARGV[i]] = i end
   end
   for id, i in pairs(is_new) do
     local later = string.find(ARGV[i + 7], 'l', 1, true)
-    for _, d in ipairs(split_ids(ARGV[i + 6])) do
+    for _, d in ipairs(DAG().split_ids(ARGV[i + 6])) do
       if d == id then return {'cycle', id, d} end
-      if not (later or in_batch[d] or alive(d) or known_done(d, now)
+      if not (later or in_batch[d] or DAG().alive(d) or DAG().known_done(d, now)
               or redis.call('ZSCORE', KEYS[6], d)) then
         return {'unknown', d, id}
       end
@@ -96,7 +101,7 @@ if any_deps then
   -- stored graph has none, so a cycle would pass through a new task.
   local color, visited = {}, 0
   local function kids_of(n)
-    local kids = split_ids(redis.call('HGET', KEYS[29], n))
+    local kids = DAG().split_ids(redis.call('HGET', KEYS[29], n))
     for _, k in ipairs(new_kids[n] or {}) do kids[#kids + 1] = k end
     return kids
   end
@@ -133,9 +138,10 @@ local small, bucketed = small_count() > 0, 0
 local compact = ARGV[3] == '1'
 -- Issue 24: whether `extras` (see results.lua) is set.
 local extras = ecfg[1] == '1'
-for i = 4, #ARGV, STRIDE do
+for i = 5, #ARGV, STRIDE do
   local id, prio, group = ARGV[i], ARGV[i + 3], ARGV[i + 4]
-  local deps = ARGV[i + 6]
+  local limit, deps = '0', ''
+  if FULL then limit, deps = ARGV[i + 5], ARGV[i + 6] end
   local cur = redis.call('ZSCORE', KEYS[1], id)
   local ready, parked = false, false
   if featured then
@@ -191,10 +197,10 @@ for i = 4, #ARGV, STRIDE do
     if deps ~= '' then
       local ignore = string.find(ARGV[i + 7], 'i', 1, true)
       local counted = {}
-      for _, d in ipairs(split_ids(deps)) do
+      for _, d in ipairs(DAG().split_ids(deps)) do
         if counted[d] then
           -- listed twice: counted once
-        elseif in_batch[d] or (not redis.call('ZSCORE', KEYS[6], d) and not known_done(d, now)) then
+        elseif in_batch[d] or (not redis.call('ZSCORE', KEYS[6], d) and not DAG().known_done(d, now)) then
           counted[d] = true
           waits = waits + 1
           edges[d] = edges[d] or {}
@@ -235,16 +241,18 @@ for i = 4, #ARGV, STRIDE do
     if not doomed then redis.call('HDEL', KEYS[7], id) end
     -- Issue 24: the new run's time limit replaces the earlier one's.
     if cur or flying or was_dead then redis.call('HDEL', KEYS[22], id) end
-    if ARGV[i + 5] ~= '0' then redis.call('HSET', KEYS[22], id, ARGV[i + 5]) end
+    if limit ~= '0' then redis.call('HSET', KEYS[22], id, limit) end
     -- claim and ack look for time limits and dependencies once `extras` is set.
-    if (ARGV[i + 5] ~= '0' or deps ~= '') and not extras then
+    if (limit ~= '0' or deps ~= '') and not extras then
       redis.call('HSET', KEYS[11], 'extras', '1')
       extras = true
     end
-    if doomed then
-      event('dead', id, "dependency '" .. doomed .. "' died")
-    else
-      event('added', id)
+    if EVENTS_MAX > 0 then
+      if doomed then
+        event('dead', id, "dependency '" .. doomed .. "' died")
+      else
+        event('added', id)
+      end
     end
     if status > 0 then out[#out + 1] = status
     elseif cur or flying then out[#out + 1] = 2 else out[#out + 1] = 1 end
@@ -258,7 +266,7 @@ for d, kids in pairs(edges) do
 end
 -- Tasks written dead (a dependency had died): their dependents follow.
 for _, id in ipairs(died_here) do
-  local r = dag_died(id, now)
+  local r = DAG().died(id, now)
   added = added + r[1]
 end
 if bucketed ~= 0 then redis.call('HINCRBY', KEYS[9], 'small', bucketed) end

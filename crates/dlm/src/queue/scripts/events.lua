@@ -9,22 +9,19 @@
 --        "pct NUL message" (progress)
 -- The entry's id (ms-seq, server clock) is the events' time. Readers
 -- (Queue::events, dlm queue events) expand an entry into one event per id.
-local EVENTS_MAX = nil
-local EVENT_BUF, EVENT_ORDER = {}, {}
--- Is the event log on for this queue? (Read once per script call.)
-local function events_on()
-  if EVENTS_MAX == nil then
-    EVENTS_MAX = tonumber(redis.call('HGET', KEYS[11], 'events_maxlen') or '0') or 0
-  end
-  return EVENTS_MAX > 0
-end
+local EVENTS_MAX, EVENT_BUF, EVENT_ORDER = nil, nil, nil
 -- The cap as read with other settings (saves the script its own read).
 local function events_preset(v)
   EVENTS_MAX = tonumber(v or '0') or 0
 end
 -- Note an event of task id (written by flush_events).
 local function event(kind, id, detail)
-  if not events_on() then return end
+  if EVENTS_MAX == nil then
+    -- Not read with the settings: read it now (once per script call).
+    EVENTS_MAX = tonumber(redis.call('HGET', KEYS[11], 'events_maxlen') or '0') or 0
+  end
+  if EVENTS_MAX <= 0 then return end
+  if not EVENT_BUF then EVENT_BUF, EVENT_ORDER = {}, {} end
   local k = kind .. '\0' .. (detail or '')
   local b = EVENT_BUF[k]
   if not b then
@@ -35,12 +32,12 @@ local function event(kind, id, detail)
   b.ids[#b.ids + 1] = id .. '\0'
 end
 local function event_many(kind, ids, detail)
-  if not events_on() then return end
+  if EVENTS_MAX ~= nil and EVENTS_MAX <= 0 then return end
   for _, id in ipairs(ids) do event(kind, id, detail) end
 end
 -- Write the noted events: one entry per kind and detail (per 1000 ids).
 local function flush_events()
-  if not EVENTS_MAX or EVENTS_MAX <= 0 then return end
+  if not EVENT_BUF then return end
   for _, k in ipairs(EVENT_ORDER) do
     local b = EVENT_BUF[k]
     for i = 1, #b.ids, 1000 do
@@ -52,5 +49,5 @@ local function flush_events()
       end
     end
   end
-  EVENT_BUF, EVENT_ORDER = {}, {}
+  EVENT_BUF, EVENT_ORDER = nil, nil
 end

@@ -60,8 +60,8 @@ if attempts >= tonumber(ARGV[4]) and not again then
   redis.call('HINCRBY', KEYS[9], 'failed', 1)
   event('dead', id, ARGV[5])
   -- Its dependents follow their policy (deps.lua).
-  if dag_in_use() then
-    local r = dag_died(id, now)
+  if DAG().in_use() then
+    local r = DAG().died(id, now)
     if r[1] > 0 then wake(r[1]) end
   end
   flush_events()

@@ -52,8 +52,8 @@ for k, task in ipairs(tasks) do
 end
 forget_unless_flying(ids)
 -- Taken out to be processed: for dependencies, that is done (deps.lua).
-if #ids > 0 and dag_in_use() then
-  local released = dag_completed(ids, now)
+if #ids > 0 and DAG().in_use() then
+  local released = DAG().completed(ids, now)
   if released > 0 then wake(released) end
 end
 event_many('completed', ids)

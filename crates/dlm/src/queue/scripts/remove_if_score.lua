@@ -51,9 +51,9 @@ unwait(ARGV[1], place, member)
 forget_unless_flying({ARGV[1]})
 -- Taken out to be processed (the source documents' dequeue): for
 -- dependencies, that is done (deps.lua).
-if dag_in_use() then
+if DAG().in_use() then
   local t = redis.call("TIME")
-  local released = dag_completed({ARGV[1]}, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  local released = DAG().completed({ARGV[1]}, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   if released > 0 then wake(released) end
 end
 event('completed', ARGV[1])
