@@ -459,6 +459,50 @@ fn new_commands_on(flags: &[String]) -> TestResult {
         ]);
         assert_eq!(r.code(), 0, "{primitive}: {}{}", r.stdout, r.stderr);
     }
+    workflow_commands_on(&on)
+}
+
+/// The issue-24 commands on one deployment: dependencies, results, the
+/// task view, the event log and the live workers.
+fn workflow_commands_on(on: &dyn Fn(&[&str]) -> Run) -> TestResult {
+    let r = on(&["queue", "config", "flow", "--events", "100"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    assert_eq!(on(&["queue", "push", "flow", "a"]).code(), 0);
+    let r = on(&["--json", "queue", "push", "flow", "b", "--after", "a"]);
+    assert!(r.stdout.contains("blocked"), "{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        on(&["queue", "push", "flow", "c", "--after", "nope"]).code(),
+        2
+    );
+    let r = on(&[
+        "queue",
+        "work",
+        "flow",
+        "--exit-when-empty",
+        "--",
+        "sh",
+        "-c",
+        "printf 'out-%s' \"$DLM_TASK_ID\"",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let r = on(&["--json", "queue", "task", "flow", "b"]);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim())?;
+    assert_eq!(
+        (v["state"].as_str(), v["result_bytes"].as_u64()),
+        (Some("completed"), Some(5)),
+        "{v}"
+    );
+    let r = on(&["queue", "result", "flow", "b"]);
+    assert_eq!((r.code(), r.stdout.as_str()), (0, "out-b"), "{}", r.stderr);
+    let r = on(&["--json", "queue", "events", "flow"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains(r#""event":"released","id":"b""#),
+        "{}",
+        r.stdout
+    );
+    let r = on(&["--json", "queue", "workers", "flow"]);
+    assert_eq!((r.code(), r.stdout.trim()), (0, "[]"), "{}", r.stderr);
     Ok(())
 }
 
