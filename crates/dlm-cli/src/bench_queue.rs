@@ -464,26 +464,9 @@ async fn phases(
 
     let cpu_before = cpu().await;
     let start = Instant::now();
-    let report = queue
-        .worker(
-            WorkerOptions::new()
-                .concurrency(args.concurrency as usize)
-                .lease(BENCH_LEASE)
-                .exit_when_empty(true),
-        )
-        .run(
-            |_task| async { Ok::<(), Infallible>(()) },
-            CancellationToken::new(),
-        )
-        .await?;
+    drain(queue, args, n).await?;
     let secs = start.elapsed().as_secs_f64();
     let cpu_used = cpu().await.zip(cpu_before).map(|(a, b)| a - b);
-    if report.acked != n {
-        return Err(CliError::No(format!(
-            "the worker acked {} of {n} tasks: {report:?}",
-            report.acked
-        )));
-    }
     check_drained(queue, n).await?;
     let process = ProcessPhase {
         implementation: variant.implementation(),
@@ -569,6 +552,30 @@ struct DagPhase {
     redis_cpu_us_per_edge: Option<f64>,
 }
 
+/// One worker with the benchmark's concurrency and a no-op handler drains
+/// the queue; it must ack exactly `n` tasks.
+async fn drain(queue: &Queue, args: &BenchQueueArgs, n: u64) -> Result<(), CliError> {
+    let report = queue
+        .worker(
+            WorkerOptions::new()
+                .concurrency(args.concurrency as usize)
+                .lease(BENCH_LEASE)
+                .exit_when_empty(true),
+        )
+        .run(
+            |_task| async { Ok::<(), Infallible>(()) },
+            CancellationToken::new(),
+        )
+        .await?;
+    if report.acked != n {
+        return Err(CliError::No(format!(
+            "the worker acked {} of {n} tasks: {report:?}",
+            report.acked
+        )));
+    }
+    Ok(())
+}
+
 /// Enqueue `tasks` in batches of `batch`, in order (dependencies first).
 async fn enqueue_in_order(
     queue: &Queue,
@@ -598,26 +605,9 @@ async fn run_tasks(
     enqueue_in_order(queue, tasks, args.batch as usize).await?;
     let enqueue_secs = start.elapsed().as_secs_f64();
     let start = Instant::now();
-    let report = queue
-        .worker(
-            WorkerOptions::new()
-                .concurrency(args.concurrency as usize)
-                .lease(BENCH_LEASE)
-                .exit_when_empty(true),
-        )
-        .run(
-            |_task| async { Ok::<(), Infallible>(()) },
-            CancellationToken::new(),
-        )
-        .await?;
+    drain(queue, args, n).await?;
     let process_secs = start.elapsed().as_secs_f64();
     let cpu_used = cpu().await.zip(cpu_before).map(|(a, b)| a - b);
-    if report.acked != n {
-        return Err(CliError::No(format!(
-            "the worker acked {} of {n} tasks: {report:?}",
-            report.acked
-        )));
-    }
     Ok((enqueue_secs, process_secs, cpu_used))
 }
 

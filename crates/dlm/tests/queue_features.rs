@@ -419,8 +419,10 @@ async fn event_log(c: &Client) -> TestResult {
     ack_all(claim_ids(&q, 1).await?).await?;
     q.configure(&QueueSettings::default().events(Some(dlm::queue::DEFAULT_EVENTS)))
         .await?;
-    let mut follow = std::pin::pin!(q.events(EventsFrom::Now));
-    // The follower pins "now" at its first poll: start it before anything happens.
+    // Follow from the log's position now, so what comes next is seen
+    // whenever the follower first polls; the pause below only lets it block.
+    let (_, here) = q.events_page(&EventsFrom::Now, 1).await?;
+    let mut follow = std::pin::pin!(q.events(here));
     let first = tokio::spawn({
         let q = q.clone();
         async move {

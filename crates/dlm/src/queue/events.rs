@@ -285,14 +285,9 @@ impl Follow {
             return;
         };
         if self.conn.is_none() {
-            match tokio::time::timeout(
-                Duration::from_secs(3),
-                deployment.dedicated(Duration::from_secs(2)),
-            )
-            .await
-            {
-                Ok(Ok(c)) => self.conn = Some(c),
-                _ => {
+            match crate::queue::idle::dedicated(&deployment).await {
+                Some(c) => self.conn = Some(c),
+                None => {
                     tokio::time::sleep(wait).await;
                     return;
                 }

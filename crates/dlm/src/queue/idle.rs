@@ -34,14 +34,9 @@ impl Idle {
             return;
         };
         if self.conn.is_none() {
-            match tokio::time::timeout(
-                Duration::from_secs(3),
-                deployment.dedicated(Duration::from_secs(2)),
-            )
-            .await
-            {
-                Ok(Ok(c)) => self.conn = Some(c),
-                _ => {
+            match dedicated(deployment).await {
+                Some(c) => self.conn = Some(c),
+                None => {
                     tokio::time::sleep(timeout).await;
                     return;
                 }
@@ -62,5 +57,19 @@ impl Idle {
                 tokio::time::sleep(timeout.min(Duration::from_millis(200))).await;
             }
         }
+    }
+}
+
+/// A dedicated connection without a response timeout, for a blocking
+/// command (`None` when it cannot be had within a few seconds).
+pub(super) async fn dedicated(deployment: &Deployment) -> Option<BoxedConnection> {
+    match tokio::time::timeout(
+        Duration::from_secs(3),
+        deployment.dedicated(Duration::from_secs(2)),
+    )
+    .await
+    {
+        Ok(Ok(c)) => Some(c),
+        _ => None,
     }
 }
