@@ -252,19 +252,25 @@ impl Worker {
                 lock_running(&running).insert(task.id.clone(), lease);
                 let (queue, handler, running) =
                     (self.queue.clone(), handler.clone(), running.clone());
-                let (acks, tally) = (acks.clone(), beating.tally());
+                let tally = beating.tally();
+                tally.started();
                 let claim = Claim {
                     task,
                     at: claimed_at,
+                    tally,
                     limit: self.opts.task_timeout,
                     grace: self.opts.timeout_grace,
                 };
-                tally.started();
-                tasks.spawn(async move {
-                    let outcome = process(queue, acks, handler, claim, running, permit).await;
-                    tally.settled(matches!(outcome, Outcome::Acked));
-                    outcome
-                });
+                // Spawned as it is: a wrapping future would hold (and move) a
+                // second copy of this one's state on every spawn.
+                tasks.spawn(process(
+                    queue,
+                    acks.clone(),
+                    handler,
+                    claim,
+                    running,
+                    permit,
+                ));
             }
             if got < free
                 && let Some(pause) = claimed.rate_wait
@@ -352,11 +358,13 @@ fn count(report: &mut WorkerReport, done: std::result::Result<Outcome, tokio::ta
     }
 }
 
-/// A claimed task, when the claim's reply came, the worker's default time
-/// limit and how long after a limit the handler is dropped.
+/// A claimed task, when the claim's reply came, the worker's counts (for
+/// its heartbeat record), the worker's default time limit and how long after
+/// a limit the handler is dropped.
 struct Claim {
     task: Task,
     at: Instant,
+    tally: Arc<crate::queue::beat::Tally>,
     limit: Option<Duration>,
     grace: Duration,
 }
@@ -369,6 +377,7 @@ async fn process<F, Fut, T, E>(
     Claim {
         mut task,
         at,
+        tally,
         limit,
         grace,
     }: Claim,
@@ -426,6 +435,7 @@ where
     }
     let outcome = settle(&queue, &acks, &task, result, error.as_deref()).await;
     lock_running(&running).remove(&task.id);
+    tally.settled(matches!(outcome, Outcome::Acked));
     outcome
 }
 
