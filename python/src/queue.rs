@@ -1,0 +1,636 @@
+//! `Queue` / `AsyncQueue`, their tasks and leases, and the bridge from the
+//! core's worker runtime to Python handlers.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyString};
+
+use crate::rt::{Record, awaitable, block, err, opt_secs, secs};
+
+/// Per-handle queue options (`Client.queue(...)` arguments).
+pub struct QueueOpts {
+    pub max_attempts: Option<u32>,
+    pub backoff: Option<dlm::queue::Backoff>,
+    pub max_payload: Option<usize>,
+}
+
+impl QueueOpts {
+    pub fn apply(self, mut q: dlm::queue::Queue) -> dlm::queue::Queue {
+        if let Some(n) = self.max_attempts {
+            q = q.max_attempts(n);
+        }
+        if let Some(b) = self.backoff {
+            q = q.backoff(b);
+        }
+        if let Some(m) = self.max_payload {
+            q = q.max_payload(m);
+        }
+        q
+    }
+}
+
+/// A task as a handler sees it.
+#[pyclass(frozen, module = "dlm", get_all)]
+pub struct Task {
+    /// The task's id.
+    id: String,
+    /// The payload (b"" when the task has none).
+    payload: Py<PyBytes>,
+    /// The fencing token of this lease: higher for every new claim of the task.
+    fence: u64,
+    /// How many times the task was claimed, this claim included.
+    attempts: u32,
+    /// The priority it was pushed with.
+    priority: u16,
+    /// The group it was pushed in, if any.
+    group: Option<String>,
+    /// The ids it waited for (after=[...]).
+    deps: Vec<String>,
+}
+
+impl Task {
+    fn from_core(py: Python<'_>, t: &dlm::queue::Task) -> Self {
+        Task {
+            id: t.id.clone(),
+            payload: PyBytes::new(py, t.payload.as_deref().unwrap_or_default()).unbind(),
+            fence: t.fence.get(),
+            attempts: t.attempt,
+            priority: t.priority,
+            group: t.group.clone(),
+            deps: t.deps.clone(),
+        }
+    }
+}
+
+#[pymethods]
+impl Task {
+    fn __repr__(&self) -> String {
+        format!(
+            "<Task {:?} fence={} attempts={}>",
+            self.id, self.fence, self.attempts
+        )
+    }
+}
+
+/// A handler's return value as a task result: None (no result), bytes or str.
+fn result_bytes(r: &Bound<'_, PyAny>) -> Result<Option<Vec<u8>>, String> {
+    if r.is_none() {
+        Ok(None)
+    } else if let Ok(b) = r.cast::<PyBytes>() {
+        Ok(Some(b.as_bytes().to_vec()))
+    } else if let Ok(b) = r.cast::<PyByteArray>() {
+        Ok(Some(b.to_vec()))
+    } else if let Ok(s) = r.cast::<PyString>() {
+        Ok(Some(
+            s.to_cow().map_err(|e| e.to_string())?.as_bytes().to_vec(),
+        ))
+    } else {
+        let t = r
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        Err(format!("handler returned a {t}; return bytes, str or None"))
+    }
+}
+
+/// The worker's options (`work(...)` arguments).
+struct WorkArgs {
+    concurrency: usize,
+    stop_when_idle: bool,
+    lease: Option<f64>,
+    task_timeout: Option<f64>,
+    worker_id: Option<String>,
+}
+
+impl WorkArgs {
+    fn options(self) -> Result<dlm::queue::WorkerOptions, dlm::Error> {
+        let mut o = dlm::queue::WorkerOptions::new()
+            .concurrency(self.concurrency)
+            .exit_when_empty(self.stop_when_idle);
+        if let Some(l) = opt_secs("lease", self.lease)? {
+            o = o.lease(l);
+        }
+        if let Some(t) = opt_secs("task_timeout", self.task_timeout)? {
+            o = o.task_timeout(t);
+        }
+        if let Some(id) = self.worker_id {
+            o = o.id(id);
+        }
+        Ok(o)
+    }
+}
+
+fn report(r: dlm::queue::WorkerReport) -> Record {
+    Record::default()
+        .with("acked", r.acked)
+        .with("retried", r.retried)
+        .with("dead", r.dead)
+        .with("lost", r.lost)
+        .with("returned", r.returned)
+}
+
+/// Everything both queue flavours do, as futures.
+#[derive(Clone)]
+struct Core(dlm::queue::Queue);
+
+impl Core {
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &self,
+        id: String,
+        payload: Option<Vec<u8>>,
+        delay: f64,
+        priority: u16,
+        group: Option<String>,
+        after: Option<Vec<String>>,
+        timeout: Option<f64>,
+        replace: bool,
+    ) -> impl Future<Output = PyResult<bool>> + Send + 'static {
+        let q = self.0.clone();
+        async move {
+            let delay = secs("delay", delay).map_err(err)?;
+            let mut t = dlm::queue::NewTask::new(id).priority(priority);
+            if let Some(p) = payload {
+                t = t.payload(p);
+            }
+            if let Some(g) = group {
+                t = t.group(g);
+            }
+            if let Some(a) = after {
+                t = t.after(a);
+            }
+            if let Some(l) = opt_secs("timeout", timeout).map_err(err)? {
+                t = t.timeout(l);
+            }
+            let dup = if replace {
+                dlm::queue::OnDuplicate::Replace
+            } else {
+                dlm::queue::OnDuplicate::Keep
+            };
+            let r = q.enqueue([t], delay, dup).await.map_err(err)?;
+            Ok(!matches!(
+                r.first(),
+                Some(dlm::queue::Enqueued::Kept(_)) | None
+            ))
+        }
+    }
+
+    fn stats(&self) -> impl Future<Output = PyResult<Record>> + Send + 'static {
+        let q = self.0.clone();
+        async move {
+            let s = q.stats().await.map_err(err)?;
+            Ok(Record::default()
+                .with("waiting", s.waiting)
+                .with("delayed", s.delayed)
+                .with("in_flight", s.inflight)
+                .with("dead", s.dead)
+                .with("processed", s.processed)
+                .with("failed", s.failed)
+                .with("blocked", s.blocked)
+                .with("paused", s.paused)
+                .with("oldest_due", s.oldest_due))
+        }
+    }
+
+    fn result(
+        &self,
+        id: String,
+        wait: Option<f64>,
+    ) -> impl Future<Output = PyResult<Option<Bytes>>> + Send + 'static {
+        let q = self.0.clone();
+        async move {
+            let r = match opt_secs("timeout", wait).map_err(err)? {
+                Some(w) => q.wait_result(&id, w).await,
+                None => q.result(&id).await,
+            };
+            r.map(|o| o.map(Bytes)).map_err(err)
+        }
+    }
+
+    fn dead(&self, count: usize) -> impl Future<Output = PyResult<Vec<Record>>> + Send + 'static {
+        let q = self.0.clone();
+        async move {
+            let d = q.dead(count).await.map_err(err)?;
+            Ok(d.into_iter()
+                .map(|t| {
+                    Record::default()
+                        .with("id", t.id)
+                        .with("error", t.error)
+                        .with("payload", t.payload)
+                        .with("died_at", t.died_at)
+                })
+                .collect())
+        }
+    }
+
+    fn retry_dead(
+        &self,
+        ids: Option<Vec<String>>,
+    ) -> impl Future<Output = PyResult<usize>> + Send + 'static {
+        let q = self.0.clone();
+        async move {
+            let refs: Option<Vec<&str>> =
+                ids.as_ref().map(|v| v.iter().map(String::as_str).collect());
+            q.retry_dead(refs.as_deref()).await.map_err(err)
+        }
+    }
+
+    fn simple<T, F, Fut>(&self, f: F) -> impl Future<Output = PyResult<T>> + Send + 'static
+    where
+        F: FnOnce(dlm::queue::Queue) -> Fut + Send + 'static,
+        Fut: Future<Output = dlm::Result<T>> + Send,
+    {
+        let q = self.0.clone();
+        async move { f(q).await.map_err(err) }
+    }
+
+    fn work_sync(
+        &self,
+        handler: Py<PyAny>,
+        args: WorkArgs,
+    ) -> impl Future<Output = PyResult<Record>> + Send + 'static {
+        let q = self.0.clone();
+        let handler = Arc::new(handler);
+        async move {
+            let opts = args.options().map_err(err)?;
+            let h = move |task: dlm::queue::Task| {
+                let handler = handler.clone();
+                async move {
+                    tokio::task::spawn_blocking(move || {
+                        Python::attach(|py| {
+                            let t = Py::new(py, Task::from_core(py, &task))
+                                .map_err(|e| e.to_string())?;
+                            match handler.call1(py, (t,)) {
+                                Ok(r) => result_bytes(r.bind(py)),
+                                Err(e) => Err(e.to_string()),
+                            }
+                        })
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(format!("handler thread failed: {e}")))
+                }
+            };
+            let stop = tokio_util::sync::CancellationToken::new();
+            let r = q.worker(opts).run(h, stop).await.map_err(err)?;
+            Ok(report(r))
+        }
+    }
+
+    fn work_async(
+        &self,
+        py: Python<'_>,
+        handler: Py<PyAny>,
+        args: WorkArgs,
+    ) -> PyResult<impl Future<Output = PyResult<Record>> + Send + 'static> {
+        let locals = Arc::new(pyo3_async_runtimes::tokio::get_current_locals(py)?);
+        let q = self.0.clone();
+        let handler = Arc::new(handler);
+        Ok(async move {
+            let opts = args.options().map_err(err)?;
+            let h = move |task: dlm::queue::Task| {
+                let handler = handler.clone();
+                let locals = locals.clone();
+                async move {
+                    enum Call<F> {
+                        Awaiting(F),
+                        Done(Py<PyAny>),
+                    }
+                    let call = Python::attach(|py| -> PyResult<_> {
+                        let t = Py::new(py, Task::from_core(py, &task))?;
+                        let r = handler.bind(py).call1((t,))?;
+                        if r.hasattr("__await__")? {
+                            Ok(Call::Awaiting(
+                                pyo3_async_runtimes::into_future_with_locals(&locals, r)?,
+                            ))
+                        } else {
+                            Ok(Call::Done(r.unbind()))
+                        }
+                    })
+                    .map_err(|e| e.to_string())?;
+                    let value = match call {
+                        Call::Awaiting(f) => f.await.map_err(|e| e.to_string())?,
+                        Call::Done(v) => v,
+                    };
+                    Python::attach(|py| result_bytes(value.bind(py)))
+                }
+            };
+            let stop = tokio_util::sync::CancellationToken::new();
+            let r = q.worker(opts).run(h, stop).await.map_err(err)?;
+            Ok(report(r))
+        })
+    }
+}
+
+/// Bytes handed to Python as `bytes`.
+pub struct Bytes(pub Vec<u8>);
+
+impl<'py> IntoPyObject<'py> for Bytes {
+    type Target = PyBytes;
+    type Output = Bound<'py, PyBytes>;
+    type Error = PyErr;
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        Ok(PyBytes::new(py, &self.0))
+    }
+}
+
+/// A claimed task: ack, nack or extend it before its lease runs out.
+#[pyclass(frozen, module = "dlm")]
+pub struct Lease {
+    task: Py<Task>,
+    lease: Arc<tokio::sync::Mutex<Option<dlm::queue::Lease>>>,
+}
+
+impl Lease {
+    fn finish<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
+    where
+        F: FnOnce(dlm::queue::Lease) -> Fut + Send + 'static,
+        Fut: Future<Output = dlm::Result<T>> + Send,
+        T: Send + 'static,
+    {
+        let slot = self.lease.clone();
+        block(py, async move {
+            let l = slot.lock().await.take();
+            match l {
+                Some(l) => f(l).await.map_err(err),
+                None => Err(err(dlm::Error::InvalidArgument {
+                    arg: "lease",
+                    reason: "the task was acked, nacked or abandoned already".into(),
+                })),
+            }
+        })
+    }
+}
+
+#[pymethods]
+impl Lease {
+    /// The task.
+    #[getter]
+    fn task(&self, py: Python<'_>) -> Py<Task> {
+        self.task.clone_ref(py)
+    }
+
+    /// Done: remove the task, storing `result` (bytes/str) if given.
+    #[pyo3(signature = (result=None))]
+    fn ack(&self, py: Python<'_>, result: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        let r = match result {
+            Some(r) => result_bytes(&r).map_err(|e| {
+                err(dlm::Error::InvalidArgument {
+                    arg: "result",
+                    reason: e,
+                })
+            })?,
+            None => None,
+        };
+        self.finish(py, move |l| async move {
+            match r {
+                Some(r) => l.ack_with(r).await,
+                None => l.ack().await,
+            }
+        })
+    }
+
+    /// Failed: retry later (after `retry_after` seconds, else the queue's
+    /// backoff) or dead-letter it after max_attempts. Returns "retrying" or "dead".
+    #[pyo3(signature = (error="", retry_after=None))]
+    fn nack(
+        &self,
+        py: Python<'_>,
+        error: &str,
+        retry_after: Option<f64>,
+    ) -> PyResult<&'static str> {
+        let after = opt_secs("retry_after", retry_after).map_err(err)?;
+        let error = error.to_string();
+        let n = self.finish(py, move |l| async move {
+            match after {
+                Some(a) => l.nack_after(a, &error).await,
+                None => l.nack(&error).await,
+            }
+        })?;
+        Ok(match n {
+            dlm::queue::Nacked::Dead => "dead",
+            _ => "retrying",
+        })
+    }
+
+    /// Give the task back untried (the attempt is not counted).
+    fn abandon(&self, py: Python<'_>) -> PyResult<()> {
+        self.finish(py, |l| l.abandon())
+    }
+
+    /// Extend the lease to `lease` seconds from now.
+    fn extend(&self, py: Python<'_>, lease: f64) -> PyResult<()> {
+        let d = secs("lease", lease).map_err(err)?;
+        let slot = self.lease.clone();
+        block(py, async move {
+            let g = slot.lock().await;
+            match g.as_ref() {
+                Some(l) => l.extend(d).await.map_err(err),
+                None => Err(err(dlm::Error::InvalidArgument {
+                    arg: "lease",
+                    reason: "the task was acked, nacked or abandoned already".into(),
+                })),
+            }
+        })
+    }
+}
+
+macro_rules! queue_methods {
+    ($t:ty, $run:ident) => {
+        #[pymethods]
+        impl $t {
+        /// The queue's name.
+        #[getter]
+        fn name(&self) -> &str {
+            self.core.0.name()
+        }
+
+        /// Add a task (due after `delay` seconds). Returns False when a task
+        /// with this id is already queued (kept, unless replace=True).
+        /// after=[ids]: run only once those tasks completed.
+        #[pyo3(signature = (id, payload=None, *, delay=0.0, priority=0, group=None, after=None, timeout=None, replace=false))]
+        #[allow(clippy::too_many_arguments)]
+        fn push<'py>(
+            &self,
+            py: Python<'py>,
+            id: String,
+            payload: Option<Vec<u8>>,
+            delay: f64,
+            priority: u16,
+            group: Option<String>,
+            after: Option<Vec<String>>,
+            timeout: Option<f64>,
+            replace: bool,
+        ) -> PyResult<$run!(py, bool)> {
+            $run(py, self.core.push(id, payload, delay, priority, group, after, timeout, replace))
+        }
+
+        /// The queue's counts: waiting, delayed, in_flight, dead, processed,
+        /// failed, blocked, paused, oldest_due (seconds).
+        fn stats<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, Record)> {
+            $run(py, self.core.stats())
+        }
+
+        /// The stored result of task `id` (bytes), or None.
+        fn result<'py>(&self, py: Python<'py>, id: String) -> PyResult<$run!(py, Option<Bytes>)> {
+            $run(py, self.core.result(id, None))
+        }
+
+        /// Like result(), waiting up to `timeout` seconds for it.
+        fn wait_result<'py>(&self, py: Python<'py>, id: String, timeout: f64) -> PyResult<$run!(py, Option<Bytes>)> {
+            $run(py, self.core.result(id, Some(timeout)))
+        }
+
+        /// Up to `count` dead-lettered tasks: dicts of id, error, payload, died_at (ms).
+        #[pyo3(signature = (count=100))]
+        fn dead<'py>(&self, py: Python<'py>, count: usize) -> PyResult<$run!(py, Vec<Record>)> {
+            $run(py, self.core.dead(count))
+        }
+
+        /// Queue dead tasks again (all, or those of `ids`); how many.
+        #[pyo3(signature = (ids=None))]
+        fn retry_dead<'py>(&self, py: Python<'py>, ids: Option<Vec<String>>) -> PyResult<$run!(py, usize)> {
+            $run(py, self.core.retry_dead(ids))
+        }
+
+        /// Drop every dead task; how many.
+        fn purge_dead<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, usize)> {
+            $run(py, self.core.simple(|q| async move { q.purge_dead().await }))
+        }
+
+        /// Stop workers from claiming; True if it was running.
+        fn pause<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, bool)> {
+            $run(py, self.core.simple(|q| async move { q.pause().await }))
+        }
+
+        /// Let workers claim again; True if it was paused.
+        fn resume<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, bool)> {
+            $run(py, self.core.simple(|q| async move { q.resume().await }))
+        }
+
+        fn __repr__(&self) -> String {
+            format!("<{} {:?}>", Self::KIND, self.core.0.name())
+        }
+        }
+    };
+}
+
+macro_rules! sync_ret {
+    ($py:ident, $t:ty) => {
+        $t
+    };
+}
+macro_rules! async_ret {
+    ($py:ident, $t:ty) => { Bound<'py, PyAny> };
+}
+
+/// A task queue (sync calls).
+#[pyclass(frozen, module = "dlm")]
+pub struct Queue {
+    core: Core,
+}
+
+impl Queue {
+    const KIND: &'static str = "Queue";
+    pub fn new(q: dlm::queue::Queue) -> Self {
+        Queue { core: Core(q) }
+    }
+}
+
+use block as sync_ret;
+queue_methods!(Queue, sync_ret);
+
+#[pymethods]
+impl Queue {
+    /// Lease up to `count` due tasks for `lease` seconds; ack or nack each.
+    #[pyo3(signature = (count=1, lease=30.0))]
+    fn claim(&self, py: Python<'_>, count: usize, lease: f64) -> PyResult<Vec<Lease>> {
+        let d = secs("lease", lease).map_err(err)?;
+        let q = self.core.0.clone();
+        let leases = block(py, async move { q.claim(count, d).await.map_err(err) })?;
+        leases
+            .into_iter()
+            .map(|l| {
+                Ok(Lease {
+                    task: Py::new(py, Task::from_core(py, l.task()))?,
+                    lease: Arc::new(tokio::sync::Mutex::new(Some(l))),
+                })
+            })
+            .collect()
+    }
+
+    /// Run `handler(task)` for every task, `concurrency` at a time, each in
+    /// a thread of its own. Its return value (bytes, str or None) becomes the
+    /// task's result; an exception nacks the task (retried with backoff, then
+    /// dead-lettered) with its text as the error. stop_when_idle=True
+    /// returns once the queue is empty; else it runs until Ctrl-C. Returns
+    /// dict(acked, retried, dead, lost, returned).
+    #[pyo3(signature = (handler, concurrency=1, stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn work(
+        &self,
+        py: Python<'_>,
+        handler: Py<PyAny>,
+        concurrency: usize,
+        stop_when_idle: bool,
+        lease: Option<f64>,
+        task_timeout: Option<f64>,
+        worker_id: Option<String>,
+    ) -> PyResult<Record> {
+        let args = WorkArgs {
+            concurrency,
+            stop_when_idle,
+            lease,
+            task_timeout,
+            worker_id,
+        };
+        block(py, self.core.work_sync(handler, args))
+    }
+}
+
+/// A task queue (awaitable calls).
+#[pyclass(frozen, module = "dlm")]
+pub struct AsyncQueue {
+    core: Core,
+}
+
+impl AsyncQueue {
+    const KIND: &'static str = "AsyncQueue";
+    pub fn new(q: dlm::queue::Queue) -> Self {
+        AsyncQueue { core: Core(q) }
+    }
+}
+
+use awaitable as async_ret;
+queue_methods!(AsyncQueue, async_ret);
+
+#[pymethods]
+impl AsyncQueue {
+    /// Run `handler(task)` (a coroutine function; a plain function works
+    /// too) for every task, `concurrency` at a time, on this event loop.
+    /// As Queue.work otherwise; cancelling the awaiting task stops the worker.
+    #[pyo3(signature = (handler, concurrency=1, stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn work<'py>(
+        &self,
+        py: Python<'py>,
+        handler: Py<PyAny>,
+        concurrency: usize,
+        stop_when_idle: bool,
+        lease: Option<f64>,
+        task_timeout: Option<f64>,
+        worker_id: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let args = WorkArgs {
+            concurrency,
+            stop_when_idle,
+            lease,
+            task_timeout,
+            worker_id,
+        };
+        let fut = self.core.work_async(py, handler, args)?;
+        awaitable(py, fut)
+    }
+}
