@@ -1,0 +1,131 @@
+"""The asyncio API against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import dlm
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def test_async_lock_contract(redis_url: str) -> None:
+    async def main() -> None:
+        ac = await dlm.AsyncClient.connect(redis_url)
+        async with ac.lock("orders:42", ttl=10.0, wait=5.0, watchdog=True) as g:
+            assert isinstance(g, dlm.AsyncLockGuard)
+            assert isinstance(g.fence, int)
+            assert isinstance(g.token, str)
+            assert not g.is_lost()
+            assert 0 < g.remaining() <= 10.0
+            await g.extend(15.0)
+            st = await ac.lock("orders:42").status()
+            assert st["held"] is True
+            with pytest.raises(dlm.Busy):
+                await ac.lock("orders:42", wait=0.1).acquire()
+        assert (await ac.lock("orders:42").status())["held"] is False
+        lock = ac.lock("by-hand", ttl=5.0)
+        g2 = await lock.acquire()
+        assert g2.fence is not None
+        await lock.release()
+
+    run(main())
+
+
+def test_many_tasks_one_lock(redis_url: str) -> None:
+    async def main() -> None:
+        ac = await dlm.AsyncClient.connect(redis_url)
+        inside = 0
+        most = 0
+
+        async def one() -> None:
+            nonlocal inside, most
+            async with ac.lock("contended", ttl=5.0, wait=10.0):
+                inside += 1
+                most = max(most, inside)
+                await asyncio.sleep(0.001)
+                inside -= 1
+
+        await asyncio.gather(*(one() for _ in range(20)))
+        assert most == 1
+
+    run(main())
+
+
+def test_cancel_waiting_acquire_leaves_no_holder(redis_url: str) -> None:
+    async def main() -> None:
+        ac = await dlm.AsyncClient.connect(redis_url)
+        holder = await ac.lock("cancel-me", ttl=10.0).acquire()
+        waiter = asyncio.ensure_future(ac.lock("cancel-me", ttl=10.0, wait=30.0).acquire())
+        await asyncio.sleep(0.3)
+        assert not waiter.done()
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        await holder.release()
+        await asyncio.sleep(0.3)
+        assert (await ac.lock("cancel-me").status())["held"] is False
+        assert ac.held_count() == 0
+
+    run(main())
+
+
+def test_async_queue(redis_url: str) -> None:
+    async def main() -> None:
+        ac = await dlm.AsyncClient.connect(redis_url)
+        q = ac.queue("amail", max_attempts=1)
+        assert await q.push("t1", payload=b"a") is True
+        assert await q.push("t1", payload=b"a") is False
+        await q.push("t2", payload=b"b")
+        await q.push("t3", payload=b"c")
+        assert (await q.stats())["waiting"] == 3
+
+        async def handler(task: dlm.Task) -> bytes:
+            await asyncio.sleep(0.01)
+            if task.id == "t3":
+                raise RuntimeError("nope")
+            return task.payload * 2
+
+        report = await q.work(handler, concurrency=4, stop_when_idle=True)
+        assert report["acked"] == 2
+        assert await q.result("t1") == b"aa"
+        assert await q.wait_result("t2", 1.0) == b"bb"
+        st = await q.stats()
+        assert st["processed"] == 2 and st["dead"] == 1
+
+    run(main())
+
+
+def test_async_errors(redis_url: str) -> None:
+    async def main() -> None:
+        from conftest import free_port
+
+        with pytest.raises(dlm.ConnectionError):
+            ac = await dlm.AsyncClient.connect(
+                f"redis://127.0.0.1:{free_port()}", timeout=0.5, connect_timeout=0.5
+            )
+            await ac.lock("x").acquire()
+        ac = await dlm.AsyncClient.connect(redis_url)
+        with pytest.raises(dlm.InvalidArgument):
+            await ac.queue("q").push("t", b"x", delay=-1.0)
+        with pytest.raises(dlm.InvalidArgument):
+            ac.lock("x", ttl=-2.0)
+
+    run(main())
+
+
+def test_cancel_worker(redis_url: str) -> None:
+    async def main() -> None:
+        ac = await dlm.AsyncClient.connect(redis_url)
+        q = ac.queue("forever")
+        w = asyncio.ensure_future(q.work(lambda t: None, concurrency=2))
+        await asyncio.sleep(0.3)
+        w.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await w
+
+    run(main())
