@@ -1,6 +1,5 @@
 //! `dlm.Client` and `dlm.AsyncClient`: connecting, and the handles they hand out.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,8 +25,8 @@ struct ConnectArgs {
     key_prefix: Option<String>,
 }
 
-fn connect(a: ConnectArgs) -> impl Future<Output = PyResult<dlm::Client>> + Send + 'static {
-    async move {
+async fn connect(a: ConnectArgs) -> PyResult<dlm::Client> {
+    {
         let mut b = dlm::Client::builder();
         if let Some(t) = opt_secs("timeout", a.timeout).map_err(err)? {
             b = b.timeout(t);
@@ -295,13 +294,13 @@ impl Handles {
     }
 }
 
-fn fenced_write(
+async fn fenced_write(
     c: dlm::Client,
     resource: String,
     fence: u64,
     value: Vec<u8>,
-) -> impl Future<Output = PyResult<()>> + Send + 'static {
-    async move {
+) -> PyResult<()> {
+    {
         c.fenced_write(&resource, dlm::Fence::new(fence), value)
             .await
             .map_err(err)
@@ -322,11 +321,8 @@ impl<'py> IntoPyObject<'py> for Fenced {
     }
 }
 
-fn fenced_read(
-    c: dlm::Client,
-    resource: String,
-) -> impl Future<Output = PyResult<Fenced>> + Send + 'static {
-    async move {
+async fn fenced_read(c: dlm::Client, resource: String) -> PyResult<Fenced> {
+    {
         let r = c.fenced_read(&resource).await.map_err(err)?;
         Ok(Fenced(r.map(|(f, v)| (f.get(), v))))
     }

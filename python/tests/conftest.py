@@ -56,7 +56,7 @@ class RedisServer:
                 time.sleep(0.02)
         return False
 
-    def redis(self) -> "redis.Redis[bytes]":
+    def redis(self) -> "redis.Redis":
         return redis.Redis(port=self.port)
 
     def stop(self) -> None:
@@ -82,5 +82,5 @@ def redis_url(server: RedisServer) -> str:
 
 
 @pytest.fixture
-def r(server: RedisServer) -> "redis.Redis[bytes]":
+def r(server: RedisServer) -> "redis.Redis":
     return server.redis()

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any, Coroutine
 
 import pytest
 
 import dlm
 
 
-def run(coro):  # type: ignore[no-untyped-def]
-    return asyncio.run(coro)
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(coro)
 
 
 def test_async_lock_contract(redis_url: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import pytest
 import redis
@@ -64,7 +65,7 @@ def test_acquire_release_by_hand(redis_url: str) -> None:
         lock.release()
 
 
-def test_expired_release(redis_url: str, r: "redis.Redis[bytes]") -> None:
+def test_expired_release(redis_url: str, r: "redis.Redis") -> None:
     c = dlm.Client(redis_url)
     g = c.lock("short", ttl=0.2).acquire()
     time.sleep(0.4)
@@ -90,7 +91,9 @@ def test_expired_release(redis_url: str, r: "redis.Redis[bytes]") -> None:
         lambda c: c.rate_limiter("rl", 0, 1.0).try_acquire(),
     ],
 )
-def test_invalid_argument_writes_nothing(redis_url: str, r: "redis.Redis[bytes]", make) -> None:  # type: ignore[no-untyped-def]
+def test_invalid_argument_writes_nothing(
+    redis_url: str, r: "redis.Redis", make: Callable[[dlm.Client], object]
+) -> None:
     c = dlm.Client(redis_url)
     with pytest.raises(dlm.InvalidArgument) as e:
         obj = make(c)
@@ -112,7 +115,7 @@ def test_connection_error_on_closed_port() -> None:
     assert time.monotonic() - t0 < 5.0
 
 
-def test_raw_key_shares_redis_py_lock(redis_url: str, r: "redis.Redis[bytes]") -> None:
+def test_raw_key_shares_redis_py_lock(redis_url: str, r: "redis.Redis") -> None:
     c = dlm.Client(redis_url)
     # redis-py holds it: dlm's raw-key lock is busy.
     rl = r.lock("shared", timeout=10)

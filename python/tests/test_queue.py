@@ -110,6 +110,6 @@ def test_bad_handler_result_is_a_failure(redis_url: str) -> None:
     c = dlm.Client(redis_url)
     q = c.queue("weird", max_attempts=1)
     q.push("t")
-    report = q.work(lambda t: 42, stop_when_idle=True)
+    report = q.work(lambda t: 42, stop_when_idle=True)  # type: ignore[arg-type,return-value]
     assert report["dead"] == 1
     assert "return bytes, str or None" in (q.dead()[0]["error"] or "")

@@ -1,0 +1,365 @@
+"""Type stubs of the native module dlm._dlm (built from python/src with PyO3)."""
+
+import asyncio
+from types import TracebackType
+from typing import Awaitable, Callable, Optional, Sequence, Tuple, TypedDict, Union
+
+__version__: str
+
+Bytes = Union[bytes, bytearray]
+TaskResult = Union[bytes, bytearray, str, None]
+
+class LockStatus(TypedDict, total=False):
+    """What `status()` returns; the keys depend on the kind of lock."""
+
+    held: bool
+    ttl: Optional[float]
+    fence: Optional[int]
+    waiting: int
+    writer: bool
+    writer_ttl: Optional[float]
+    readers: int
+    waiting_writers: int
+    permits: Optional[int]
+    in_use: int
+    available: int
+    holders: int
+    term: int
+    leader: Optional[str]
+    leader_term: int
+
+class QueueStats(TypedDict):
+    """A queue's counts (`Queue.stats()`); oldest_due in seconds."""
+
+    waiting: int
+    delayed: int
+    in_flight: int
+    dead: int
+    processed: int
+    failed: int
+    blocked: int
+    paused: bool
+    oldest_due: float
+
+class WorkReport(TypedDict):
+    """What a worker did (`Queue.work(...)`)."""
+
+    acked: int
+    retried: int
+    dead: int
+    lost: int
+    returned: int
+
+class DeadTask(TypedDict):
+    """A dead-lettered task (`Queue.dead()`); died_at in ms since the epoch."""
+
+    id: str
+    error: Optional[str]
+    payload: Optional[bytes]
+    died_at: int
+
+class _GuardProps:
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token, or None (Redlock hands out none)."""
+    @property
+    def token(self) -> str:
+        """The random owner token of this acquisition."""
+    @property
+    def name(self) -> str:
+        """The lock's name."""
+    @property
+    def key(self) -> str:
+        """The lock's Redis key."""
+    @property
+    def ttl(self) -> float:
+        """The lease the lock was acquired with, in seconds."""
+    @property
+    def permits(self) -> Optional[int]:
+        """Permits held (semaphores), else None."""
+    def is_lost(self) -> bool:
+        """True once the lease ran out or renewal failed (no round trip)."""
+    def remaining(self) -> float:
+        """Seconds of the lease surely left; 0.0 once lost (no round trip)."""
+    def is_released(self) -> bool:
+        """True once released through this guard."""
+
+class LockGuard(_GuardProps):
+    """A held lock (or read/write share, semaphore permits, leadership)."""
+
+    def extend(self, ttl: float) -> None:
+        """Renew the lease to `ttl` seconds from now."""
+    def release(self) -> None:
+        """Release; raises Expired/NotHeld when it was not ours any more."""
+
+class AsyncLockGuard(_GuardProps):
+    """The asyncio flavour of LockGuard."""
+
+    def extend(self, ttl: float) -> "asyncio.Future[None]":
+        """Renew the lease to `ttl` seconds from now."""
+    def release(self) -> "asyncio.Future[None]":
+        """Release; raises Expired/NotHeld when it was not ours any more."""
+
+class Lock:
+    """A lock handle: `with c.lock(...) as guard:` or acquire()/release()."""
+
+    @property
+    def name(self) -> str: ...
+    def acquire(self) -> LockGuard:
+        """Acquire (waiting as configured); raises Busy when not in time."""
+    def release(self) -> None:
+        """Release the guard of this handle's last acquire()."""
+    def status(self) -> LockStatus:
+        """The lock's state in Redis."""
+    def force_release(self) -> bool:
+        """Delete the lock whoever holds it; True if it was held (plain locks only)."""
+    def __enter__(self) -> LockGuard: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
+class AsyncLock:
+    """The asyncio flavour of Lock: `async with ac.lock(...) as guard:`."""
+
+    @property
+    def name(self) -> str: ...
+    def acquire(self) -> "asyncio.Future[AsyncLockGuard]": ...
+    def release(self) -> "asyncio.Future[None]": ...
+    def status(self) -> "asyncio.Future[LockStatus]": ...
+    def force_release(self) -> "asyncio.Future[bool]": ...
+    def __aenter__(self) -> "asyncio.Future[AsyncLockGuard]": ...
+    def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> "asyncio.Future[bool]": ...
+
+class Task:
+    """A task as a handler sees it."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def payload(self) -> bytes:
+        """The payload (b"" when none)."""
+    @property
+    def fence(self) -> int:
+        """The fencing token of this claim (grows with every claim)."""
+    @property
+    def attempts(self) -> int:
+        """Claims of this task so far, this one included."""
+    @property
+    def priority(self) -> int: ...
+    @property
+    def group(self) -> Optional[str]: ...
+    @property
+    def deps(self) -> list[str]: ...
+
+class Lease:
+    """A claimed task (`Queue.claim`): ack, nack or extend it in time."""
+
+    @property
+    def task(self) -> Task: ...
+    def ack(self, result: TaskResult = None) -> None: ...
+    def nack(self, error: str = "", retry_after: Optional[float] = None) -> str:
+        """Returns "retrying" or "dead"."""
+    def abandon(self) -> None: ...
+    def extend(self, lease: float) -> None: ...
+
+class Queue:
+    """A task queue (sync calls)."""
+
+    @property
+    def name(self) -> str: ...
+    def push(
+        self,
+        id: str,
+        payload: Optional[Bytes] = None,
+        *,
+        delay: float = 0.0,
+        priority: int = 0,
+        group: Optional[str] = None,
+        after: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+        replace: bool = False,
+    ) -> bool:
+        """Add a task; False when the id is already queued."""
+    def stats(self) -> QueueStats: ...
+    def result(self, id: str) -> Optional[bytes]: ...
+    def wait_result(self, id: str, timeout: float) -> Optional[bytes]: ...
+    def dead(self, count: int = 100) -> list[DeadTask]: ...
+    def retry_dead(self, ids: Optional[Sequence[str]] = None) -> int: ...
+    def purge_dead(self) -> int: ...
+    def pause(self) -> bool: ...
+    def resume(self) -> bool: ...
+    def claim(self, count: int = 1, lease: float = 30.0) -> list[Lease]: ...
+    def work(
+        self,
+        handler: Callable[[Task], TaskResult],
+        concurrency: int = 1,
+        stop_when_idle: bool = False,
+        *,
+        lease: Optional[float] = None,
+        task_timeout: Optional[float] = None,
+        worker_id: Optional[str] = None,
+    ) -> WorkReport: ...
+
+class AsyncQueue:
+    """A task queue (awaitable calls)."""
+
+    @property
+    def name(self) -> str: ...
+    def push(
+        self,
+        id: str,
+        payload: Optional[Bytes] = None,
+        *,
+        delay: float = 0.0,
+        priority: int = 0,
+        group: Optional[str] = None,
+        after: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+        replace: bool = False,
+    ) -> "asyncio.Future[bool]": ...
+    def stats(self) -> "asyncio.Future[QueueStats]": ...
+    def result(self, id: str) -> "asyncio.Future[Optional[bytes]]": ...
+    def wait_result(self, id: str, timeout: float) -> "asyncio.Future[Optional[bytes]]": ...
+    def dead(self, count: int = 100) -> "asyncio.Future[list[DeadTask]]": ...
+    def retry_dead(self, ids: Optional[Sequence[str]] = None) -> "asyncio.Future[int]": ...
+    def purge_dead(self) -> "asyncio.Future[int]": ...
+    def pause(self) -> "asyncio.Future[bool]": ...
+    def resume(self) -> "asyncio.Future[bool]": ...
+    def work(
+        self,
+        handler: Callable[[Task], Union[Awaitable[TaskResult], TaskResult]],
+        concurrency: int = 1,
+        stop_when_idle: bool = False,
+        *,
+        lease: Optional[float] = None,
+        task_timeout: Optional[float] = None,
+        worker_id: Optional[str] = None,
+    ) -> "asyncio.Future[WorkReport]": ...
+
+class Versioned:
+    """A record written with compare-and-set on its version."""
+
+    def read(self) -> Optional[Tuple[bytes, int]]: ...
+    def write(self, expected: int, data: Bytes) -> int: ...
+
+class Stock:
+    """An atomic stock counter."""
+
+    def get(self) -> int: ...
+    def set(self, n: int) -> None: ...
+    def add(self, n: int) -> int: ...
+    def take(self, n: int) -> Tuple[bool, int]: ...
+
+class Ids:
+    """Unique increasing ids."""
+
+    def next(self) -> int: ...
+    def next_batch(self, n: int) -> list[int]: ...
+
+class RateLimiter:
+    """At most n grants per period, exact over any window."""
+
+    def try_acquire(self) -> bool: ...
+    def acquire(self, wait: Optional[float] = None) -> None: ...
+
+class Client:
+    """A connection to Redis with the sync API."""
+
+    def __init__(
+        self,
+        url: Optional[str] = None,
+        *,
+        urls: Optional[Sequence[str]] = None,
+        cluster: bool = False,
+        sentinel: Optional[str] = None,
+        cacert: Optional[str] = None,
+        cert: Optional[str] = None,
+        key: Optional[str] = None,
+        timeout: Optional[float] = None,
+        connect_timeout: Optional[float] = None,
+        key_prefix: Optional[str] = None,
+    ) -> None: ...
+    @property
+    def timeout(self) -> float: ...
+    def lock(
+        self, name: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False, raw_key: bool = False
+    ) -> Lock: ...
+    def fair_lock(self, name: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False) -> Lock: ...
+    def rwlock(
+        self, name: str, write: bool = False, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+    ) -> Lock: ...
+    def semaphore(
+        self, name: str, permits: int, n: int = 1, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+    ) -> Lock: ...
+    def election(
+        self, name: str, id: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+    ) -> Lock: ...
+    def queue(
+        self,
+        name: str,
+        max_attempts: Optional[int] = None,
+        backoff: Optional[Tuple[float, float]] = None,
+        max_payload: Optional[int] = None,
+    ) -> Queue: ...
+    def held_count(self) -> int: ...
+    def nodes(self) -> int: ...
+    def fenced_write(self, resource: str, fence: int, value: Bytes) -> None: ...
+    def fenced_read(self, resource: str) -> Optional[Tuple[int, bytes]]: ...
+    def versioned(self, name: str) -> Versioned: ...
+    def stock(self, name: str) -> Stock: ...
+    def ids(self, name: str, block: Optional[int] = None) -> Ids: ...
+    def rate_limiter(self, name: str, n: int, period: float) -> RateLimiter: ...
+    def settle(self, timeout: float = 2.0) -> bool: ...
+
+class AsyncClient:
+    """A connection to Redis with the asyncio API: `await AsyncClient.connect(url)`."""
+
+    @staticmethod
+    def connect(
+        url: Optional[str] = None,
+        *,
+        urls: Optional[Sequence[str]] = None,
+        cluster: bool = False,
+        sentinel: Optional[str] = None,
+        cacert: Optional[str] = None,
+        cert: Optional[str] = None,
+        key: Optional[str] = None,
+        timeout: Optional[float] = None,
+        connect_timeout: Optional[float] = None,
+        key_prefix: Optional[str] = None,
+    ) -> "asyncio.Future[AsyncClient]": ...
+    @property
+    def timeout(self) -> float: ...
+    def lock(
+        self, name: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False, raw_key: bool = False
+    ) -> AsyncLock: ...
+    def fair_lock(self, name: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False) -> AsyncLock: ...
+    def rwlock(
+        self, name: str, write: bool = False, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+    ) -> AsyncLock: ...
+    def semaphore(
+        self, name: str, permits: int, n: int = 1, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+    ) -> AsyncLock: ...
+    def election(
+        self, name: str, id: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+    ) -> AsyncLock: ...
+    def queue(
+        self,
+        name: str,
+        max_attempts: Optional[int] = None,
+        backoff: Optional[Tuple[float, float]] = None,
+        max_payload: Optional[int] = None,
+    ) -> AsyncQueue: ...
+    def held_count(self) -> int: ...
+    def nodes(self) -> int: ...
+    def fenced_write(self, resource: str, fence: int, value: Bytes) -> "asyncio.Future[None]": ...
+    def fenced_read(self, resource: str) -> "asyncio.Future[Optional[Tuple[int, bytes]]]": ...
+    def settle(self, timeout: float = 2.0) -> "asyncio.Future[bool]": ...
