@@ -10,6 +10,11 @@ a thin layer over it (the native module ``dlm._dlm``).
 
 from ._dlm import (
     AsyncClient,
+    AsyncVersioned,
+    AsyncStock,
+    AsyncRateLimiter,
+    AsyncLease,
+    AsyncIds,
     AsyncLock,
     AsyncLockGuard,
     AsyncQueue,
@@ -48,6 +53,11 @@ from .errors import (
 
 __all__ = [
     "AsyncClient",
+    "AsyncVersioned",
+    "AsyncStock",
+    "AsyncRateLimiter",
+    "AsyncLease",
+    "AsyncIds",
     "AsyncLock",
     "AsyncLockGuard",
     "AsyncQueue",

@@ -254,6 +254,38 @@ impl Handles {
         })
     }
 
+    fn multi_lock(
+        &self,
+        names: Vec<String>,
+        ttl: f64,
+        wait: f64,
+        watchdog: bool,
+    ) -> PyResult<LockCore> {
+        let opts = lock_opts(ttl, wait, watchdog).map_err(err)?;
+        let multi = self.0.multi_lock(names.clone()).map_err(err)?;
+        let single = self.0.clone();
+        Ok(LockCore {
+            name: names.join(","),
+            acquire: Arc::new(move || {
+                let (m, o) = (multi.clone(), opts.clone());
+                Box::pin(async move { m.acquire(&o).await.map(crate::guard::acquired_multi) })
+            }),
+            status: Arc::new(move || {
+                let (c, names) = (single.clone(), names.clone());
+                Box::pin(async move {
+                    let mut held = 0u64;
+                    for n in &names {
+                        held += u64::from(c.lock(n.as_str()).status().await?.held);
+                    }
+                    Ok(Record::default()
+                        .with("held", held == names.len() as u64)
+                        .with("held_count", held))
+                })
+            }),
+            force_release: None,
+        })
+    }
+
     fn election(
         &self,
         name: &str,
@@ -363,7 +395,7 @@ pub struct AsyncClient {
 }
 
 macro_rules! handle_methods {
-    ($t:ty, $lock:ident, $queue:ident) => {
+    ($t:ty, $lock:ident, $queue:ident, $versioned:ident, $stock:ident, $ids:ident, $limiter:ident) => {
         #[pymethods]
         impl $t {
             /// A lock handle (no round trip): `with c.lock(name, ttl=10.0, wait=5.0,
@@ -423,6 +455,19 @@ macro_rules! handle_methods {
                 ))
             }
 
+            /// Several locks taken all or none under one guard (its `fences` has
+            /// one fence per name).
+            #[pyo3(signature = (names, ttl=30.0, wait=0.0, watchdog=false))]
+            fn multi_lock(
+                &self,
+                names: Vec<String>,
+                ttl: f64,
+                wait: f64,
+                watchdog: bool,
+            ) -> PyResult<$lock> {
+                Ok($lock::new(self.h.multi_lock(names, ttl, wait, watchdog)?))
+            }
+
             /// A leader election: acquiring campaigns as `id`; the guard is the leadership
             /// (its fence is the term).
             #[pyo3(signature = (name, id, ttl=30.0, wait=0.0, watchdog=false))]
@@ -451,6 +496,39 @@ macro_rules! handle_methods {
                 Ok($queue::new(o.apply(self.h.0.queue(name))))
             }
 
+            /// A record written with compare-and-set on its version.
+            fn versioned(&self, name: &str) -> crate::extras::$versioned {
+                crate::extras::$versioned::new(self.h.0.versioned(name))
+            }
+
+            /// An atomic stock counter.
+            fn stock(&self, name: &str) -> crate::extras::$stock {
+                crate::extras::$stock::new(self.h.0.stock(name))
+            }
+
+            /// Unique increasing ids (block: ids taken per round trip).
+            #[pyo3(signature = (name, block=None))]
+            fn ids(&self, name: &str, block: Option<u64>) -> crate::extras::$ids {
+                let mut ids = self.h.0.ids(name);
+                if let Some(k) = block {
+                    ids = ids.block(k);
+                }
+                crate::extras::$ids::new(ids)
+            }
+
+            /// A rate limiter: at most `n` grants per `period` seconds.
+            fn rate_limiter(
+                &self,
+                name: &str,
+                n: u64,
+                period: f64,
+            ) -> PyResult<crate::extras::$limiter> {
+                let p = secs("period", period).map_err(err)?;
+                Ok(crate::extras::$limiter::new(
+                    self.h.0.rate_limiter(name, n, p),
+                ))
+            }
+
             /// Locks held by this client right now.
             fn held_count(&self) -> usize {
                 self.h.0.held_count()
@@ -470,8 +548,16 @@ macro_rules! handle_methods {
     };
 }
 
-handle_methods!(Client, Lock, Queue);
-handle_methods!(AsyncClient, AsyncLock, AsyncQueue);
+handle_methods!(Client, Lock, Queue, Versioned, Stock, Ids, RateLimiter);
+handle_methods!(
+    AsyncClient,
+    AsyncLock,
+    AsyncQueue,
+    AsyncVersioned,
+    AsyncStock,
+    AsyncIds,
+    AsyncRateLimiter
+);
 
 #[pymethods]
 impl Client {
@@ -527,39 +613,6 @@ impl Client {
     /// The (fence, value) last stored by fenced_write, or None.
     fn fenced_read(&self, py: Python<'_>, resource: String) -> PyResult<Fenced> {
         block(py, fenced_read(self.h.0.clone(), resource))
-    }
-
-    /// Versioned compare-and-set record `name`.
-    fn versioned(&self, name: &str) -> crate::extras::Versioned {
-        crate::extras::Versioned::new(self.h.0.versioned(name))
-    }
-
-    /// Atomic stock counter `name`.
-    fn stock(&self, name: &str) -> crate::extras::Stock {
-        crate::extras::Stock::new(self.h.0.stock(name))
-    }
-
-    /// Unique increasing ids `name` (block: ids taken per round trip).
-    #[pyo3(signature = (name, block=None))]
-    fn ids(&self, name: &str, block: Option<u64>) -> crate::extras::Ids {
-        let mut ids = self.h.0.ids(name);
-        if let Some(k) = block {
-            ids = ids.block(k);
-        }
-        crate::extras::Ids::new(ids)
-    }
-
-    /// A rate limiter `name`: at most `n` grants per `period` seconds.
-    fn rate_limiter(
-        &self,
-        name: &str,
-        n: u64,
-        period: f64,
-    ) -> PyResult<crate::extras::RateLimiter> {
-        let p = secs("period", period).map_err(err)?;
-        Ok(crate::extras::RateLimiter::new(
-            self.h.0.rate_limiter(name, n, p),
-        ))
     }
 
     /// Wait (at most `timeout` seconds) until background releases are done;

@@ -40,6 +40,39 @@ held!(dlm::WriteGuard);
 held!(dlm::SemaphoreGuard);
 held!(dlm::Leadership);
 
+impl Held for dlm::MultiGuard {
+    fn extend(&self, _ttl: Duration) -> BoxFut<'_, dlm::Result<()>> {
+        Box::pin(async {
+            Err(dlm::Error::InvalidArgument {
+                arg: "extend",
+                reason: "a multi-lock guard is not extended by hand: use watchdog=True".into(),
+            })
+        })
+    }
+    fn release(self: Box<Self>) -> BoxFut<'static, dlm::Result<()>> {
+        Box::pin(async move { dlm::MultiGuard::release(*self).await })
+    }
+}
+
+/// What Python reads of a multi-lock guard.
+pub fn acquired_multi(g: dlm::MultiGuard) -> Acquired {
+    let guards = g.guards();
+    let first = guards.first();
+    Acquired {
+        name: g.names().join(","),
+        key: first.map(|f| f.key().to_string()).unwrap_or_default(),
+        token: first
+            .map(|f| f.token().as_str().to_string())
+            .unwrap_or_default(),
+        fence: first.and_then(|f| f.fence()).map(|f| f.get()),
+        fences: g.fences().into_iter().map(|f| f.map(|f| f.get())).collect(),
+        ttl: first.map(|f| f.ttl()).unwrap_or_default(),
+        lost: g.lost_signals(),
+        permits: None,
+        held: Box::new(g),
+    }
+}
+
 /// A held guard plus what Python reads without a round trip.
 pub struct Acquired {
     pub held: Box<dyn Held>,
@@ -47,8 +80,9 @@ pub struct Acquired {
     pub key: String,
     pub token: String,
     pub fence: Option<u64>,
+    pub fences: Vec<Option<u64>>,
     pub ttl: Duration,
-    pub lost: dlm::LostSignal,
+    pub lost: Vec<dlm::LostSignal>,
     pub permits: Option<u32>,
 }
 
@@ -60,8 +94,9 @@ macro_rules! acquired {
             key: g.key().to_string(),
             token: g.token().as_str().to_string(),
             fence: $fence(&g),
+            fences: vec![$fence(&g)],
             ttl: g.ttl(),
-            lost: g.lost_signal(),
+            lost: vec![g.lost_signal()],
             permits: $permits(&g),
             held: Box::new(g),
         }
@@ -88,8 +123,9 @@ pub struct GuardCore {
     key: String,
     token: String,
     fence: Option<u64>,
+    fences: Vec<Option<u64>>,
     ttl: Duration,
-    lost: dlm::LostSignal,
+    lost: Vec<dlm::LostSignal>,
     permits: Option<u32>,
 }
 
@@ -101,6 +137,7 @@ impl GuardCore {
             key: a.key,
             token: a.token,
             fence: a.fence,
+            fences: a.fences,
             ttl: a.ttl,
             lost: a.lost,
             permits: a.permits,
@@ -130,6 +167,18 @@ impl GuardCore {
                 None => Err(err(released(name))),
             }
         }
+    }
+
+    fn is_lost(&self) -> bool {
+        self.lost.iter().any(|l| l.is_lost())
+    }
+
+    fn remaining(&self) -> Duration {
+        self.lost
+            .iter()
+            .map(|l| l.remaining())
+            .min()
+            .unwrap_or_default()
     }
 
     fn is_released(&self) -> bool {
@@ -182,12 +231,17 @@ macro_rules! guard_props {
             /// True once the lease ran out without renewal, or renewal failed:
             /// the lock must be considered lost. No round trip.
             fn is_lost(&self) -> bool {
-                self.core.lost.is_lost()
+                self.core.is_lost()
             }
             /// Seconds of the lease surely left (local monotonic clock, minus a
             /// drift allowance); 0.0 once lost. No round trip.
             fn remaining(&self) -> f64 {
-                self.core.lost.remaining().as_secs_f64()
+                self.core.remaining().as_secs_f64()
+            }
+            /// The fencing token of every lock of the guard (one but for multi_lock).
+            #[getter]
+            fn fences(&self) -> Vec<Option<u64>> {
+                self.core.fences.clone()
             }
             /// True once released through this guard.
             fn is_released(&self) -> bool {
@@ -199,7 +253,7 @@ macro_rules! guard_props {
                     Self::KIND,
                     self.core.name,
                     self.core.fence,
-                    self.core.lost.is_lost()
+                    self.core.is_lost()
                 )
             }
         }

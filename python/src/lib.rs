@@ -23,10 +23,15 @@ fn _dlm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<queue::AsyncQueue>()?;
     m.add_class::<queue::Task>()?;
     m.add_class::<queue::Lease>()?;
+    m.add_class::<queue::AsyncLease>()?;
     m.add_class::<extras::Versioned>()?;
     m.add_class::<extras::Stock>()?;
     m.add_class::<extras::Ids>()?;
     m.add_class::<extras::RateLimiter>()?;
+    m.add_class::<extras::AsyncVersioned>()?;
+    m.add_class::<extras::AsyncStock>()?;
+    m.add_class::<extras::AsyncIds>()?;
+    m.add_class::<extras::AsyncRateLimiter>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

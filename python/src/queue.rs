@@ -132,6 +132,49 @@ fn report(r: dlm::queue::WorkerReport) -> Record {
         .with("returned", r.returned)
 }
 
+fn settings_change(
+    group_concurrency: Option<u32>,
+    rate: Option<(u32, f64)>,
+    keep_completed: Option<u32>,
+    events: Option<u32>,
+    keep_results: Option<f64>,
+) -> Result<dlm::queue::QueueSettings, dlm::Error> {
+    let nonzero = |n: u32| (n > 0).then_some(n);
+    let mut s = dlm::queue::QueueSettings::default();
+    if let Some(k) = group_concurrency {
+        s = s.group_concurrency(nonzero(k));
+    }
+    if let Some((n, period)) = rate {
+        let r = if n == 0 {
+            None
+        } else {
+            Some(dlm::queue::RateLimit::new(n, secs("rate", period)?)?)
+        };
+        s = s.rate(r);
+    }
+    if let Some(n) = keep_completed {
+        s = s.keep_completed(nonzero(n));
+    }
+    if let Some(n) = events {
+        s = s.events(nonzero(n));
+    }
+    if let Some(t) = keep_results {
+        s = s.keep_results(secs("keep_results", t)?);
+    }
+    Ok(s)
+}
+
+fn settings_record(s: dlm::queue::QueueSettings) -> Record {
+    let rate = s.get_rate();
+    Record::default()
+        .with("group_concurrency", s.get_group_concurrency())
+        .with("rate_n", rate.map(|r| r.n()))
+        .with("rate_period", rate.map(|r| r.period()))
+        .with("keep_completed", s.get_keep_completed())
+        .with("events", s.get_events())
+        .with("keep_results", s.get_keep_results())
+}
+
 /// Everything both queue flavours do, as futures.
 #[derive(Clone)]
 struct Core(dlm::queue::Queue);
@@ -336,45 +379,47 @@ impl<'py> IntoPyObject<'py> for Bytes {
     }
 }
 
-/// A claimed task: ack, nack or extend it before its lease runs out.
-#[pyclass(frozen, module = "dlm")]
-pub struct Lease {
+/// A claimed lease, shared by both flavours.
+struct LeaseCore {
     task: Py<Task>,
     lease: Arc<tokio::sync::Mutex<Option<dlm::queue::Lease>>>,
 }
 
-impl Lease {
-    fn finish<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
+fn lease_gone() -> PyErr {
+    err(dlm::Error::InvalidArgument {
+        arg: "lease",
+        reason: "the task was acked, nacked or abandoned already".into(),
+    })
+}
+
+impl LeaseCore {
+    fn new(py: Python<'_>, l: dlm::queue::Lease) -> PyResult<Self> {
+        Ok(LeaseCore {
+            task: Py::new(py, Task::from_core(py, l.task()))?,
+            lease: Arc::new(tokio::sync::Mutex::new(Some(l))),
+        })
+    }
+
+    fn finish<T, F, Fut>(&self, f: F) -> impl Future<Output = PyResult<T>> + Send + use<T, F, Fut>
     where
         F: FnOnce(dlm::queue::Lease) -> Fut + Send + 'static,
         Fut: Future<Output = dlm::Result<T>> + Send,
         T: Send + 'static,
     {
         let slot = self.lease.clone();
-        block(py, async move {
+        async move {
             let l = slot.lock().await.take();
             match l {
                 Some(l) => f(l).await.map_err(err),
-                None => Err(err(dlm::Error::InvalidArgument {
-                    arg: "lease",
-                    reason: "the task was acked, nacked or abandoned already".into(),
-                })),
+                None => Err(lease_gone()),
             }
-        })
-    }
-}
-
-#[pymethods]
-impl Lease {
-    /// The task.
-    #[getter]
-    fn task(&self, py: Python<'_>) -> Py<Task> {
-        self.task.clone_ref(py)
+        }
     }
 
-    /// Done: remove the task, storing `result` (bytes/str) if given.
-    #[pyo3(signature = (result=None))]
-    fn ack(&self, py: Python<'_>, result: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+    fn ack(
+        &self,
+        result: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<impl Future<Output = PyResult<()>> + Send + use<>> {
         let r = match result {
             Some(r) => result_bytes(&r).map_err(|e| {
                 err(dlm::Error::InvalidArgument {
@@ -384,61 +429,147 @@ impl Lease {
             })?,
             None => None,
         };
-        self.finish(py, move |l| async move {
+        Ok(self.finish(move |l| async move {
             match r {
                 Some(r) => l.ack_with(r).await,
                 None => l.ack().await,
             }
-        })
+        }))
     }
 
-    /// Failed: retry later (after `retry_after` seconds, else the queue's
-    /// backoff) or dead-letter it after max_attempts. Returns "retrying" or "dead".
-    #[pyo3(signature = (error="", retry_after=None))]
     fn nack(
         &self,
-        py: Python<'_>,
         error: &str,
         retry_after: Option<f64>,
-    ) -> PyResult<&'static str> {
+    ) -> PyResult<impl Future<Output = PyResult<&'static str>> + Send + use<>> {
         let after = opt_secs("retry_after", retry_after).map_err(err)?;
         let error = error.to_string();
-        let n = self.finish(py, move |l| async move {
-            match after {
+        Ok(self.finish(move |l| async move {
+            let n = match after {
                 Some(a) => l.nack_after(a, &error).await,
                 None => l.nack(&error).await,
-            }
-        })?;
-        Ok(match n {
-            dlm::queue::Nacked::Dead => "dead",
-            _ => "retrying",
-        })
+            }?;
+            Ok(match n {
+                dlm::queue::Nacked::Dead => "dead",
+                _ => "retrying",
+            })
+        }))
     }
 
-    /// Give the task back untried (the attempt is not counted).
-    fn abandon(&self, py: Python<'_>) -> PyResult<()> {
-        self.finish(py, |l| l.abandon())
-    }
-
-    /// Extend the lease to `lease` seconds from now.
-    fn extend(&self, py: Python<'_>, lease: f64) -> PyResult<()> {
-        let d = secs("lease", lease).map_err(err)?;
+    fn with_lease<T, F>(&self, f: F) -> impl Future<Output = PyResult<T>> + Send + use<T, F>
+    where
+        F: for<'a> FnOnce(&'a dlm::queue::Lease) -> crate::guard::BoxFut<'a, dlm::Result<T>>
+            + Send
+            + 'static,
+        T: Send + 'static,
+    {
         let slot = self.lease.clone();
-        block(py, async move {
+        async move {
             let g = slot.lock().await;
             match g.as_ref() {
-                Some(l) => l.extend(d).await.map_err(err),
-                None => Err(err(dlm::Error::InvalidArgument {
-                    arg: "lease",
-                    reason: "the task was acked, nacked or abandoned already".into(),
-                })),
+                Some(l) => f(l).await.map_err(err),
+                None => Err(lease_gone()),
             }
-        })
+        }
+    }
+
+    fn extend(&self, lease: f64) -> PyResult<impl Future<Output = PyResult<()>> + Send + use<>> {
+        let d = secs("lease", lease).map_err(err)?;
+        Ok(self.with_lease(move |l| Box::pin(l.extend(d))))
+    }
+
+    fn progress(
+        &self,
+        pct: u8,
+        message: String,
+    ) -> impl Future<Output = PyResult<()>> + Send + use<> {
+        self.with_lease(move |l| Box::pin(async move { l.progress(pct, &message).await }))
     }
 }
 
+macro_rules! lease_methods {
+    ($t:ident, $run:ident, $doc:literal) => {
+        #[doc = $doc]
+        #[pyclass(frozen, module = "dlm")]
+        pub struct $t {
+            core: LeaseCore,
+        }
+
+        #[pymethods]
+        impl $t {
+            /// The task.
+            #[getter]
+            fn task(&self, py: Python<'_>) -> Py<Task> {
+                self.core.task.clone_ref(py)
+            }
+
+            /// Done: remove the task, storing `result` (bytes or str) if given.
+            #[pyo3(signature = (result=None))]
+            fn ack<'py>(
+                &self,
+                py: Python<'py>,
+                result: Option<Bound<'py, PyAny>>,
+            ) -> PyResult<$run!(py, ())> {
+                $run(py, self.core.ack(result)?)
+            }
+
+            /// Failed: retry later (after `retry_after` seconds, else the
+            /// queue's backoff) or dead-letter it after max_attempts.
+            /// "retrying" or "dead".
+            #[pyo3(signature = (error="", retry_after=None))]
+            fn nack<'py>(
+                &self,
+                py: Python<'py>,
+                error: &str,
+                retry_after: Option<f64>,
+            ) -> PyResult<$run!(py, &'static str)> {
+                $run(py, self.core.nack(error, retry_after)?)
+            }
+
+            /// Give the task back untried.
+            fn abandon<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, ())> {
+                $run(py, self.core.finish(|l| l.abandon()))
+            }
+
+            /// Extend the lease to `lease` seconds from now.
+            fn extend<'py>(&self, py: Python<'py>, lease: f64) -> PyResult<$run!(py, ())> {
+                $run(py, self.core.extend(lease)?)
+            }
+
+            /// Report progress (0..=100 and a message), shown by `q.progress(id)`.
+            #[pyo3(signature = (pct, message=String::new()))]
+            fn progress<'py>(
+                &self,
+                py: Python<'py>,
+                pct: u8,
+                message: String,
+            ) -> PyResult<$run!(py, ())> {
+                $run(py, self.core.progress(pct, message))
+            }
+
+            fn __repr__(&self) -> String {
+                format!("<{} {:?}>", stringify!($t), self.core.task.get().id)
+            }
+        }
+
+        impl $t {
+            fn wrap(py: Python<'_>, leases: Vec<dlm::queue::Lease>) -> PyResult<Vec<Self>> {
+                let _ = py;
+                leases
+                    .into_iter()
+                    .map(|l| {
+                        Ok($t {
+                            core: LeaseCore::new(py, l)?,
+                        })
+                    })
+                    .collect()
+            }
+        }
+    };
+}
+
 macro_rules! queue_methods {
-    ($t:ty, $run:ident) => {
+    ($t:ty, $run:ident, $lease:ident) => {
         #[pymethods]
         impl $t {
         /// The queue's name.
@@ -510,6 +641,107 @@ macro_rules! queue_methods {
             $run(py, self.core.simple(|q| async move { q.resume().await }))
         }
 
+        /// Lease up to `count` due tasks for `lease` seconds; ack or nack each.
+        #[pyo3(signature = (count=1, lease=30.0))]
+        fn claim<'py>(&self, py: Python<'py>, count: usize, lease: f64) -> PyResult<$run!(py, Vec<$lease>)> {
+            let d = secs("lease", lease).map_err(err)?;
+            let q = self.core.0.clone();
+            $run(py, async move {
+                let leases = q.claim(count, d).await.map_err(err)?;
+                Python::attach(|py| $lease::wrap(py, leases))
+            })
+        }
+
+        /// Change the queue's shared settings (None: unchanged) and return
+        /// them all. group_concurrency: tasks of one group in flight at once
+        /// (0: no limit); rate: (n, period seconds) claims at most (n=0: no
+        /// limit); keep_completed: ids of acked tasks kept (0: none);
+        /// events: the event log's cap (0: off); keep_results: seconds
+        /// results are kept.
+        #[pyo3(signature = (*, group_concurrency=None, rate=None, keep_completed=None, events=None, keep_results=None))]
+        fn configure<'py>(
+            &self,
+            py: Python<'py>,
+            group_concurrency: Option<u32>,
+            rate: Option<(u32, f64)>,
+            keep_completed: Option<u32>,
+            events: Option<u32>,
+            keep_results: Option<f64>,
+        ) -> PyResult<$run!(py, Record)> {
+            let change = settings_change(group_concurrency, rate, keep_completed, events, keep_results).map_err(err)?;
+            let q = self.core.0.clone();
+            $run(py, async move { q.configure(&change).await.map(settings_record).map_err(err) })
+        }
+
+        /// The queue's shared settings (see configure).
+        fn settings<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, Record)> {
+            let q = self.core.0.clone();
+            $run(py, async move { q.settings().await.map(settings_record).map_err(err) })
+        }
+
+        /// Add (or change) the repeating task `id`: a task `id@TICK` every
+        /// `every` seconds or per `cron` expression. "added", "changed" or
+        /// "unchanged".
+        #[pyo3(signature = (id, *, every=None, cron=None, payload=None))]
+        fn schedule<'py>(
+            &self,
+            py: Python<'py>,
+            id: String,
+            every: Option<f64>,
+            cron: Option<String>,
+            payload: Option<Vec<u8>>,
+        ) -> PyResult<$run!(py, &'static str)> {
+            let repeat = match (every, cron) {
+                (Some(e), None) => dlm::queue::Repeat::Every(secs("every", e).map_err(err)?),
+                (None, Some(c)) => dlm::queue::Repeat::Cron(c),
+                _ => {
+                    return Err(err(dlm::Error::InvalidArgument {
+                        arg: "every",
+                        reason: "give every= or cron=, one of them".into(),
+                    }));
+                }
+            };
+            let q = self.core.0.clone();
+            $run(py, async move {
+                let r = q.schedule(&id, repeat, payload).await.map_err(err)?;
+                Ok::<_, PyErr>(match r {
+                    dlm::queue::Scheduled::Added => "added",
+                    dlm::queue::Scheduled::Changed => "changed",
+                    _ => "unchanged",
+                })
+            })
+        }
+
+        /// Remove the repeating task `id`; True if it existed.
+        fn unschedule<'py>(&self, py: Python<'py>, id: String) -> PyResult<$run!(py, bool)> {
+            $run(py, self.core.simple(move |q| async move { q.unschedule(&id).await }))
+        }
+
+        /// The repeating tasks: dicts of id, repeat, next_tick (ms), payload.
+        #[pyo3(signature = (limit=100))]
+        fn schedules<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<$run!(py, Vec<Record>)> {
+            $run(py, self.core.simple(move |q| async move {
+                q.schedules(limit).await.map(|v| {
+                    v.into_iter()
+                        .map(|s| {
+                            Record::default()
+                                .with("id", s.id)
+                                .with("repeat", s.repeat.to_string())
+                                .with("next_tick", s.next_tick)
+                                .with("payload", s.payload)
+                        })
+                        .collect::<Vec<Record>>()
+                })
+            }))
+        }
+
+        /// The last progress reported for task `id`: (pct, message) or None.
+        fn progress<'py>(&self, py: Python<'py>, id: String) -> PyResult<$run!(py, Option<(u8, String)>)> {
+            $run(py, self.core.simple(move |q| async move {
+                q.progress(&id).await.map(|p| p.map(|p| (p.pct, p.message)))
+            }))
+        }
+
         fn __repr__(&self) -> String {
             format!("<{} {:?}>", Self::KIND, self.core.0.name())
         }
@@ -540,27 +772,15 @@ impl Queue {
 }
 
 use block as sync_ret;
-queue_methods!(Queue, sync_ret);
+queue_methods!(Queue, sync_ret, Lease);
+lease_methods!(
+    Lease,
+    sync_ret,
+    "A claimed task (sync calls): ack, nack or extend it before its lease runs out."
+);
 
 #[pymethods]
 impl Queue {
-    /// Lease up to `count` due tasks for `lease` seconds; ack or nack each.
-    #[pyo3(signature = (count=1, lease=30.0))]
-    fn claim(&self, py: Python<'_>, count: usize, lease: f64) -> PyResult<Vec<Lease>> {
-        let d = secs("lease", lease).map_err(err)?;
-        let q = self.core.0.clone();
-        let leases = block(py, async move { q.claim(count, d).await.map_err(err) })?;
-        leases
-            .into_iter()
-            .map(|l| {
-                Ok(Lease {
-                    task: Py::new(py, Task::from_core(py, l.task()))?,
-                    lease: Arc::new(tokio::sync::Mutex::new(Some(l))),
-                })
-            })
-            .collect()
-    }
-
     /// Run `handler(task)` for every task, `concurrency` at a time, each in
     /// a thread of its own. Its return value (bytes, str or None) becomes the
     /// task's result; an exception nacks the task (retried with backoff, then
@@ -604,7 +824,12 @@ impl AsyncQueue {
 }
 
 use awaitable as async_ret;
-queue_methods!(AsyncQueue, async_ret);
+queue_methods!(AsyncQueue, async_ret, AsyncLease);
+lease_methods!(
+    AsyncLease,
+    async_ret,
+    "A claimed task (awaitable calls): ack, nack or extend it before its lease runs out."
+);
 
 #[pymethods]
 impl AsyncQueue {
