@@ -3,6 +3,7 @@
 //! acquisition and the guard's calls are the core's; this only keeps the
 //! handle and translates.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -329,20 +330,68 @@ pub struct LockCore {
 #[pyclass(frozen, module = "dlm")]
 pub struct Lock {
     core: LockCore,
-    current: Mutex<Option<Py<LockGuard>>>,
+    current: Current<LockGuard>,
 }
 
 impl Lock {
     pub fn new(core: LockCore) -> Self {
         Lock {
             core,
-            current: Mutex::new(None),
+            current: Current::new(),
         }
     }
 }
 
-fn current_of<T>(m: &Mutex<Option<Py<T>>>) -> std::sync::MutexGuard<'_, Option<Py<T>>> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+/// Who acquired through a handle: a thread (sync) or an asyncio task, so that
+/// threads or tasks sharing one handle each release their own guard.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Owner {
+    Thread(std::thread::ThreadId),
+    Task(usize),
+}
+
+/// The guards a handle's `with` blocks (and `acquire()`) hold, per owner,
+/// innermost last.
+struct Current<T>(Mutex<HashMap<Owner, Vec<Py<T>>>>);
+
+impl<T> Current<T> {
+    fn new() -> Self {
+        Current(Mutex::new(HashMap::new()))
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Owner, Vec<Py<T>>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push(&self, owner: Owner, g: Py<T>) {
+        self.map().entry(owner).or_default().push(g);
+    }
+
+    fn pop(&self, owner: Owner) -> Option<Py<T>> {
+        let mut m = self.map();
+        let stack = m.get_mut(&owner)?;
+        let g = stack.pop();
+        if stack.is_empty() {
+            m.remove(&owner);
+        }
+        g
+    }
+}
+
+fn this_thread() -> Owner {
+    Owner::Thread(std::thread::current().id())
+}
+
+/// The running asyncio task (its id), else this thread.
+fn this_task(py: Python<'_>) -> Owner {
+    let task = py
+        .import("asyncio")
+        .and_then(|m| m.getattr("current_task"))
+        .and_then(|f| f.call0());
+    match task {
+        Ok(t) if !t.is_none() => Owner::Task(t.as_ptr() as usize),
+        _ => this_thread(),
+    }
 }
 
 #[pymethods]
@@ -366,13 +415,13 @@ impl Lock {
                 core: GuardCore::new(a),
             },
         )?;
-        *current_of(&self.current) = Some(g.clone_ref(py));
+        self.current.push(this_thread(), g.clone_ref(py));
         Ok(g)
     }
 
-    /// Release the guard of the last `acquire()` of this handle.
+    /// Release the guard of the last `acquire()` of this handle in this thread.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        let g = current_of(&self.current).take();
+        let g = self.current.pop(this_thread());
         match g {
             Some(g) => g.get().release(py),
             None => Err(err(released(self.core.name.clone()))),
@@ -411,7 +460,7 @@ impl Lock {
         _exc: Option<Bound<'_, PyAny>>,
         _tb: Option<Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let g = current_of(&self.current).take();
+        let g = self.current.pop(this_thread());
         if let Some(g) = g {
             if g.get().core.is_released() {
                 return Ok(false);
@@ -435,18 +484,21 @@ impl Lock {
 #[pyclass(frozen, module = "dlm")]
 pub struct AsyncLock {
     core: LockCore,
-    current: Arc<Mutex<Option<Py<AsyncLockGuard>>>>,
+    current: Arc<Current<AsyncLockGuard>>,
 }
 
 impl AsyncLock {
     pub fn new(core: LockCore) -> Self {
         AsyncLock {
             core,
-            current: Arc::new(Mutex::new(None)),
+            current: Arc::new(Current::new()),
         }
     }
 
-    fn acquire_fut(&self) -> impl Future<Output = PyResult<Py<AsyncLockGuard>>> + Send + 'static {
+    fn acquire_fut(
+        &self,
+        owner: Owner,
+    ) -> impl Future<Output = PyResult<Py<AsyncLockGuard>>> + Send + 'static {
         let f = (self.core.acquire)();
         let current = self.current.clone();
         async move {
@@ -454,14 +506,14 @@ impl AsyncLock {
             let core = GuardCore::new(a);
             Python::attach(|py| {
                 let g = Py::new(py, AsyncLockGuard { core })?;
-                *current_of(&current) = Some(g.clone_ref(py));
+                current.push(owner, g.clone_ref(py));
                 Ok(g)
             })
         }
     }
 
-    fn release_fut(&self) -> impl Future<Output = PyResult<()>> + Send + 'static {
-        let g = current_of(&self.current).take();
+    fn release_fut(&self, owner: Owner) -> impl Future<Output = PyResult<()>> + Send + 'static {
+        let g = self.current.pop(owner);
         let name = self.core.name.clone();
         let rel = g.map(|g| g.get().core.release());
         async move {
@@ -484,12 +536,13 @@ impl AsyncLock {
     /// Acquire (awaitable; waiting as configured); returns the guard.
     /// Cancelling the awaiting task cancels the acquisition.
     fn acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, self.acquire_fut())
+        awaitable(py, self.acquire_fut(this_task(py)))
     }
 
-    /// Release the guard of the last `acquire()` of this handle (awaitable).
+    /// Release the guard of the last `acquire()` of this handle in this
+    /// asyncio task (awaitable).
     fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, self.release_fut())
+        awaitable(py, self.release_fut(this_task(py)))
     }
 
     /// The lock's state in Redis (awaitable): dict(held, ttl, fence, ...).
@@ -524,7 +577,7 @@ impl AsyncLock {
         _exc: Option<Bound<'py, PyAny>>,
         _tb: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let g = current_of(&self.current).take();
+        let g = self.current.pop(this_task(py));
         let fut = g.and_then(|g| {
             if g.get().core.is_released() {
                 None

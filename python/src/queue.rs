@@ -7,7 +7,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyString};
 
-use crate::rt::{Record, awaitable, block, err, opt_secs, secs};
+use crate::rt::{Record, awaitable, block, block_until, err, opt_secs, secs};
 
 /// Per-handle queue options (`Client.queue(...)` arguments).
 pub struct QueueOpts {
@@ -294,6 +294,7 @@ impl Core {
         &self,
         handler: Py<PyAny>,
         args: WorkArgs,
+        stop: tokio_util::sync::CancellationToken,
     ) -> impl Future<Output = PyResult<Record>> + Send + 'static {
         let q = self.0.clone();
         let handler = Arc::new(handler);
@@ -316,7 +317,6 @@ impl Core {
                     .unwrap_or_else(|e| Err(format!("handler thread failed: {e}")))
                 }
             };
-            let stop = tokio_util::sync::CancellationToken::new();
             let r = q.worker(opts).run(h, stop).await.map_err(err)?;
             Ok(report(r))
         }
@@ -786,7 +786,10 @@ impl Queue {
     /// task's result; an exception nacks the task (retried with backoff, then
     /// dead-lettered) with its text as the error. stop_when_idle=True
     /// returns once the queue is empty; else it runs until Ctrl-C. Returns
-    /// dict(acked, retried, dead, lost, returned).
+    /// dict(acked, retried, dead, lost, returned). Ctrl-C stops it
+    /// gracefully: no new claims, running handlers finish (within the
+    /// worker's grace period, else their tasks go back to the queue), then
+    /// KeyboardInterrupt propagates; a second Ctrl-C stops it at once.
     #[pyo3(signature = (handler, concurrency=1, stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None))]
     #[allow(clippy::too_many_arguments)]
     fn work(
@@ -806,7 +809,12 @@ impl Queue {
             task_timeout,
             worker_id,
         };
-        block(py, self.core.work_sync(handler, args))
+        let stop = tokio_util::sync::CancellationToken::new();
+        block_until(
+            py,
+            self.core.work_sync(handler, args, stop.clone()),
+            Some(stop),
+        )
     }
 }
 

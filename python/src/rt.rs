@@ -41,6 +41,22 @@ where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: Send + 'static,
 {
+    block_until(py, fut, None)
+}
+
+/// [`block`] for a call that stops gracefully: the first signal that raises
+/// cancels `stop` and waits for the call to wind down (a second one drops
+/// it), then the exception propagates.
+pub fn block_until<T, F>(
+    py: Python<'_>,
+    fut: F,
+    stop: Option<tokio_util::sync::CancellationToken>,
+) -> PyResult<T>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let mut interrupted: Option<PyErr> = None;
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let task = rt().spawn(async move {
         let _ = tx.send(fut.await);
@@ -53,11 +69,24 @@ where
         });
         rx = back;
         match got {
-            Ok(out) => return out,
+            Ok(out) => {
+                return match interrupted {
+                    Some(e) => Err(e),
+                    None => out,
+                };
+            }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 if let Err(e) = py.check_signals() {
-                    task.abort();
-                    return Err(e);
+                    match (&stop, interrupted.is_some()) {
+                        (Some(stop), false) => {
+                            stop.cancel();
+                            interrupted = Some(e);
+                        }
+                        _ => {
+                            task.abort();
+                            return Err(e);
+                        }
+                    }
                 }
             }
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {

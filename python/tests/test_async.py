@@ -130,3 +130,22 @@ def test_cancel_worker(redis_url: str) -> None:
             await w
 
     run(main())
+
+
+def test_tasks_sharing_a_handle_release_their_own(redis_url: str) -> None:
+    async def main() -> None:
+        ac = await dlm.AsyncClient.connect(redis_url)
+        sem = ac.semaphore("ashared", 3, ttl=10.0, wait=5.0)
+        held: list[dlm.AsyncLockGuard] = []
+
+        async def one(i: int) -> None:
+            async with sem as g:
+                held.append(g)
+                await asyncio.sleep(0.05 * (3 - i))
+                assert not g.is_released()
+
+        await asyncio.gather(*(one(i) for i in range(3)))
+        assert all(g.is_released() for g in held)
+        assert (await sem.status())["in_use"] == 0
+
+    run(main())

@@ -223,3 +223,37 @@ def test_helpers(redis_url: str) -> None:
     assert not rl.try_acquire()
     with pytest.raises(dlm.RateLimited):
         rl.acquire(wait=0.05)
+
+
+def test_threads_sharing_a_handle_release_their_own(redis_url: str) -> None:
+    import threading
+
+    c = dlm.Client(redis_url)
+    sem = c.semaphore("shared-handle", 2, ttl=10.0, wait=5.0)
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    fences: dict[str, int] = {}
+
+    def a() -> None:
+        with sem as g:
+            fences["a"] = g.fence or 0
+            a_in.set()
+            b_in.wait(5)
+        a_out.set()
+
+    def b() -> None:
+        a_in.wait(5)
+        with sem as g:
+            fences["b"] = g.fence or 0
+            b_in.set()
+            a_out.wait(5)
+            # A left its block: B's own permit is still held.
+            assert not g.is_released()
+            assert sem.status()["in_use"] == 1
+
+    ts = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(10)
+    assert len(fences) == 2
+    assert sem.status()["in_use"] == 0
