@@ -17,7 +17,9 @@ def test_sigint_interrupts_sync_acquire(redis_url: str, tmp_path: Path) -> None:
     holder = c.lock("held", ttl=60.0).acquire()
     code = textwrap.dedent(
         f"""
-        import sys, dlm
+        import signal, sys, dlm
+        # Python's own Ctrl-C handler, even when started with SIGINT ignored.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         c = dlm.Client({redis_url!r})
         print("waiting", flush=True)
         try:
@@ -56,7 +58,8 @@ def test_sigint_stops_sync_worker_gracefully(redis_url: str, tmp_path: Path) -> 
     q.push("next", b"y")
     code = textwrap.dedent(
         f"""
-        import time, dlm
+        import signal, time, dlm
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         q = dlm.Client({redis_url!r}).queue("graceful")
         def handle(task):
             print("started", task.id, flush=True)
