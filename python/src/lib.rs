@@ -3,6 +3,7 @@
 //! converts arguments, results and errors, and bridges to sync and asyncio
 //! callers over one tokio runtime.
 
+mod bridge;
 mod client;
 mod extras;
 mod guard;

@@ -98,16 +98,7 @@ where
     }
 }
 
-/// An awaitable for asyncio: the future runs on the runtime; cancelling the
-/// asyncio task drops it.
-pub fn awaitable<'py, T, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
-where
-    F: Future<Output = PyResult<T>> + Send + 'static,
-    T: for<'a> IntoPyObject<'a> + Send + 'static,
-{
-    rt();
-    pyo3_async_runtimes::tokio::future_into_py(py, fut)
-}
+pub use crate::bridge::awaitable;
 
 /// Seconds (a float) as a duration; negative, NaN or huge values are an
 /// [`dlm::Error::InvalidArgument`] naming `arg`.
