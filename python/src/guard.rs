@@ -384,9 +384,9 @@ fn this_thread() -> Owner {
 
 /// The running asyncio task (its id), else this thread.
 fn this_task(py: Python<'_>) -> Owner {
-    let task = py
-        .import("asyncio")
-        .and_then(|m| m.getattr("current_task"))
+    static CURRENT_TASK: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    let task = CURRENT_TASK
+        .import(py, "asyncio", "current_task")
         .and_then(|f| f.call0());
     match task {
         Ok(t) if !t.is_none() => Owner::Task(t.as_ptr() as usize),
@@ -479,6 +479,27 @@ impl Lock {
     }
 }
 
+/// A guard just acquired by an asyncio call: made a Python object (and
+/// recorded as its task's) on the event loop's thread, when the call's
+/// future is resolved.
+pub struct NewAsyncGuard {
+    core: GuardCore,
+    current: Arc<Current<AsyncLockGuard>>,
+    owner: Owner,
+}
+
+impl<'py> IntoPyObject<'py> for NewAsyncGuard {
+    type Target = AsyncLockGuard;
+    type Output = Bound<'py, AsyncLockGuard>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, AsyncLockGuard>> {
+        let g = Bound::new(py, AsyncLockGuard { core: self.core })?;
+        self.current.push(self.owner, g.clone().unbind());
+        Ok(g)
+    }
+}
+
 /// The asyncio flavour of Lock: `async with lock as guard:`, `await
 /// lock.acquire()`, `await lock.release()`.
 #[pyclass(frozen, module = "dlm")]
@@ -498,16 +519,15 @@ impl AsyncLock {
     fn acquire_fut(
         &self,
         owner: Owner,
-    ) -> impl Future<Output = PyResult<Py<AsyncLockGuard>>> + Send + 'static {
+    ) -> impl Future<Output = PyResult<NewAsyncGuard>> + Send + 'static {
         let f = (self.core.acquire)();
         let current = self.current.clone();
         async move {
             let a = f.await.map_err(err)?;
-            let core = GuardCore::new(a);
-            Python::attach(|py| {
-                let g = Py::new(py, AsyncLockGuard { core })?;
-                current.push(owner, g.clone_ref(py));
-                Ok(g)
+            Ok(NewAsyncGuard {
+                core: GuardCore::new(a),
+                current,
+                owner,
             })
         }
     }
