@@ -2,7 +2,7 @@
 
 import asyncio
 from types import TracebackType
-from typing import Awaitable, Callable, Optional, Sequence, Tuple, TypedDict, Union
+from typing import Awaitable, Callable, Literal, Optional, Sequence, Tuple, TypedDict, Union
 
 __version__: str
 
@@ -141,7 +141,7 @@ class Lock:
         exc_type: Optional[type[BaseException]],
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
-    ) -> bool: ...
+    ) -> Literal[False]: ...
 
 class AsyncLock:
     """The asyncio flavour of Lock: `async with ac.lock(...) as guard:`."""
@@ -158,7 +158,7 @@ class AsyncLock:
         exc_type: Optional[type[BaseException]],
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
-    ) -> "asyncio.Future[bool]": ...
+    ) -> "asyncio.Future[Literal[False]]": ...
 
 class Task:
     """A task as a handler sees it."""

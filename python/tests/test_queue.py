@@ -113,3 +113,43 @@ def test_bad_handler_result_is_a_failure(redis_url: str) -> None:
     report = q.work(lambda t: 42, stop_when_idle=True)  # type: ignore[arg-type,return-value]
     assert report["dead"] == 1
     assert "return bytes, str or None" in (q.dead()[0]["error"] or "")
+
+
+def test_handler_uses_sync_dlm_calls(redis_url: str) -> None:
+    c = dlm.Client(redis_url)
+    q = c.queue("nested")
+    for i in range(5):
+        q.push(f"n{i}", b"x")
+
+    def handler(task: dlm.Task) -> str:
+        # A sync call from a handler thread (one of the runtime's threads).
+        with c.lock("per-task:" + task.id, ttl=5.0) as g:
+            return str(g.fence)
+
+    report = q.work(handler, concurrency=3, stop_when_idle=True)
+    assert report["acked"] == 5
+    assert all(int(q.result(f"n{i}") or b"0") > 0 for i in range(5))
+
+
+def test_threads_hammer_one_lock(redis_url: str) -> None:
+    c = dlm.Client(redis_url)
+    inside = 0
+    most = 0
+    guard = threading.Lock()
+
+    def worker() -> None:
+        nonlocal inside, most
+        for _ in range(20):
+            with c.lock("hammer", ttl=5.0, wait=20.0):
+                with guard:
+                    inside += 1
+                    most = max(most, inside)
+                with guard:
+                    inside -= 1
+
+    ts = [threading.Thread(target=worker) for _ in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert most == 1
