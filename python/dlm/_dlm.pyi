@@ -222,6 +222,9 @@ class Queue:
         replace: bool = False,
     ) -> bool:
         """Add a task; False when the id is already queued."""
+    def push_many(
+        self, tasks: Sequence[Union[str, Tuple[str, Bytes]]], *, delay: float = 0.0, replace: bool = False
+    ) -> list[bool]: ...
     def stats(self) -> QueueStats: ...
     def result(self, id: str) -> Optional[bytes]: ...
     def wait_result(self, id: str, timeout: float) -> Optional[bytes]: ...
@@ -256,6 +259,8 @@ class Queue:
         lease: Optional[float] = None,
         task_timeout: Optional[float] = None,
         worker_id: Optional[str] = None,
+        grace: Optional[float] = None,
+        keep_results: Optional[float] = None,
     ) -> WorkReport: ...
 
 class AsyncQueue:
@@ -275,6 +280,9 @@ class AsyncQueue:
         timeout: Optional[float] = None,
         replace: bool = False,
     ) -> "asyncio.Future[bool]": ...
+    def push_many(
+        self, tasks: Sequence[Union[str, Tuple[str, Bytes]]], *, delay: float = 0.0, replace: bool = False
+    ) -> "asyncio.Future[list[bool]]": ...
     def stats(self) -> "asyncio.Future[QueueStats]": ...
     def result(self, id: str) -> "asyncio.Future[Optional[bytes]]": ...
     def wait_result(self, id: str, timeout: float) -> "asyncio.Future[Optional[bytes]]": ...
@@ -309,6 +317,8 @@ class AsyncQueue:
         lease: Optional[float] = None,
         task_timeout: Optional[float] = None,
         worker_id: Optional[str] = None,
+        grace: Optional[float] = None,
+        keep_results: Optional[float] = None,
     ) -> "asyncio.Future[WorkReport]": ...
 
 class Versioned:

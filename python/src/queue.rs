@@ -103,6 +103,8 @@ struct WorkArgs {
     lease: Option<f64>,
     task_timeout: Option<f64>,
     worker_id: Option<String>,
+    grace: Option<f64>,
+    keep_results: Option<f64>,
 }
 
 impl WorkArgs {
@@ -118,6 +120,12 @@ impl WorkArgs {
         }
         if let Some(id) = self.worker_id {
             o = o.id(id);
+        }
+        if let Some(g) = opt_secs("grace", self.grace)? {
+            o = o.grace(g);
+        }
+        if let Some(k) = opt_secs("keep_results", self.keep_results)? {
+            o = o.keep_results(k);
         }
         Ok(o)
     }
@@ -175,6 +183,29 @@ fn settings_record(s: dlm::queue::QueueSettings) -> Record {
         .with("keep_results", s.get_keep_results())
 }
 
+/// `push_many`'s items: ids or (id, payload) pairs.
+fn new_tasks(items: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<dlm::queue::NewTask>> {
+    items
+        .into_iter()
+        .map(|item| {
+            if let Ok(id) = item.extract::<String>() {
+                Ok(dlm::queue::NewTask::new(id))
+            } else {
+                let (id, payload): (String, Vec<u8>) = item.extract()?;
+                Ok(dlm::queue::NewTask::new(id).payload(payload))
+            }
+        })
+        .collect()
+}
+
+fn on_duplicate(replace: bool) -> dlm::queue::OnDuplicate {
+    if replace {
+        dlm::queue::OnDuplicate::Replace
+    } else {
+        dlm::queue::OnDuplicate::Keep
+    }
+}
+
 /// Everything both queue flavours do, as futures.
 #[derive(Clone)]
 struct Core(dlm::queue::Queue);
@@ -218,6 +249,25 @@ impl Core {
                 r.first(),
                 Some(dlm::queue::Enqueued::Kept(_)) | None
             ))
+        }
+    }
+
+    fn push_many(
+        &self,
+        tasks: Vec<dlm::queue::NewTask>,
+        delay: f64,
+        replace: bool,
+    ) -> impl Future<Output = PyResult<Vec<bool>>> + Send + 'static {
+        let q = self.0.clone();
+        async move {
+            let delay = secs("delay", delay).map_err(err)?;
+            let r = q
+                .enqueue(tasks, delay, on_duplicate(replace))
+                .await
+                .map_err(err)?;
+            Ok(r.iter()
+                .map(|e| !matches!(e, dlm::queue::Enqueued::Kept(_)))
+                .collect())
         }
     }
 
@@ -598,6 +648,21 @@ macro_rules! queue_methods {
             $run(py, self.core.push(id, payload, delay, priority, group, after, timeout, replace))
         }
 
+        /// Add many tasks in one round trip, all due after `delay` seconds:
+        /// `tasks` holds ids or (id, payload) pairs. For each, False when
+        /// the id was already queued (kept, unless replace=True).
+        #[pyo3(signature = (tasks, *, delay=0.0, replace=false))]
+        fn push_many<'py>(
+            &self,
+            py: Python<'py>,
+            tasks: Vec<Bound<'py, PyAny>>,
+            delay: f64,
+            replace: bool,
+        ) -> PyResult<$run!(py, Vec<bool>)> {
+            let tasks = new_tasks(tasks)?;
+            $run(py, self.core.push_many(tasks, delay, replace))
+        }
+
         /// The queue's counts: waiting, delayed, in_flight, dead, processed,
         /// failed, blocked, paused, oldest_due (seconds).
         fn stats<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, Record)> {
@@ -790,7 +855,7 @@ impl Queue {
     /// gracefully: no new claims, running handlers finish (within the
     /// worker's grace period, else their tasks go back to the queue), then
     /// KeyboardInterrupt propagates; a second Ctrl-C stops it at once.
-    #[pyo3(signature = (handler, concurrency=1, stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None))]
+    #[pyo3(signature = (handler, concurrency=1, stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None, grace=None, keep_results=None))]
     #[allow(clippy::too_many_arguments)]
     fn work(
         &self,
@@ -801,6 +866,8 @@ impl Queue {
         lease: Option<f64>,
         task_timeout: Option<f64>,
         worker_id: Option<String>,
+        grace: Option<f64>,
+        keep_results: Option<f64>,
     ) -> PyResult<Record> {
         let args = WorkArgs {
             concurrency,
@@ -808,6 +875,8 @@ impl Queue {
             lease,
             task_timeout,
             worker_id,
+            grace,
+            keep_results,
         };
         let stop = tokio_util::sync::CancellationToken::new();
         block_until(
@@ -844,7 +913,7 @@ impl AsyncQueue {
     /// Run `handler(task)` (a coroutine function; a plain function works
     /// too) for every task, `concurrency` at a time, on this event loop.
     /// As Queue.work otherwise; cancelling the awaiting task stops the worker.
-    #[pyo3(signature = (handler, concurrency=1, stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None))]
+    #[pyo3(signature = (handler, concurrency=1, stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None, grace=None, keep_results=None))]
     #[allow(clippy::too_many_arguments)]
     fn work<'py>(
         &self,
@@ -855,6 +924,8 @@ impl AsyncQueue {
         lease: Option<f64>,
         task_timeout: Option<f64>,
         worker_id: Option<String>,
+        grace: Option<f64>,
+        keep_results: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let args = WorkArgs {
             concurrency,
@@ -862,6 +933,8 @@ impl AsyncQueue {
             lease,
             task_timeout,
             worker_id,
+            grace,
+            keep_results,
         };
         let fut = self.core.work_async(py, handler, args)?;
         awaitable(py, fut)

@@ -84,3 +84,16 @@ def redis_url(server: RedisServer) -> str:
 @pytest.fixture
 def r(server: RedisServer) -> "redis.Redis":
     return server.redis()
+
+
+@pytest.fixture(scope="session")
+def three_servers() -> Iterator[list[RedisServer]]:
+    servers: list[RedisServer] = []
+    try:
+        for _ in range(3):
+            servers.append(RedisServer())
+        yield servers
+    finally:
+        for s in servers:
+            s.stop()
+            shutil.rmtree(s.dir, ignore_errors=True)

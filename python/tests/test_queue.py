@@ -153,3 +153,18 @@ def test_threads_hammer_one_lock(redis_url: str) -> None:
     for t in ts:
         t.join(60)
     assert most == 1
+
+
+def test_push_many(redis_url: str) -> None:
+    c = dlm.Client(redis_url)
+    q = c.queue("bulk")
+    assert q.push_many(["a", ("b", b"payload"), "c"]) == [True, True, True]
+    assert q.push_many(["a", "d"]) == [False, True]
+    assert q.stats()["waiting"] == 4
+    with pytest.raises(dlm.InvalidArgument):
+        q.push_many(["e"], delay=-1.0)
+    with pytest.raises(TypeError):
+        q.push_many([42])  # type: ignore[list-item]
+    seen: dict[str, bytes] = {}
+    q.work(lambda t: seen.__setitem__(t.id, t.payload), concurrency=2, stop_when_idle=True, grace=1.0, keep_results=60.0)
+    assert seen == {"a": b"", "b": b"payload", "c": b"", "d": b""}
