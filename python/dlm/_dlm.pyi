@@ -109,6 +109,8 @@ class _GuardProps:
 class LockGuard(_GuardProps):
     """A held lock (or read/write share, semaphore permits, leadership)."""
 
+    def wait_lost(self, timeout: Optional[float] = None) -> bool:
+        """Wait until the lock is lost: True, or False after `timeout` seconds."""
     def extend(self, ttl: float) -> None:
         """Renew the lease to `ttl` seconds from now."""
     def release(self) -> None:
@@ -117,6 +119,8 @@ class LockGuard(_GuardProps):
 class AsyncLockGuard(_GuardProps):
     """The asyncio flavour of LockGuard."""
 
+    def lost(self) -> "asyncio.Future[None]":
+        """Resolves when the lock is lost."""
     def extend(self, ttl: float) -> "asyncio.Future[None]":
         """Renew the lease to `ttl` seconds from now."""
     def release(self) -> "asyncio.Future[None]":

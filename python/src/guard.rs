@@ -12,7 +12,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
-use crate::rt::{Record, awaitable, block, err, rt, secs};
+use crate::rt::{Record, awaitable, block, err, opt_secs, rt, secs};
 
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -182,9 +182,38 @@ impl GuardCore {
             .unwrap_or_default()
     }
 
+    /// Resolves once any of the guard's leases is lost.
+    fn lost_fut(&self) -> impl Future<Output = PyResult<()>> + Send + use<> {
+        let signals = self.lost.clone();
+        async move {
+            let all = signals
+                .iter()
+                .map(|s| Box::pin(async move { s.lost().await }));
+            futures_select_all(all).await;
+            Ok(())
+        }
+    }
+
     fn is_released(&self) -> bool {
         self.slot.try_lock().map(|s| s.0.is_none()).unwrap_or(false)
     }
+}
+
+/// The first of several futures to finish (an empty set never does).
+async fn futures_select_all<F: Future<Output = ()> + Unpin>(futs: impl Iterator<Item = F>) {
+    let mut futs: Vec<F> = futs.collect();
+    if futs.is_empty() {
+        return std::future::pending().await;
+    }
+    std::future::poll_fn(|cx| {
+        for f in futs.iter_mut() {
+            if Pin::new(f).poll(cx).is_ready() {
+                return std::task::Poll::Ready(());
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 fn released(name: String) -> dlm::Error {
@@ -275,6 +304,21 @@ guard_props!(LockGuard);
 
 #[pymethods]
 impl LockGuard {
+    /// Wait until the lock is lost (its lease ran out, renewal failed):
+    /// True then, False when `timeout` seconds passed first (None: no limit).
+    /// Ctrl-C interrupts the wait.
+    #[pyo3(signature = (timeout=None))]
+    fn wait_lost(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let t = opt_secs("timeout", timeout).map_err(err)?;
+        let lost = self.core.lost_fut();
+        block(py, async move {
+            match t {
+                Some(t) => Ok(tokio::time::timeout(t, lost).await.is_ok()),
+                None => lost.await.map(|_| true),
+            }
+        })
+    }
+
     /// Renew the lease to `ttl` seconds from now; raises dlm.Expired or
     /// dlm.NotHeld when the lock is not ours any more.
     fn extend(&self, py: Python<'_>, ttl: f64) -> PyResult<()> {
@@ -302,6 +346,12 @@ guard_props!(AsyncLockGuard);
 
 #[pymethods]
 impl AsyncLockGuard {
+    /// Resolves when the lock is lost (its lease ran out, renewal failed):
+    /// `await g.lost()`, e.g. raced against the work with asyncio.wait.
+    fn lost<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, self.core.lost_fut())
+    }
+
     /// Renew the lease to `ttl` seconds from now (awaitable).
     fn extend<'py>(&self, py: Python<'py>, ttl: f64) -> PyResult<Bound<'py, PyAny>> {
         awaitable(py, self.core.extend(ttl))

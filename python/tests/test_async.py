@@ -149,3 +149,13 @@ def test_tasks_sharing_a_handle_release_their_own(redis_url: str) -> None:
         assert (await sem.status())["in_use"] == 0
 
     run(main())
+
+
+def test_async_lost(redis_url: str) -> None:
+    async def main() -> None:
+        ac = await dlm.AsyncClient.connect(redis_url)
+        g = await ac.lock("alose", ttl=0.3).acquire()
+        done, _ = await asyncio.wait([asyncio.ensure_future(g.lost())], timeout=5.0)
+        assert done and g.is_lost()
+
+    run(main())

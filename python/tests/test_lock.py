@@ -257,3 +257,12 @@ def test_threads_sharing_a_handle_release_their_own(redis_url: str) -> None:
         t.join(10)
     assert len(fences) == 2
     assert sem.status()["in_use"] == 0
+
+
+def test_wait_lost(redis_url: str, r: "redis.Redis") -> None:
+    c = dlm.Client(redis_url)
+    g = c.lock("losing", ttl=5.0, watchdog=True).acquire()
+    assert g.wait_lost(0.2) is False
+    r.delete("dlm:lock:{losing}")  # somebody removed it: the watchdog's renewal fails
+    assert g.wait_lost(10.0) is True
+    assert g.is_lost()
