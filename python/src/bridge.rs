@@ -72,16 +72,25 @@ impl LoopBridge {
         }
         let done = std::mem::take(&mut *self.shared.done.lock().unwrap_or_else(|p| p.into_inner()));
         for (fut, outcome) in done {
+            // One future's trouble must not strand the others: errors are
+            // put on the future they belong to, never raised from here.
             let fut = fut.bind(py);
-            if fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()? {
-                continue; // cancelled meanwhile
+            match fut
+                .call_method0(pyo3::intern!(py, "done"))
+                .and_then(|d| d.is_truthy())
+            {
+                Ok(false) => {}
+                // Cancelled meanwhile: what the outcome holds (a guard) is
+                // dropped unconverted, which releases it.
+                _ => continue,
             }
-            match outcome(py) {
-                Ok(v) => fut.call_method1(pyo3::intern!(py, "set_result"), (v,))?,
-                Err(e) => {
-                    fut.call_method1(pyo3::intern!(py, "set_exception"), (e.into_value(py),))?
-                }
+            let set = match outcome(py) {
+                Ok(v) => fut.call_method1(pyo3::intern!(py, "set_result"), (v,)),
+                Err(e) => fut.call_method1(pyo3::intern!(py, "set_exception"), (e.into_value(py),)),
             };
+            if let Err(e) = set {
+                let _ = fut.call_method1(pyo3::intern!(py, "set_exception"), (e.into_value(py),));
+            }
         }
         Ok(())
     }
