@@ -249,7 +249,52 @@ async fn seed_api(c: &Client) -> TestResult {
     Ok(())
 }
 
+/// A `Queue` that has only seen plain calls sends its hot calls (enqueue,
+/// claim, ack) with the first 19 keys; once another one gives the queue a
+/// time limit or turns its event log on, those calls answer `WIDE`, write
+/// nothing, and are made again with all 31: nothing is lost or skipped.
+async fn narrow_calls_widen(c: &Client) -> TestResult {
+    let plain = c.queue("widen");
+    plain.enqueue(["p1"], NOW, OnDuplicate::Keep).await?;
+    assert_eq!(claim(&plain).await?, ["p1"]);
+    let limit = Duration::from_secs(5);
+    c.queue("widen")
+        .enqueue([NewTask::new("t").timeout(limit)], NOW, OnDuplicate::Keep)
+        .await?;
+    plain.enqueue(["p2"], NOW, OnDuplicate::Keep).await?;
+    let leases = plain.claim(10, LEASE).await?;
+    let mut got: Vec<(&str, Option<Duration>)> = leases
+        .iter()
+        .map(|l| (l.task().id.as_str(), l.task().timeout))
+        .collect();
+    got.sort();
+    assert_eq!(got, [("p2", None), ("t", Some(limit))]);
+    for l in leases {
+        l.ack().await?;
+    }
+    assert_eq!(plain.stats().await?.processed, 3);
+
+    let logged = c.queue("widen-log");
+    logged.enqueue(["quiet"], NOW, OnDuplicate::Keep).await?;
+    assert_eq!(claim(&logged).await?, ["quiet"]);
+    c.queue("widen-log")
+        .configure(&QueueSettings::default().events(Some(100)))
+        .await?;
+    logged.enqueue(["heard"], NOW, OnDuplicate::Keep).await?;
+    assert_eq!(claim(&logged).await?, ["heard"]);
+    let (events, _) = logged
+        .events_page(&dlm::queue::EventsFrom::Start, 100)
+        .await?;
+    let seen: Vec<String> = events
+        .iter()
+        .map(|e| format!("{:?} {}", e.kind, e.task))
+        .collect();
+    assert_eq!(seen, ["Added heard", "Claimed heard", "Completed heard"]);
+    Ok(())
+}
+
 async fn cases(c: &Client) -> TestResult {
+    narrow_calls_widen(c).await?;
     diamond(c).await?;
     refusals(c).await?;
     deaths(c).await?;

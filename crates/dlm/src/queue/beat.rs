@@ -137,7 +137,7 @@ impl Queue {
     /// ```
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
         let (backend, keys) = self.ready()?;
-        let mut inv = invocation(&WORKERS, &keys);
+        let mut inv = invocation(&WORKERS, keys);
         inv.arg(MAX_WORKERS);
         let mut workers = workers_reply(backend.eval(&inv).await?)?;
         workers.sort_by(|a, b| a.id.cmp(&b.id));
@@ -454,7 +454,7 @@ impl Beat {
     /// One beat (or the stop); the server's clock.
     async fn send(&self, op: &str, record: &str) -> Result<u64> {
         let (backend, keys) = self.queue.ready()?;
-        let mut inv = invocation(&BEAT, &keys);
+        let mut inv = invocation(&BEAT, keys);
         inv.arg(op)
             .arg(&self.me.id)
             .arg(millis(self.ttl()))

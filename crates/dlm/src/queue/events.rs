@@ -199,7 +199,7 @@ impl Queue {
             ));
         }
         let (backend, keys) = self.ready()?;
-        let mut inv = invocation(&EVENTS_READ, &keys);
+        let mut inv = invocation(&EVENTS_READ, keys);
         inv.arg(from.arg()).arg(entries);
         let reply = array(backend.eval(&inv).await?)?;
         let Some((last, rest)) = reply.split_first() else {

@@ -188,7 +188,7 @@ impl Queue {
             ));
         }
         let (backend, keys) = self.ready()?;
-        let mut inv = invocation(&TASKS, &keys);
+        let mut inv = invocation(&TASKS, keys);
         inv.arg(state.script_arg())
             .arg(offset)
             .arg(limit)
@@ -236,7 +236,7 @@ impl Queue {
     pub async fn task(&self, id: &str) -> Result<Option<TaskDetail>> {
         crate::queue::check_id(id)?;
         let (backend, keys) = self.ready()?;
-        let mut inv = invocation(&TASK, &keys);
+        let mut inv = invocation(&TASK, keys);
         inv.arg(id);
         let v = array(backend.eval(&inv).await?)?;
         let [

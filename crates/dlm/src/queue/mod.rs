@@ -106,6 +106,7 @@ mod beat;
 mod events;
 mod idle;
 mod inspect;
+mod keyset;
 mod lease;
 mod ops;
 mod schedule;
@@ -154,6 +155,8 @@ pub struct Queue {
     compact_payloads: bool,
     /// The keys of its metrics, labelled with its name once.
     metrics: Arc<QueueMetrics>,
+    /// Its Redis keys, made once, and whether hot calls send all of them.
+    keys: Arc<keyset::KeySet>,
 }
 
 /// The longest lease accepted (7 days).
@@ -316,6 +319,7 @@ impl Queue {
             backend,
             deployment,
             metrics: Arc::new(QueueMetrics::new(&name)),
+            keys: Arc::new(keyset::KeySet::new(&name)),
             name,
             max_payload: DEFAULT_MAX_PAYLOAD,
             max_attempts: 5,
@@ -377,8 +381,17 @@ impl Queue {
         self.deployment.as_ref()
     }
 
-    fn ready(&self) -> Result<(&Backend, Vec<String>)> {
-        let keys = queue_keys(&self.name)?;
+    fn ready(&self) -> Result<(&Backend, &[String])> {
+        let (backend, keys) = self.ready_hot()?;
+        Ok((backend, keys.all()))
+    }
+
+    /// As [`Queue::ready`], with the key set whose hot calls may be narrow.
+    fn ready_hot(&self) -> Result<(&Backend, &keyset::KeySet)> {
+        let keys = &*self.keys;
+        if !keys.is_valid() {
+            queue_keys(&self.name)?;
+        }
         if self.max_payload > MAX_PAYLOAD_LIMIT {
             return Err(Error::invalid(
                 "max payload",
@@ -403,7 +416,7 @@ impl Queue {
         delay: Duration,
         on_duplicate: OnDuplicate,
     ) -> Result<Vec<Enqueued>> {
-        let (backend, keys) = self.ready()?;
+        let (backend, keys) = self.ready_hot()?;
         check_delay("delay", delay)?;
         let tasks: Vec<NewTask> = tasks.into_iter().map(Into::into).collect();
         if tasks.is_empty() || tasks.len() > MAX_BATCH {
@@ -431,7 +444,7 @@ impl Queue {
         }
         ops::enqueue(
             backend,
-            &keys,
+            keys,
             &tasks,
             delay,
             on_duplicate,
@@ -469,7 +482,7 @@ impl Queue {
     pub async fn top(&self, count: usize) -> Result<Vec<Entry>> {
         check_count(count)?;
         let (backend, keys) = self.ready()?;
-        ops::entries(backend, &keys, ops::Peek::Top, count).await
+        ops::entries(backend, keys, ops::Peek::Top, count).await
     }
 
     /// Take up to `count` due tasks out of the queue: exactly the ones, in
@@ -481,7 +494,7 @@ impl Queue {
     pub async fn pop(&self, count: usize) -> Result<Vec<Entry>> {
         check_count(count)?;
         let (backend, keys) = self.ready()?;
-        ops::entries(backend, &keys, ops::Peek::Pop, count).await
+        ops::entries(backend, keys, ops::Peek::Pop, count).await
     }
 
     /// The seeds' `dequeue(id, score)`: remove a waiting task only if its due
@@ -496,7 +509,7 @@ impl Queue {
             ));
         }
         let (backend, keys) = self.ready()?;
-        ops::remove_if_score(backend, &keys, id, score).await
+        ops::remove_if_score(backend, keys, id, score).await
     }
 
     /// Lease up to `count` due tasks for `lease`; first returns expired leases
@@ -518,9 +531,9 @@ impl Queue {
     }
 
     pub(crate) async fn claim_raw(&self, count: usize, lease: Duration) -> Result<ops::Claimed> {
-        let (backend, keys) = self.ready()?;
+        let (backend, keys) = self.ready_hot()?;
         check_lease(lease)?;
-        let claimed = ops::claim(backend, &keys, count, lease, self.max_attempts).await?;
+        let claimed = ops::claim(backend, keys, count, lease, self.max_attempts).await?;
         if claimed.died > 0 {
             // Leases that ran out on their last attempt: dead without a nack.
             self.metrics.tasks(TaskOutcome::Dead, claimed.died);
@@ -550,7 +563,7 @@ impl Queue {
     /// ```
     pub async fn settings(&self) -> Result<QueueSettings> {
         let (backend, keys) = self.ready()?;
-        ops::config(backend, &keys, ops::ConfigOp::Get).await
+        ops::config(backend, keys, ops::ConfigOp::Get).await
     }
 
     /// Change the queue's settings (those given in `change`; the others stay)
@@ -570,14 +583,14 @@ impl Queue {
     pub async fn configure(&self, change: &QueueSettings) -> Result<QueueSettings> {
         change.validate()?;
         let (backend, keys) = self.ready()?;
-        ops::config(backend, &keys, ops::ConfigOp::Set(change)).await
+        ops::config(backend, keys, ops::ConfigOp::Set(change)).await
     }
 
     /// Remove every setting (no group limit, no rate limit, no completed
     /// history; the history kept so far is deleted).
     pub async fn clear_settings(&self) -> Result<()> {
         let (backend, keys) = self.ready()?;
-        ops::config(backend, &keys, ops::ConfigOp::Clear).await?;
+        ops::config(backend, keys, ops::ConfigOp::Clear).await?;
         Ok(())
     }
 
@@ -586,7 +599,7 @@ impl Queue {
     pub async fn completed(&self, count: usize) -> Result<Vec<Completed>> {
         check_count(count)?;
         let (backend, keys) = self.ready()?;
-        ops::completed(backend, &keys, count).await
+        ops::completed(backend, keys, count).await
     }
 
     /// Pause the queue: from its next claim on, no worker claims a task
@@ -606,7 +619,7 @@ impl Queue {
     /// ```
     pub async fn pause(&self) -> Result<bool> {
         let (backend, keys) = self.ready()?;
-        ops::pause(backend, &keys, true).await
+        ops::pause(backend, keys, true).await
     }
 
     /// Let workers claim again, waking idle ones at once; returns whether
@@ -619,7 +632,7 @@ impl Queue {
     /// ```
     pub async fn resume(&self) -> Result<bool> {
         let (backend, keys) = self.ready()?;
-        ops::pause(backend, &keys, false).await
+        ops::pause(backend, keys, false).await
     }
 
     /// Return expired leases to the queue now; how many were returned.
@@ -633,7 +646,7 @@ impl Queue {
     /// poll by itself.
     pub async fn stats(&self) -> Result<QueueStats> {
         let (backend, keys) = self.ready()?;
-        let stats = ops::stats(backend, &keys).await?;
+        let stats = ops::stats(backend, keys).await?;
         self.metrics.sampled(
             [stats.waiting, stats.delayed, stats.inflight, stats.dead],
             stats.oldest_due,
@@ -645,7 +658,7 @@ impl Queue {
     pub async fn dead(&self, count: usize) -> Result<Vec<DeadTask>> {
         check_count(count)?;
         let (backend, keys) = self.ready()?;
-        ops::dead(backend, &keys, count).await
+        ops::dead(backend, keys, count).await
     }
 
     /// Move dead tasks back to the queue (due now, attempts reset): the given
@@ -658,13 +671,13 @@ impl Queue {
                 return Err(Error::invalid("ids", format!("more than {MAX_BATCH}")));
             }
         }
-        ops::retry_dead(backend, &keys, ids).await
+        ops::retry_dead(backend, keys, ids).await
     }
 
     /// Delete every dead task; how many were deleted.
     pub async fn purge_dead(&self) -> Result<usize> {
         let (backend, keys) = self.ready()?;
-        ops::purge_dead(backend, &keys).await
+        ops::purge_dead(backend, keys).await
     }
 
     /// A worker runtime on this queue (see [`Worker`]).
@@ -688,7 +701,7 @@ impl Queue {
     pub async fn result(&self, id: &str) -> Result<Option<Vec<u8>>> {
         check_id(id)?;
         let (backend, keys) = self.ready()?;
-        ops::result(backend, &keys, id, Duration::ZERO).await
+        ops::result(backend, keys, id, Duration::ZERO).await
     }
 
     /// Like [`Queue::result`], but when there is none yet wait for it, at
@@ -736,7 +749,7 @@ impl Queue {
         }
         loop {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
-            if let Some(r) = ops::result(backend, &keys, id, left).await? {
+            if let Some(r) = ops::result(backend, keys, id, left).await? {
                 return Ok(Some(r));
             }
             if left.is_zero() {
@@ -818,15 +831,15 @@ impl Queue {
             ));
         }
         let (backend, keys) = self.ready()?;
-        match ops::progress(backend, &keys, id, fence, pct, message).await? {
+        match ops::progress(backend, keys, id, fence, pct, message).await? {
             1 => Ok(()),
             c => Err(self.lease_lost(id, c)),
         }
     }
 
     pub(crate) async fn ack_many(&self, leases: &[ops::Finished<'_>]) -> Result<Vec<i64>> {
-        let (backend, keys) = self.ready()?;
-        let codes = ops::ack(backend, &keys, leases).await?;
+        let (backend, keys) = self.ready_hot()?;
+        let codes = ops::ack(backend, keys, leases).await?;
         let acked = codes.iter().filter(|c| **c == 1).count() as u64;
         let lost = codes.len() as u64 - acked;
         self.metrics.tasks(TaskOutcome::Acked, acked);
@@ -841,12 +854,12 @@ impl Queue {
         lease: Duration,
     ) -> Result<Vec<i64>> {
         let (backend, keys) = self.ready()?;
-        ops::extend(backend, &keys, leases, lease).await
+        ops::extend(backend, keys, leases, lease).await
     }
 
     pub(crate) async fn abandon_many(&self, leases: &[(&str, Fence)]) -> Result<usize> {
         let (backend, keys) = self.ready()?;
-        ops::abandon(backend, &keys, leases).await
+        ops::abandon(backend, keys, leases).await
     }
 
     pub(crate) async fn nack_raw(
@@ -859,7 +872,7 @@ impl Queue {
         let (backend, keys) = self.ready()?;
         let code = ops::nack(
             backend,
-            &keys,
+            keys,
             &task.id,
             task.fence,
             retry_after,

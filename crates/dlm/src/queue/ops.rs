@@ -8,6 +8,7 @@ use redis::{Script, Value};
 use crate::backend::Backend;
 use crate::backend::millis;
 use crate::error::{Error, Result};
+use crate::queue::keyset::{KeySet, eval_hot};
 use crate::queue::{
     Completed, DeadTask, Enqueued, Entry, NewTask, OnDuplicate, QueueSettings, QueueStats,
     RateLimit, Removed, Task, TaskProgress,
@@ -139,38 +140,41 @@ fn code_reply(v: Value) -> Result<i64> {
 
 pub(crate) async fn enqueue(
     backend: &Backend,
-    keys: &[String],
+    keys: &KeySet,
     tasks: &[NewTask],
     delay: Duration,
     on_duplicate: OnDuplicate,
     compact: bool,
 ) -> Result<Vec<Enqueued>> {
-    let mut inv = invocation(&ENQUEUE, keys);
-    inv.arg(millis(delay))
-        .arg(match on_duplicate {
-            OnDuplicate::Keep => "keep",
-            OnDuplicate::Replace => "replace",
-        })
-        .arg(if compact { "1" } else { "0" });
     // Eight values per task only when a task of the call has a time limit or
     // dependencies: a plain batch costs Redis what it did before them.
     let full = tasks
         .iter()
         .any(|t| t.timeout.is_some() || !t.deps.is_empty());
-    inv.arg(if full { 8 } else { 5 });
-    for t in tasks {
-        inv.arg(&t.id);
-        match &t.payload {
-            Some(p) => inv.arg("1").arg(p.as_slice()),
-            None => inv.arg("0").arg(""),
-        };
-        inv.arg(t.priority).arg(t.group.as_deref().unwrap_or(""));
-        if full {
-            inv.arg(t.timeout.map_or(0, millis));
-            inv.arg(deps_arg(&t.deps)).arg(deps_flags(t));
+    let build = |keys: &[String]| {
+        let mut inv = invocation(&ENQUEUE, keys);
+        inv.arg(millis(delay))
+            .arg(match on_duplicate {
+                OnDuplicate::Keep => "keep",
+                OnDuplicate::Replace => "replace",
+            })
+            .arg(if compact { "1" } else { "0" });
+        inv.arg(if full { 8 } else { 5 });
+        for t in tasks {
+            inv.arg(&t.id);
+            match &t.payload {
+                Some(p) => inv.arg("1").arg(p.as_slice()),
+                None => inv.arg("0").arg(""),
+            };
+            inv.arg(t.priority).arg(t.group.as_deref().unwrap_or(""));
+            if full {
+                inv.arg(t.timeout.map_or(0, millis));
+                inv.arg(deps_arg(&t.deps)).arg(deps_flags(t));
+            }
         }
-    }
-    enqueue_reply(backend.eval(&inv).await?)
+        inv
+    };
+    enqueue_reply(eval_hot(backend, keys, full, build).await?)
 }
 
 /// Dependencies as enqueue.lua takes them: each id followed by a NUL byte.
@@ -328,17 +332,20 @@ pub(crate) struct Claimed {
 
 pub(crate) async fn claim(
     backend: &Backend,
-    keys: &[String],
+    keys: &KeySet,
     count: usize,
     lease: Duration,
     max_attempts: u32,
 ) -> Result<Claimed> {
-    let mut inv = invocation(&CLAIM, keys);
-    inv.arg(count)
-        .arg(millis(lease))
-        .arg(max_attempts)
-        .arg(REAP_PER_CLAIM);
-    claim_reply(backend.eval(&inv).await?)
+    let build = |keys: &[String]| {
+        let mut inv = invocation(&CLAIM, keys);
+        inv.arg(count)
+            .arg(millis(lease))
+            .arg(max_attempts)
+            .arg(REAP_PER_CLAIM);
+        inv
+    };
+    claim_reply(eval_hot(backend, keys, false, build).await?)
 }
 
 /// claim.lua: expired leases returned, time to the next due task, the
@@ -414,20 +421,23 @@ pub(crate) type Finished<'a> = (&'a str, Fence, &'a [u8]);
 
 pub(crate) async fn ack(
     backend: &Backend,
-    keys: &[String],
+    keys: &KeySet,
     leases: &[Finished<'_>],
 ) -> Result<Vec<i64>> {
-    let mut inv = invocation(&ACK, keys);
     // Three values per task only when a task leaves a result.
     let with_results = leases.iter().any(|(_, _, r)| !r.is_empty());
-    inv.arg(if with_results { 3 } else { 2 });
-    for (id, fence, result) in leases {
-        inv.arg(*id).arg(fence.get());
-        if with_results {
-            inv.arg(*result);
+    let build = |keys: &[String]| {
+        let mut inv = invocation(&ACK, keys);
+        inv.arg(if with_results { 3 } else { 2 });
+        for (id, fence, result) in leases {
+            inv.arg(*id).arg(fence.get());
+            if with_results {
+                inv.arg(*result);
+            }
         }
-    }
-    codes_reply(backend.eval(&inv).await?)
+        inv
+    };
+    codes_reply(eval_hot(backend, keys, with_results, build).await?)
 }
 
 /// result.lua: the result of `id`, marking a waiter for `wait` when there is none.

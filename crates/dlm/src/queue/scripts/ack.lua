@@ -2,7 +2,8 @@
 -- keep_completed = N (config), the last N acked ids stay in `completed`.
 -- A finished task's dependents each have one dependency fewer; the last one
 -- releases them (deps.lua).
--- KEYS (every queue script gets the same thirty-one, all sharing the {queue} hash tag):
+-- KEYS (all thirty-one, or on a narrow call only 1-19: a queue that never used
+-- issue 24's keys; every key shares the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
 --   2 payload   HASH  id -> payload over 64 bytes (small ones: buckets, see payload.lua)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
@@ -41,7 +42,9 @@
 -- ARGV[2..] per task: id, lease fencing token (and with 3 the result: bytes;
 --          '': none). A result is kept in `results` with its forget time in `done`
 --          (see results.lua) and published to `wait_result` callers.
--- Returns  per task: 1 acked, 0 not in flight any more (lease expired and
+-- Returns  the status WIDE, writing nothing, on a narrow call that needs all
+--          the keys (the client retries with them; keyset.rs); otherwise
+--          per task: 1 acked, 0 not in flight any more (lease expired and
 --          returned), -1 leased to another worker now (re-claimed)
 -- Needs ZMSCORE (Redis 6.2 or newer).
 local function chunked(cmd, key, list)
@@ -63,6 +66,14 @@ local S = tonumber(ARGV[1])
 for i = 1, (#ARGV - 1) / S do ids[i] = ARGV[S * i - S + 2] end
 local out = {}
 if #ids == 0 then return out end
+-- One read of the settings: keep_completed, and issue 24's (see results.lua).
+local cfg = redis.call('HMGET', KEYS[11], 'keep_completed', 'extras', 'events_maxlen')
+-- A narrow call (the first 19 keys, see keyset.rs) for a queue that uses
+-- issue 24's keys or its event log, or with results: nothing done, the
+-- client calls again with all 31.
+if #KEYS < 31 and (S == 3 or cfg[2] or tonumber(cfg[3] or '0') > 0) then
+  return redis.status_reply('WIDE')
+end
 local leases = fetch('HMGET', KEYS[4], ids)
 local done, seen, any_result = {}, {}, false
 for i, id in ipairs(ids) do
@@ -105,8 +116,6 @@ if #done > 0 then
       chunked('HDEL', KEYS[13], gone)
     end
   end
-  -- One read of the settings: keep_completed, and issue 24's (see results.lua).
-  local cfg = redis.call('HMGET', KEYS[11], 'keep_completed', 'extras', 'events_maxlen')
   events_preset(cfg[3])
   -- Issue 24: results, progress, run-time limits; nothing for a queue that
   -- never used them (`extras` not set) and stores no result now.

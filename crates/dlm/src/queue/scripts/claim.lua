@@ -1,6 +1,7 @@
 -- claim: first return expired leases to the queue (or to the dead set after
 -- max attempts), then lease up to ARGV[1] due tasks, earliest first.
--- KEYS (every queue script gets the same thirty-one, all sharing the {queue} hash tag):
+-- KEYS (all thirty-one, or on a narrow call only 1-19: a queue that never used
+-- issue 24's keys; every key shares the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
 --   2 payload   HASH  id -> payload over 64 bytes (small ones: buckets, see payload.lua)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
@@ -47,7 +48,9 @@
 -- lowest scores of `ready` are scanned, at most 4 * count + 64 of them: a
 -- task of a group at its limit is parked (held aside until a slot of its
 -- group frees), so a busy group never holds back the others.
--- Returns  {expired_returned, ms_until_next_due (-1: nothing waiting), now (ms),
+-- Returns  the status WIDE, writing nothing, on a narrow call that needs all
+--          the keys (the client retries with them; keyset.rs); otherwise
+--          {expired_returned, ms_until_next_due (-1: nothing waiting), now (ms),
 --           died (how many of the expired moved to the dead set),
 --           ms until the rate limit allows the next claim (-1: not limited now),
 --           how many values per task follow (7, or 9 once the queue uses
@@ -60,8 +63,14 @@ local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
 local cfg = redis.call('HMGET', KEYS[11], 'group_concurrency', 'rate_n', 'rate_period_ms', 'paused', 'extras', 'events_maxlen')
-events_preset(cfg[6])
 local extras = cfg[5] == '1' -- issue 24's keys in use (see results.lua)
+-- A narrow call (the first 19 keys, see keyset.rs) for a queue that uses
+-- issue 24's keys or its event log: nothing done, the client calls again
+-- with all 31.
+if #KEYS < 31 and (extras or tonumber(cfg[6] or '0') > 0) then
+  return redis.status_reply('WIDE')
+end
+events_preset(cfg[6])
 local limit = tonumber(cfg[1] or '0')
 local rate_n, rate_p = tonumber(cfg[2] or '0'), tonumber(cfg[3] or '0')
 local function chunked(cmd, key, list)

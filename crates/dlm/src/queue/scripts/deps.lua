@@ -18,126 +18,129 @@
 -- enqueued later may depend on it.
 -- The helpers are made on first use (DAG()): a script call of a queue
 -- without dependencies pays for one closure, not for eleven.
-local dag_made
-local function DAG()
-  if dag_made then return dag_made end
-  -- Is any task of the queue part of a dependency graph?
-  local function dag_in_use()
-    return redis.call('EXISTS', KEYS[26], KEYS[28], KEYS[29]) > 0
-  end
-  -- The ids of a NUL-terminated list.
-  local function split_ids(s)
-    local out = {}
-    if not s then return out end
-    for id in string.gmatch(s, '([^%z]*)%z') do out[#out + 1] = id end
-    return out
-  end
-  -- Did id complete, and is that still remembered (results' TTL, or the
-  -- completed history of keep_completed)?
-  local function known_done(id, now)
-    local until_ms = redis.call('ZSCORE', KEYS[24], id)
-    if until_ms and tonumber(until_ms) > now then return true end
-    return redis.call('ZSCORE', KEYS[19], id) ~= false
-  end
-  -- Is id waiting, delayed, parked, in flight or blocked (alive, not finished)?
-  local function alive(id)
-    return redis.call('ZSCORE', KEYS[1], id) or redis.call('ZSCORE', KEYS[3], id)
-      or redis.call('ZSCORE', KEYS[26], id) or in_ready(id)
-  end
-  -- A blocked task's last dependency is done: it becomes due (at the time it
-  -- asked for, or now if that has passed).
-  local function release_blocked(c, now)
-    local due = redis.call('ZSCORE', KEYS[26], c)
-    if not due then return false end
-    redis.call('ZREM', KEYS[26], c)
-    redis.call('HDEL', KEYS[27], c)
-    redis.call('ZADD', KEYS[1], math.max(tonumber(due), now), c)
-    event('released', c)
-    return true
-  end
-  -- One dependency of the blocked task c is done (or died, and c ignores
-  -- that); returns whether c was released.
-  local function one_dep_done(c, now)
-    if not redis.call('ZSCORE', KEYS[26], c) then return false end
-    if redis.call('HINCRBY', KEYS[27], c, -1) <= 0 then
-      return release_blocked(c, now)
+local dag_made, DAG
+-- Not made at all on a narrow call (19 keys: a queue that never used them).
+if #KEYS >= 31 then
+  DAG = function()
+    if dag_made then return dag_made end
+    -- Is any task of the queue part of a dependency graph?
+    local function dag_in_use()
+      return redis.call('EXISTS', KEYS[26], KEYS[28], KEYS[29]) > 0
     end
-    return false
-  end
-  -- Parent p completed: its dependents each have one dependency fewer.
-  -- Returns how many were released.
-  local function dependents_go_on(p, now)
-    local kids = redis.call('HGET', KEYS[29], p)
-    if not kids then return 0 end
-    redis.call('HDEL', KEYS[29], p)
-    local released = 0
-    for _, c in ipairs(split_ids(kids)) do
-      if one_dep_done(c, now) then released = released + 1 end
+    -- The ids of a NUL-terminated list.
+    local function split_ids(s)
+      local out = {}
+      if not s then return out end
+      for id in string.gmatch(s, '([^%z]*)%z') do out[#out + 1] = id end
+      return out
     end
-    return released
-  end
-  -- Task p died (dead set, or written dead at enqueue): each of its blocked
-  -- dependents follows its policy, 'ignore' (the dependency counts as done)
-  -- or 'fail' (it dies too, naming the dependency, and so on down the graph).
-  -- Returns {released, died}.
-  local function dependents_fail(p, now)
-    local todo, i, released, died = {p}, 1, 0, 0
-    while i <= #todo do
-      local parent = todo[i]
-      i = i + 1
-      local kids = redis.call('HGET', KEYS[29], parent)
-      if kids then
-        redis.call('HDEL', KEYS[29], parent)
-        for _, c in ipairs(split_ids(kids)) do
-          if redis.call('ZSCORE', KEYS[26], c) then
-            if redis.call('HGET', KEYS[30], c) == 'ignore' then
-              if one_dep_done(c, now) then released = released + 1 end
-            else
-              redis.call('ZREM', KEYS[26], c)
-              redis.call('HDEL', KEYS[27], c)
-              redis.call('ZADD', KEYS[6], now, c)
-              redis.call('HSET', KEYS[7], c, "dependency '" .. parent .. "' died")
-              redis.call('HDEL', KEYS[28], c)
-              redis.call('HDEL', KEYS[30], c)
-              event('dead', c, "dependency '" .. parent .. "' died")
-              redis.call('HINCRBY', KEYS[9], 'failed', 1)
-              died = died + 1
-              todo[#todo + 1] = c
+    -- Did id complete, and is that still remembered (results' TTL, or the
+    -- completed history of keep_completed)?
+    local function known_done(id, now)
+      local until_ms = redis.call('ZSCORE', KEYS[24], id)
+      if until_ms and tonumber(until_ms) > now then return true end
+      return redis.call('ZSCORE', KEYS[19], id) ~= false
+    end
+    -- Is id waiting, delayed, parked, in flight or blocked (alive, not finished)?
+    local function alive(id)
+      return redis.call('ZSCORE', KEYS[1], id) or redis.call('ZSCORE', KEYS[3], id)
+        or redis.call('ZSCORE', KEYS[26], id) or in_ready(id)
+    end
+    -- A blocked task's last dependency is done: it becomes due (at the time it
+    -- asked for, or now if that has passed).
+    local function release_blocked(c, now)
+      local due = redis.call('ZSCORE', KEYS[26], c)
+      if not due then return false end
+      redis.call('ZREM', KEYS[26], c)
+      redis.call('HDEL', KEYS[27], c)
+      redis.call('ZADD', KEYS[1], math.max(tonumber(due), now), c)
+      event('released', c)
+      return true
+    end
+    -- One dependency of the blocked task c is done (or died, and c ignores
+    -- that); returns whether c was released.
+    local function one_dep_done(c, now)
+      if not redis.call('ZSCORE', KEYS[26], c) then return false end
+      if redis.call('HINCRBY', KEYS[27], c, -1) <= 0 then
+        return release_blocked(c, now)
+      end
+      return false
+    end
+    -- Parent p completed: its dependents each have one dependency fewer.
+    -- Returns how many were released.
+    local function dependents_go_on(p, now)
+      local kids = redis.call('HGET', KEYS[29], p)
+      if not kids then return 0 end
+      redis.call('HDEL', KEYS[29], p)
+      local released = 0
+      for _, c in ipairs(split_ids(kids)) do
+        if one_dep_done(c, now) then released = released + 1 end
+      end
+      return released
+    end
+    -- Task p died (dead set, or written dead at enqueue): each of its blocked
+    -- dependents follows its policy, 'ignore' (the dependency counts as done)
+    -- or 'fail' (it dies too, naming the dependency, and so on down the graph).
+    -- Returns {released, died}.
+    local function dependents_fail(p, now)
+      local todo, i, released, died = {p}, 1, 0, 0
+      while i <= #todo do
+        local parent = todo[i]
+        i = i + 1
+        local kids = redis.call('HGET', KEYS[29], parent)
+        if kids then
+          redis.call('HDEL', KEYS[29], parent)
+          for _, c in ipairs(split_ids(kids)) do
+            if redis.call('ZSCORE', KEYS[26], c) then
+              if redis.call('HGET', KEYS[30], c) == 'ignore' then
+                if one_dep_done(c, now) then released = released + 1 end
+              else
+                redis.call('ZREM', KEYS[26], c)
+                redis.call('HDEL', KEYS[27], c)
+                redis.call('ZADD', KEYS[6], now, c)
+                redis.call('HSET', KEYS[7], c, "dependency '" .. parent .. "' died")
+                redis.call('HDEL', KEYS[28], c)
+                redis.call('HDEL', KEYS[30], c)
+                event('dead', c, "dependency '" .. parent .. "' died")
+                redis.call('HINCRBY', KEYS[9], 'failed', 1)
+                died = died + 1
+                todo[#todo + 1] = c
+              end
             end
           end
         end
       end
+      return {released, died}
     end
-    return {released, died}
-  end
-  -- Tasks `ids` completed (acked, not enqueued again meanwhile): release their
-  -- dependents, remember them if they took part in dependencies, and drop their
-  -- own edges. Returns how many tasks were released.
-  local function dag_completed(ids, now)
-    local released, remembered = 0, false
-    for _, id in ipairs(ids) do
-      local had_deps = redis.call('HDEL', KEYS[28], id) == 1
-      local has_kids = redis.call('HEXISTS', KEYS[29], id) == 1
-      if had_deps or has_kids then
-        remember_done(id, now)
-        remembered = true
+    -- Tasks `ids` completed (acked, not enqueued again meanwhile): release their
+    -- dependents, remember them if they took part in dependencies, and drop their
+    -- own edges. Returns how many tasks were released.
+    local function dag_completed(ids, now)
+      local released, remembered = 0, false
+      for _, id in ipairs(ids) do
+        local had_deps = redis.call('HDEL', KEYS[28], id) == 1
+        local has_kids = redis.call('HEXISTS', KEYS[29], id) == 1
+        if had_deps or has_kids then
+          remember_done(id, now)
+          remembered = true
+        end
+        if has_kids then released = released + dependents_go_on(id, now) end
+        redis.call('HDEL', KEYS[30], id)
       end
-      if has_kids then released = released + dependents_go_on(id, now) end
-      redis.call('HDEL', KEYS[30], id)
+      if remembered then trim_done(now) end
+      return released
     end
-    if remembered then trim_done(now) end
-    return released
+    -- Task id went to the dead set: drop its own edges, then its dependents
+    -- follow their policies. Returns {released, died}.
+    local function dag_died(id, now)
+      redis.call('HDEL', KEYS[28], id)
+      redis.call('HDEL', KEYS[30], id)
+      return dependents_fail(id, now)
+    end
+    dag_made = {
+      in_use = dag_in_use, split_ids = split_ids, known_done = known_done, alive = alive,
+      completed = dag_completed, died = dag_died,
+    }
+    return dag_made
   end
-  -- Task id went to the dead set: drop its own edges, then its dependents
-  -- follow their policies. Returns {released, died}.
-  local function dag_died(id, now)
-    redis.call('HDEL', KEYS[28], id)
-    redis.call('HDEL', KEYS[30], id)
-    return dependents_fail(id, now)
-  end
-  dag_made = {
-    in_use = dag_in_use, split_ids = split_ids, known_done = known_done, alive = alive,
-    completed = dag_completed, died = dag_died,
-  }
-  return dag_made
 end

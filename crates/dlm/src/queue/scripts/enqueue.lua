@@ -1,6 +1,7 @@
 -- enqueue: add tasks due at now + delay; an id already waiting or in flight is
 -- kept (mode 'keep') or replaced (mode 'replace': new due time and payload).
--- KEYS (every queue script gets the same thirty-one, all sharing the {queue} hash tag):
+-- KEYS (all thirty-one, or on a narrow call only 1-19: a queue that never used
+-- issue 24's keys; every key shares the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
 --   2 payload   HASH  id -> payload over 64 bytes (small ones: buckets, see payload.lua)
 --   3 inflight  ZSET  id -> lease deadline (ms, server clock)
@@ -54,7 +55,9 @@
 -- is given, and no dependency may lead back to the task: otherwise nothing is
 -- written and the reply is {'unknown', id of the dependency, task id} or
 -- {'cycle', task id, dependency id}.
--- Returns  per task two values: status (1 added, 0 kept as it was, 2 replaced,
+-- Returns  the status WIDE, writing nothing, on a narrow call that needs all
+--          the keys (the client retries with them; keyset.rs); otherwise
+--          per task two values: status (1 added, 0 kept as it was, 2 replaced,
 --          3 blocked by dependencies, 4 dead: a dependency died), and the
 --          task's due time (ms; -1 for a kept task that is in flight)
 local t = redis.call("TIME")
@@ -75,11 +78,21 @@ end
 -- Issue 24's settings in one read: extras (see results.lua; dependencies set
 -- it too) and the event log's cap (events.lua).
 local ecfg = redis.call('HMGET', KEYS[11], 'extras', 'events_maxlen')
+-- A narrow call (the first 19 keys, see keyset.rs) for a queue that uses
+-- issue 24's keys or its event log, or for tasks that need them: nothing
+-- written, and the client calls again with all 31.
+if #KEYS < 31 and (FULL or ecfg[1] == '1' or tonumber(ecfg[2] or '0') > 0) then
+  return redis.status_reply('WIDE')
+end
 events_preset(ecfg[2])
 local dag = any_deps or (ecfg[1] == '1' and redis.call('EXISTS', KEYS[26]) == 1)
--- new_kids[d]: the tasks of this batch that wait for d (written at the end)
-local new_kids, is_new, in_batch = {}, {}, {}
+-- Tables only for calls with dependencies: a plain call makes none.
+-- new_kids[d]: the tasks of this batch that wait for d (written at the end);
+-- edges[d]: the new tasks that wait for d (NUL-terminated), written at the end
+local in_batch, died_here, edges
 if any_deps then
+  local new_kids, is_new = {}, {}
+  in_batch, died_here, edges = {}, {}, {}
   for i = 5, #ARGV, STRIDE do
     in_batch[ARGV[i]] = true
     if not is_new[ARGV[i]] and ARGV[i + 6] ~= '' and not DAG().alive(ARGV[i]) then is_new[ARGV[i]] = i end
@@ -131,8 +144,6 @@ if any_deps then
     end
   end
 end
--- edges[d]: the new tasks that wait for d (NUL-terminated), written at the end
-local died_here, edges = {}, {}
 -- Payloads: see payload.lua (small ones in buckets, counted in stats `small`).
 local small, bucketed = small_count() > 0, 0
 local compact = ARGV[3] == '1'
@@ -240,7 +251,7 @@ for i = 5, #ARGV, STRIDE do
     end
     if not doomed then redis.call('HDEL', KEYS[7], id) end
     -- Issue 24: the new run's time limit replaces the earlier one's.
-    if cur or flying or was_dead then redis.call('HDEL', KEYS[22], id) end
+    if extras and (cur or flying or was_dead) then redis.call('HDEL', KEYS[22], id) end
     if limit ~= '0' then redis.call('HSET', KEYS[22], id, limit) end
     -- claim and ack look for time limits and dependencies once `extras` is set.
     if (limit ~= '0' or deps ~= '') and not extras then
@@ -260,16 +271,18 @@ for i = 5, #ARGV, STRIDE do
     if status == 0 then added = added + 1 end
   end
 end
--- The new edges, one append per dependency for the whole batch.
-for d, kids in pairs(edges) do
-  redis.call('HSET', KEYS[29], d, (redis.call('HGET', KEYS[29], d) or '') .. table.concat(kids))
-end
--- Tasks written dead (a dependency had died): their dependents follow.
-for _, id in ipairs(died_here) do
-  local r = DAG().died(id, now)
-  added = added + r[1]
+if any_deps then
+  -- The new edges, one append per dependency for the whole batch.
+  for d, kids in pairs(edges) do
+    redis.call('HSET', KEYS[29], d, (redis.call('HGET', KEYS[29], d) or '') .. table.concat(kids))
+  end
+  -- Tasks written dead (a dependency had died): their dependents follow.
+  for _, id in ipairs(died_here) do
+    local r = DAG().died(id, now)
+    added = added + r[1]
+  end
 end
 if bucketed ~= 0 then redis.call('HINCRBY', KEYS[9], 'small', bucketed) end
 if added > 0 then wake(added) end
-flush_events()
+if EVENTS_MAX > 0 then flush_events() end
 return out

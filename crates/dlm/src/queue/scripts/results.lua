@@ -13,95 +13,98 @@
 -- did pays no command for them.
 -- The helpers are made on first use (results_helpers()): a call that needs
 -- none of them pays for one closure, not for ten.
-local results_made
-local function results_helpers()
-  if results_made then return results_made end
-  local R = {}
-  local DEFAULT_RESULT_TTL_MS = 3600000 -- keep_results not set: 1 hour
-  local MAX_REMEMBERED = 100000
-  local EXPIRE_PER_CALL = 100
-  local cfg, marked
-  function R.now()
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  -- The queue's keep_results setting in ms (0: results are not kept) and
-  -- the time until which a `wait_result` may wait (0: nobody waits), read once.
-  function R.config()
-    if not cfg then
-      local c = redis.call('HMGET', KEYS[11], 'keep_results_ms', 'result_waiters', 'extras')
-      cfg = {tonumber(c[1] or DEFAULT_RESULT_TTL_MS), tonumber(c[2] or '0')}
-      marked = c[3] == '1'
+local results_made, results_helpers, remember_done, trim_done
+-- Not made at all on a narrow call (19 keys: a queue that never used them).
+if #KEYS >= 31 then
+  results_helpers = function()
+    if results_made then return results_made end
+    local R = {}
+    local DEFAULT_RESULT_TTL_MS = 3600000 -- keep_results not set: 1 hour
+    local MAX_REMEMBERED = 100000
+    local EXPIRE_PER_CALL = 100
+    local cfg, marked
+    function R.now()
+      local t = redis.call('TIME')
+      return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     end
-    return cfg[1], cfg[2]
-  end
-  -- Set `extras` (once per call).
-  function R.mark()
-    R.config()
-    if not marked then
-      redis.call('HSET', KEYS[11], 'extras', '1')
-      marked = true
+    -- The queue's keep_results setting in ms (0: results are not kept) and
+    -- the time until which a `wait_result` may wait (0: nobody waits), read once.
+    function R.config()
+      if not cfg then
+        local c = redis.call('HMGET', KEYS[11], 'keep_results_ms', 'result_waiters', 'extras')
+        cfg = {tonumber(c[1] or DEFAULT_RESULT_TTL_MS), tonumber(c[2] or '0')}
+        marked = c[3] == '1'
+      end
+      return cfg[1], cfg[2]
     end
-  end
-  function R.remember_done(id, now)
-    local keep = R.config()
-    if keep <= 0 then keep = DEFAULT_RESULT_TTL_MS end
-    redis.call('ZADD', KEYS[24], now + keep, id)
-    R.mark()
-  end
-  -- Store `bytes` as id's result, unless results are off (keep_results 0);
-  -- whether it was stored.
-  function R.remember_result(id, now, bytes)
-    local keep = R.config()
-    if keep <= 0 then return false end
-    redis.call('HSET', KEYS[23], id, bytes)
-    redis.call('ZADD', KEYS[24], now + keep, id)
-    R.mark()
-    return true
-  end
-  -- Forget up to EXPIRE_PER_CALL ids whose time has come.
-  function R.expire(now)
-    local old = redis.call('ZRANGEBYSCORE', KEYS[24], '-inf', now, 'LIMIT', 0, EXPIRE_PER_CALL)
-    if #old > 0 then
-      redis.call('ZREM', KEYS[24], unpack(old))
-      redis.call('HDEL', KEYS[23], unpack(old))
-    end
-  end
-  -- After remembering: expire, evict beyond MAX_REMEMBERED (soonest
-  -- forgotten first) and let both keys expire at the latest forget time.
-  function R.trim(now)
-    R.expire(now)
-    local over = redis.call('ZCARD', KEYS[24]) - MAX_REMEMBERED
-    if over > 0 then
-      local evicted = redis.call('ZRANGE', KEYS[24], 0, over - 1)
-      redis.call('ZREMRANGEBYRANK', KEYS[24], 0, over - 1)
-      for i = 1, #evicted, 2000 do
-        redis.call('HDEL', KEYS[23], unpack(evicted, i, math.min(i + 1999, #evicted)))
+    -- Set `extras` (once per call).
+    function R.mark()
+      R.config()
+      if not marked then
+        redis.call('HSET', KEYS[11], 'extras', '1')
+        marked = true
       end
     end
-    local last = redis.call('ZRANGE', KEYS[24], -1, -1, 'WITHSCORES')
-    if last[2] then
-      local at = tonumber(last[2]) + 1
-      redis.call('PEXPIREAT', KEYS[24], at)
-      redis.call('PEXPIREAT', KEYS[23], at)
+    function R.remember_done(id, now)
+      local keep = R.config()
+      if keep <= 0 then keep = DEFAULT_RESULT_TTL_MS end
+      redis.call('ZADD', KEYS[24], now + keep, id)
+      R.mark()
     end
+    -- Store `bytes` as id's result, unless results are off (keep_results 0);
+    -- whether it was stored.
+    function R.remember_result(id, now, bytes)
+      local keep = R.config()
+      if keep <= 0 then return false end
+      redis.call('HSET', KEYS[23], id, bytes)
+      redis.call('ZADD', KEYS[24], now + keep, id)
+      R.mark()
+      return true
+    end
+    -- Forget up to EXPIRE_PER_CALL ids whose time has come.
+    function R.expire(now)
+      local old = redis.call('ZRANGEBYSCORE', KEYS[24], '-inf', now, 'LIMIT', 0, EXPIRE_PER_CALL)
+      if #old > 0 then
+        redis.call('ZREM', KEYS[24], unpack(old))
+        redis.call('HDEL', KEYS[23], unpack(old))
+      end
+    end
+    -- After remembering: expire, evict beyond MAX_REMEMBERED (soonest
+    -- forgotten first) and let both keys expire at the latest forget time.
+    function R.trim(now)
+      R.expire(now)
+      local over = redis.call('ZCARD', KEYS[24]) - MAX_REMEMBERED
+      if over > 0 then
+        local evicted = redis.call('ZRANGE', KEYS[24], 0, over - 1)
+        redis.call('ZREMRANGEBYRANK', KEYS[24], 0, over - 1)
+        for i = 1, #evicted, 2000 do
+          redis.call('HDEL', KEYS[23], unpack(evicted, i, math.min(i + 1999, #evicted)))
+        end
+      end
+      local last = redis.call('ZRANGE', KEYS[24], -1, -1, 'WITHSCORES')
+      if last[2] then
+        local at = tonumber(last[2]) + 1
+        redis.call('PEXPIREAT', KEYS[24], at)
+        redis.call('PEXPIREAT', KEYS[23], at)
+      end
+    end
+    -- Wake the callers of `wait_result` waiting for these ids (a list), if
+    -- any may wait: a message per id on the channel named like the results key.
+    function R.publish(ids, now)
+      local _, waiters = R.config()
+      if waiters < now then return end
+      for _, id in ipairs(ids) do redis.call('PUBLISH', KEYS[23], id) end
+    end
+    results_made = R
+    return R
   end
-  -- Wake the callers of `wait_result` waiting for these ids (a list), if
-  -- any may wait: a message per id on the channel named like the results key.
-  function R.publish(ids, now)
-    local _, waiters = R.config()
-    if waiters < now then return end
-    for _, id in ipairs(ids) do redis.call('PUBLISH', KEYS[23], id) end
+  -- For the dependency code: remember that `id` finished (no result bytes),
+  -- until now + the queue's result TTL (1 hour when results are off or not
+  -- set). Call trim_done(now) once after the last call.
+  remember_done = function(id, now)
+    results_helpers().remember_done(id, now)
   end
-  results_made = R
-  return R
-end
--- For the dependency code: remember that `id` finished (no result bytes),
--- until now + the queue's result TTL (1 hour when results are off or not
--- set). Call trim_done(now) once after the last call.
-local function remember_done(id, now)
-  results_helpers().remember_done(id, now)
-end
-local function trim_done(now)
-  results_helpers().trim(now)
+  trim_done = function(now)
+    results_helpers().trim(now)
+  end
 end
