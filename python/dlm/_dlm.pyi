@@ -69,6 +69,54 @@ class Schedule(TypedDict):
     next_tick: int
     payload: Optional[bytes]
 
+class TaskInfo(TypedDict):
+    """Everything known about one task (`Queue.task(id)`)."""
+
+    id: str
+    state: str
+    attempts: int
+    fence: Optional[int]
+    priority: int
+    group: Optional[str]
+    error: Optional[str]
+    progress: Optional[int]
+    message: Optional[str]
+    payload_len: Optional[int]
+    result_bytes: Optional[int]
+    deps: list[str]
+    pending_deps: int
+    timeout: Optional[float]
+
+class WorkerInfo(TypedDict):
+    """A live worker of a queue (`Queue.workers()`)."""
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    concurrency: int
+    busy: int
+    processed: int
+    failed: int
+    in_flight: list[str]
+    stopping: bool
+    beat_age: float
+
+class HeldLock(TypedDict):
+    """A lock held on the server (`Client.held_locks()`)."""
+
+    name: str
+    key: str
+    ttl: Optional[float]
+    fence: Optional[int]
+
+class ReleaseAll(TypedDict):
+    """What `Client.release_all()` did."""
+
+    released: int
+    already_lost: int
+    failed: int
+
 class DeadTask(TypedDict):
     """A dead-lettered task (`Queue.dead()`); died_at in ms since the epoch."""
 
@@ -254,6 +302,8 @@ class Queue:
     def unschedule(self, id: str) -> bool: ...
     def schedules(self, limit: int = 100) -> list[Schedule]: ...
     def progress(self, id: str) -> Optional[Tuple[int, str]]: ...
+    def task(self, id: str) -> Optional[TaskInfo]: ...
+    def workers(self) -> list[WorkerInfo]: ...
     def work(
         self,
         handler: Callable[[Task], TaskResult],
@@ -312,6 +362,8 @@ class AsyncQueue:
     def unschedule(self, id: str) -> "asyncio.Future[bool]": ...
     def schedules(self, limit: int = 100) -> "asyncio.Future[list[Schedule]]": ...
     def progress(self, id: str) -> "asyncio.Future[Optional[Tuple[int, str]]]": ...
+    def task(self, id: str) -> "asyncio.Future[Optional[TaskInfo]]": ...
+    def workers(self) -> "asyncio.Future[list[WorkerInfo]]": ...
     def work(
         self,
         handler: Callable[[Task], Union[Awaitable[TaskResult], TaskResult]],
@@ -428,6 +480,9 @@ class Client:
     def ids(self, name: str, block: Optional[int] = None) -> Ids: ...
     def rate_limiter(self, name: str, n: int, period: float) -> RateLimiter: ...
     def settle(self, timeout: float = 2.0) -> bool: ...
+    def release_all(self) -> ReleaseAll: ...
+    def held_locks(self, pattern: str = "*", limit: int = 100) -> list[HeldLock]: ...
+    def queue_names(self, limit: int = 100) -> list[str]: ...
 
 class AsyncClient:
     """A connection to Redis with the asyncio API: `await AsyncClient.connect(url)`."""
@@ -476,6 +531,9 @@ class AsyncClient:
     def fenced_write(self, resource: str, fence: int, value: Bytes) -> "asyncio.Future[None]": ...
     def fenced_read(self, resource: str) -> "asyncio.Future[Optional[Tuple[int, bytes]]]": ...
     def settle(self, timeout: float = 2.0) -> "asyncio.Future[bool]": ...
+    def release_all(self) -> "asyncio.Future[ReleaseAll]": ...
+    def held_locks(self, pattern: str = "*", limit: int = 100) -> "asyncio.Future[list[HeldLock]]": ...
+    def queue_names(self, limit: int = 100) -> "asyncio.Future[list[str]]": ...
     def versioned(self, name: str) -> AsyncVersioned: ...
     def stock(self, name: str) -> AsyncStock: ...
     def ids(self, name: str, block: Optional[int] = None) -> AsyncIds: ...

@@ -379,6 +379,26 @@ fn queue_opts(
     })
 }
 
+fn release_all_record(r: dlm::ReleaseAll) -> Record {
+    Record::default()
+        .with("released", r.released)
+        .with("already_lost", r.already_lost)
+        .with("failed", r.failed)
+}
+
+async fn held_locks(c: dlm::Client, pattern: String, limit: usize) -> PyResult<Vec<Record>> {
+    let v = c.held_locks(&pattern, limit).await.map_err(err)?;
+    Ok(v.into_iter()
+        .map(|h| {
+            Record::default()
+                .with("name", h.name)
+                .with("key", h.key)
+                .with("ttl", h.ttl)
+                .with("fence", h.fence)
+        })
+        .collect())
+}
+
 /// A connection to Redis (one server, Redlock over several, a Cluster or a
 /// Sentinel-watched master) with the sync API. Calls release the GIL while
 /// they wait, and Ctrl-C interrupts them.
@@ -624,6 +644,30 @@ impl Client {
         block(py, async move { Ok(c.settle(t).await) })
     }
 
+    /// Release every lock this client still holds (all kinds), in
+    /// parallel: dict(released, already_lost, failed).
+    fn release_all(&self, py: Python<'_>) -> PyResult<Record> {
+        let c = self.h.0.clone();
+        block(
+            py,
+            async move { Ok(release_all_record(c.release_all().await)) },
+        )
+    }
+
+    /// Locks held on this Redis whose names match `pattern` (glob): dicts
+    /// of name, key, ttl, fence.
+    #[pyo3(signature = (pattern="*", limit=100))]
+    fn held_locks(&self, py: Python<'_>, pattern: &str, limit: usize) -> PyResult<Vec<Record>> {
+        block(py, held_locks(self.h.0.clone(), pattern.to_string(), limit))
+    }
+
+    /// The names of up to `limit` queues on this Redis.
+    #[pyo3(signature = (limit=100))]
+    fn queue_names(&self, py: Python<'_>, limit: usize) -> PyResult<Vec<String>> {
+        let c = self.h.0.clone();
+        block(py, async move { c.queue_names(limit).await.map_err(err) })
+    }
+
     fn __repr__(&self) -> String {
         format!("<dlm.Client nodes={}>", self.h.0.nodes())
     }
@@ -689,6 +733,33 @@ impl AsyncClient {
         let t: Duration = secs("timeout", timeout).map_err(err)?;
         let c = self.h.0.clone();
         awaitable(py, async move { Ok(c.settle(t).await) })
+    }
+
+    /// release_all (awaitable).
+    fn release_all<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.h.0.clone();
+        awaitable(
+            py,
+            async move { Ok(release_all_record(c.release_all().await)) },
+        )
+    }
+
+    /// held_locks (awaitable).
+    #[pyo3(signature = (pattern="*", limit=100))]
+    fn held_locks<'py>(
+        &self,
+        py: Python<'py>,
+        pattern: &str,
+        limit: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, held_locks(self.h.0.clone(), pattern.to_string(), limit))
+    }
+
+    /// queue_names (awaitable).
+    #[pyo3(signature = (limit=100))]
+    fn queue_names<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.h.0.clone();
+        awaitable(py, async move { c.queue_names(limit).await.map_err(err) })
     }
 
     fn __repr__(&self) -> String {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyString};
 
-use crate::rt::{Record, awaitable, block, block_until, err, opt_secs, secs};
+use crate::rt::{Record, Val, awaitable, block, block_until, err, opt_secs, secs};
 
 /// Per-handle queue options (`Client.queue(...)` arguments).
 pub struct QueueOpts {
@@ -170,6 +170,45 @@ fn settings_change(
         s = s.keep_results(secs("keep_results", t)?);
     }
     Ok(s)
+}
+
+fn task_record(d: dlm::queue::TaskDetail) -> Record {
+    Record::default()
+        .with("id", d.id)
+        .with("state", d.state.as_str().to_string())
+        .with("attempts", d.attempts)
+        .with("fence", d.fence)
+        .with("priority", u32::from(d.priority))
+        .with("group", d.group)
+        .with("error", d.error)
+        .with("progress", d.progress.map(u32::from))
+        .with("message", d.message)
+        .with(
+            "payload_len",
+            d.payload_len.map(|n| n as u64).map_or(Val::None, Val::Int),
+        )
+        .with(
+            "result_bytes",
+            d.result_bytes.map(|n| n as u64).map_or(Val::None, Val::Int),
+        )
+        .with("deps", Val::Strs(d.deps))
+        .with("pending_deps", d.pending_deps)
+        .with("timeout", d.timeout)
+}
+
+fn worker_record(w: dlm::queue::WorkerInfo) -> Record {
+    Record::default()
+        .with("id", w.id)
+        .with("host", w.host)
+        .with("pid", w.pid)
+        .with("version", w.version)
+        .with("concurrency", w.concurrency)
+        .with("busy", w.busy)
+        .with("processed", w.processed)
+        .with("failed", w.failed)
+        .with("in_flight", Val::Strs(w.in_flight))
+        .with("stopping", w.stopping)
+        .with("beat_age", w.beat_age)
 }
 
 fn settings_record(s: dlm::queue::QueueSettings) -> Record {
@@ -797,6 +836,19 @@ macro_rules! queue_methods {
                         })
                         .collect::<Vec<Record>>()
                 })
+            }))
+        }
+
+        /// Everything known about task `id` (state, attempts, fence, error,
+        /// ...) as a dict, or None.
+        fn task<'py>(&self, py: Python<'py>, id: String) -> PyResult<$run!(py, Option<Record>)> {
+            $run(py, self.core.simple(move |q| async move { q.task(&id).await.map(|d| d.map(task_record)) }))
+        }
+
+        /// The queue's live workers: dicts of id, host, pid, concurrency, busy, processed, failed, ...
+        fn workers<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, Vec<Record>)> {
+            $run(py, self.core.simple(move |q| async move {
+                q.workers().await.map(|v| v.into_iter().map(worker_record).collect::<Vec<Record>>())
             }))
         }
 

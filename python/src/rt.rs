@@ -304,6 +304,7 @@ pub enum Val {
     Float(f64),
     Str(String),
     Bytes(Vec<u8>),
+    Strs(Vec<String>),
 }
 
 impl From<bool> for Val {
@@ -375,6 +376,7 @@ impl<'py> IntoPyObject<'py> for Val {
             Val::Float(f) => f.into_pyobject(py)?.into_any(),
             Val::Str(s) => s.into_pyobject(py)?.into_any(),
             Val::Bytes(b) => pyo3::types::PyBytes::new(py, &b).into_any(),
+            Val::Strs(v) => v.into_pyobject(py)?.into_any(),
         })
     }
 }

@@ -129,3 +129,21 @@ def test_async_helpers_and_leases(redis_url: str) -> None:
         await g1.release()
 
     asyncio.run(main())
+
+
+def test_inspection(redis_url: str) -> None:
+    c = dlm.Client(redis_url)
+    g = c.lock("inspect:a", ttl=10.0).acquire()
+    held = c.held_locks("inspect:*")
+    assert [h["name"] for h in held] == ["inspect:a"] and held[0]["fence"] == g.fence
+    assert c.release_all()["released"] == 1
+    assert g.is_lost()
+    q = c.queue("inspected")
+    q.push("t1", b"abc", group="g")
+    info = q.task("t1")
+    assert info is not None and info["state"] == "waiting" and info["group"] == "g"
+    assert info["payload_len"] == 3 and info["deps"] == []
+    assert q.task("nope") is None
+    q.push("t2")  # (a queue holding only grouped tasks is not listed by the core's queue_names)
+    assert "inspected" in c.queue_names()
+    assert q.workers() == []
