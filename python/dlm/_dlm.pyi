@@ -449,7 +449,16 @@ class Client:
     @property
     def timeout(self) -> float: ...
     def lock(
-        self, name: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False, raw_key: bool = False
+        self,
+        name: str,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        watchdog: bool = False,
+        raw_key: bool = False,
+        *,
+        retry_interval: Optional[float] = None,
+        node_timeout: Optional[float] = None,
+        replicas: Optional[Tuple[int, float]] = None,
     ) -> Lock: ...
     def fair_lock(self, name: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False) -> Lock: ...
     def rwlock(
@@ -504,7 +513,16 @@ class AsyncClient:
     @property
     def timeout(self) -> float: ...
     def lock(
-        self, name: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False, raw_key: bool = False
+        self,
+        name: str,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        watchdog: bool = False,
+        raw_key: bool = False,
+        *,
+        retry_interval: Optional[float] = None,
+        node_timeout: Optional[float] = None,
+        replicas: Optional[Tuple[int, float]] = None,
     ) -> AsyncLock: ...
     def fair_lock(self, name: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False) -> AsyncLock: ...
     def rwlock(

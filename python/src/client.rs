@@ -97,6 +97,32 @@ fn no_permits<G>(_: &G) -> Option<u32> {
     None
 }
 
+/// The plain lock's further options (keyword-only in Python).
+struct MoreLockOpts {
+    retry_interval: Option<f64>,
+    node_timeout: Option<f64>,
+    replicas: Option<(u64, f64)>,
+}
+
+impl MoreLockOpts {
+    fn apply(
+        self,
+        o: Result<dlm::LockOptions, dlm::Error>,
+    ) -> Result<dlm::LockOptions, dlm::Error> {
+        let mut o = o?;
+        if let Some(r) = opt_secs("retry_interval", self.retry_interval)? {
+            o = o.retry_interval(r);
+        }
+        if let Some(t) = opt_secs("node_timeout", self.node_timeout)? {
+            o = o.node_timeout(t);
+        }
+        if let Some((n, t)) = self.replicas {
+            o = o.replicas(n, secs("replicas", t)?);
+        }
+        Ok(o)
+    }
+}
+
 /// The handles both clients make; every method only builds a core handle.
 #[derive(Clone)]
 struct Handles(dlm::Client);
@@ -109,8 +135,9 @@ impl Handles {
         wait: f64,
         watchdog: bool,
         raw_key: bool,
+        more: MoreLockOpts,
     ) -> PyResult<LockCore> {
-        let opts = lock_opts(ttl, wait, watchdog).map_err(err)?;
+        let opts = more.apply(lock_opts(ttl, wait, watchdog)).map_err(err)?;
         let mut lock = self.0.lock(name);
         if raw_key {
             lock = lock.raw_key();
@@ -421,7 +448,12 @@ macro_rules! handle_methods {
             /// A lock handle (no round trip): `with c.lock(name, ttl=10.0, wait=5.0,
             /// watchdog=True) as g:`. raw_key=True uses the key `name` itself,
             /// shared with redis-py's Lock and the CLI's --raw-key.
-            #[pyo3(signature = (name, ttl=30.0, wait=0.0, watchdog=false, raw_key=false))]
+            /// retry_interval: seconds between attempts while waiting (default
+            /// 0.05, jittered); node_timeout: Redlock's per-node deadline;
+            /// replicas=(n, timeout): the grant counts once n replicas have it
+            /// (WAIT), else dlm.NotReplicated.
+            #[pyo3(signature = (name, ttl=30.0, wait=0.0, watchdog=false, raw_key=false, *, retry_interval=None, node_timeout=None, replicas=None))]
+            #[allow(clippy::too_many_arguments)]
             fn lock(
                 &self,
                 name: &str,
@@ -429,8 +461,16 @@ macro_rules! handle_methods {
                 wait: f64,
                 watchdog: bool,
                 raw_key: bool,
+                retry_interval: Option<f64>,
+                node_timeout: Option<f64>,
+                replicas: Option<(u64, f64)>,
             ) -> PyResult<$lock> {
-                Ok($lock::new(self.h.lock(name, ttl, wait, watchdog, raw_key)?))
+                let more = MoreLockOpts {
+                    retry_interval,
+                    node_timeout,
+                    replicas,
+                };
+                Ok($lock::new(self.h.lock(name, ttl, wait, watchdog, raw_key, more)?))
             }
 
             /// A fair (FIFO) lock handle: waiters get it in arrival order.

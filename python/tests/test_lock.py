@@ -266,3 +266,16 @@ def test_wait_lost(redis_url: str, r: "redis.Redis") -> None:
     r.delete("dlm:lock:{losing}")  # somebody removed it: the watchdog's renewal fails
     assert g.wait_lost(10.0) is True
     assert g.is_lost()
+
+
+def test_lock_more_options(redis_url: str) -> None:
+    c = dlm.Client(redis_url)
+    with c.lock("opts", ttl=5.0, retry_interval=0.01, node_timeout=0.1) as g:
+        assert g.fence is not None
+    # No replica to acknowledge the grant: NotReplicated, and the lock is released again.
+    with pytest.raises(dlm.NotReplicated) as e:
+        c.lock("repl", ttl=5.0, replicas=(1, 0.1)).acquire()
+    assert e.value.wanted == 1 and e.value.replicas == 0
+    assert c.lock("repl").status()["held"] is False
+    with pytest.raises(dlm.InvalidArgument):
+        c.lock("opts", retry_interval=-1.0)
