@@ -29,9 +29,13 @@ use crate::rt::rt;
 /// Turns a call's outcome into Python objects, on the loop's thread.
 type Outcome = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
 
+/// Work for the loop's thread, sent from the runtime's threads.
+pub type LoopCall = Box<dyn FnOnce(Python<'_>) + Send>;
+
 /// What the runtime's threads and one event loop share.
-struct Shared {
+pub struct Shared {
     done: Mutex<Vec<(Py<PyAny>, Outcome)>>,
+    calls: Mutex<Vec<LoopCall>>,
     wake: UnixStream,
 }
 
@@ -43,9 +47,25 @@ impl Shared {
             q.len() == 1
         };
         if was_empty {
-            // Non-blocking; a full socket means a wake-up is pending anyway.
-            let _ = (&self.wake).write(&[1]);
+            self.wake();
         }
+    }
+
+    /// Run `call` on the loop's thread (with the GIL) soon.
+    pub fn call_soon(&self, call: LoopCall) {
+        let was_empty = {
+            let mut q = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+            q.push(call);
+            q.len() == 1
+        };
+        if was_empty {
+            self.wake();
+        }
+    }
+
+    fn wake(&self) {
+        // Non-blocking; a full socket means a wake-up is pending anyway.
+        let _ = (&self.wake).write(&[1]);
     }
 }
 
@@ -69,6 +89,11 @@ impl LoopBridge {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => break,
             }
+        }
+        let calls =
+            std::mem::take(&mut *self.shared.calls.lock().unwrap_or_else(|p| p.into_inner()));
+        for call in calls {
+            call(py);
         }
         let done = std::mem::take(&mut *self.shared.done.lock().unwrap_or_else(|p| p.into_inner()));
         for (fut, outcome) in done {
@@ -137,6 +162,7 @@ fn bridge<'py>(
         LoopBridge {
             shared: Arc::new(Shared {
                 done: Mutex::new(Vec::new()),
+                calls: Mutex::new(Vec::new()),
                 wake,
             }),
             readable,
@@ -145,6 +171,15 @@ fn bridge<'py>(
     event_loop.call_method1("add_reader", (fd, b.getattr("drain")?))?;
     bridges.set_item(event_loop, &b)?;
     Ok(b)
+}
+
+/// The running loop's side of the bridge, for sending it calls.
+pub fn running_loop_calls(py: Python<'_>) -> PyResult<Arc<Shared>> {
+    static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let event_loop = GET_RUNNING_LOOP
+        .import(py, "asyncio", "get_running_loop")?
+        .call0()?;
+    Ok(bridge(py, &event_loop)?.get().shared.clone())
 }
 
 /// An `asyncio.Future` of the running loop that `fut` (run on the runtime)

@@ -2,7 +2,7 @@
 //! core's worker runtime to Python handlers.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyString};
@@ -417,42 +417,141 @@ impl Core {
         handler: Py<PyAny>,
         args: WorkArgs,
     ) -> PyResult<impl Future<Output = PyResult<Record>> + Send + 'static> {
-        let locals = Arc::new(pyo3_async_runtimes::tokio::get_current_locals(py)?);
+        let on_loop = crate::bridge::running_loop_calls(py)?;
         let q = self.0.clone();
         let handler = Arc::new(handler);
         Ok(async move {
             let opts = args.options().map_err(err)?;
             let h = move |task: dlm::queue::Task| {
                 let handler = handler.clone();
-                let locals = locals.clone();
+                let on_loop = on_loop.clone();
                 async move {
-                    enum Call<F> {
-                        Awaiting(F),
-                        Done(Py<PyAny>),
-                    }
-                    let call = Python::attach(|py| -> PyResult<_> {
-                        let t = Py::new(py, Task::from_core(py, &task))?;
-                        let r = handler.bind(py).call1((t,))?;
-                        if r.hasattr("__await__")? {
-                            Ok(Call::Awaiting(
-                                pyo3_async_runtimes::into_future_with_locals(&locals, r)?,
-                            ))
-                        } else {
-                            Ok(Call::Done(r.unbind()))
-                        }
-                    })
-                    .map_err(|e| e.to_string())?;
-                    let value = match call {
-                        Call::Awaiting(f) => f.await.map_err(|e| e.to_string())?,
-                        Call::Done(v) => v,
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let running: Arc<Mutex<Option<Py<PyAny>>>> = Arc::new(Mutex::new(None));
+                    let slot = running.clone();
+                    on_loop.call_soon(Box::new(move |py| {
+                        start_handler(py, &handler, &task, tx, &slot)
+                    }));
+                    // Dropped before the handler finished (task timeout, worker
+                    // cancelled): cancel its asyncio task too.
+                    let cancel = CancelOnDrop {
+                        running,
+                        on_loop,
+                        armed: true,
                     };
-                    Python::attach(|py| result_bytes(value.bind(py)))
+                    let out = rx
+                        .await
+                        .unwrap_or_else(|_| Err("handler was dropped".into()));
+                    cancel.disarm();
+                    out
                 }
             };
             let stop = tokio_util::sync::CancellationToken::new();
             let r = q.worker(opts).run(h, stop).await.map_err(err)?;
             Ok(report(r))
         })
+    }
+}
+
+type HandlerOut = Result<Option<Vec<u8>>, String>;
+
+/// On the loop's thread: call the handler; a coroutine (or other awaitable)
+/// becomes an asyncio task whose end answers `tx`.
+fn start_handler(
+    py: Python<'_>,
+    handler: &Py<PyAny>,
+    task: &dlm::queue::Task,
+    tx: tokio::sync::oneshot::Sender<HandlerOut>,
+    running: &Mutex<Option<Py<PyAny>>>,
+) {
+    static ENSURE_FUTURE: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    let tx = Arc::new(Mutex::new(Some(tx)));
+    let started = (|| -> PyResult<()> {
+        let t = Py::new(py, Task::from_core(py, task))?;
+        let r = handler.bind(py).call1((t,))?;
+        if r.hasattr(pyo3::intern!(py, "__await__"))? {
+            let fut = ENSURE_FUTURE
+                .import(py, "asyncio", "ensure_future")?
+                .call1((r,))?;
+            fut.call_method1(
+                pyo3::intern!(py, "add_done_callback"),
+                (HandlerDone { tx: tx.clone() },),
+            )?;
+            *lock(running) = Some(fut.unbind());
+        } else {
+            answer(&tx, result_bytes(&r));
+        }
+        Ok(())
+    })();
+    if let Err(e) = started {
+        answer(&tx, Err(e.to_string()));
+    }
+}
+
+type Answer = Arc<Mutex<Option<tokio::sync::oneshot::Sender<HandlerOut>>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn answer(tx: &Answer, out: HandlerOut) {
+    if let Some(tx) = lock(tx).take() {
+        let _ = tx.send(out);
+    }
+}
+
+/// The done-callback of a handler's asyncio task: its result, exception or
+/// cancellation goes to the worker.
+#[pyclass(frozen, module = "dlm._dlm")]
+struct HandlerDone {
+    tx: Answer,
+}
+
+#[pymethods]
+impl HandlerDone {
+    fn __call__(&self, fut: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = fut.py();
+        let out = if fut
+            .call_method0(pyo3::intern!(py, "cancelled"))?
+            .is_truthy()?
+        {
+            Err("the handler's task was cancelled".to_string())
+        } else {
+            match fut.call_method0(pyo3::intern!(py, "result")) {
+                Ok(v) => result_bytes(&v),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        answer(&self.tx, out);
+        Ok(())
+    }
+}
+
+/// Cancels a handler's asyncio task when the worker drops the handler's
+/// future before it answered (task timeout, worker stopped).
+struct CancelOnDrop {
+    running: Arc<Mutex<Option<Py<PyAny>>>>,
+    on_loop: Arc<crate::bridge::Shared>,
+    armed: bool,
+}
+
+impl CancelOnDrop {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            let running = self.running.clone();
+            // Queued after the call that starts the handler: it finds the task.
+            self.on_loop.call_soon(Box::new(move |py| {
+                if let Some(f) = lock(&running).take() {
+                    let _ = f.bind(py).call_method0(pyo3::intern!(py, "cancel"));
+                }
+            }));
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! calls, and the translation of arguments and errors.
 
 use std::future::Future;
-use std::sync::{Once, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use pyo3::exceptions::PyRuntimeError;
@@ -10,23 +10,17 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-static ASYNC_INIT: Once = Once::new();
 
 /// The runtime every call runs on, sync or asyncio: multi-threaded, created
 /// on first use.
 pub fn rt() -> &'static tokio::runtime::Runtime {
-    let rt = RUNTIME.get_or_init(|| {
+    RUNTIME.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .thread_name("dlm-tokio")
             .build()
             .expect("cannot start the tokio runtime")
-    });
-    ASYNC_INIT.call_once(|| {
-        // pyo3-async-runtimes runs asyncio calls' futures on this runtime too.
-        let _ = pyo3_async_runtimes::tokio::init_with_runtime(rt);
-    });
-    rt
+    })
 }
 
 /// How often a sync wait looks for a pending signal (Ctrl-C).

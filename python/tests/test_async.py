@@ -159,3 +159,37 @@ def test_async_lost(redis_url: str) -> None:
         assert done and g.is_lost()
 
     run(main())
+
+
+def test_async_work_timeout_cancels_handler(redis_url: str) -> None:
+    async def main() -> None:
+        ac = await dlm.AsyncClient.connect(redis_url)
+        q = ac.queue("slowq", max_attempts=1)
+        await q.push("slow")
+        await q.push("plain")
+        cancelled: list[str] = []
+
+        async def handler(task: dlm.Task) -> str:
+            if task.id == "plain":
+                return "ok"
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(task.id)
+                raise
+            return "late"
+
+        report = await q.work(handler, concurrency=2, stop_when_idle=True, task_timeout=0.3)
+        await asyncio.sleep(0.1)
+        assert report["acked"] == 1 and report["dead"] == 1
+        assert cancelled == ["slow"]
+        dead = await q.dead()
+        assert "timed out" in (dead[0]["error"] or "")
+        assert await q.result("plain") == b"ok"
+
+        # A plain function works as an asyncio handler too.
+        await q.push("sync-fn")
+        await q.work(lambda t: t.id.upper(), stop_when_idle=True)
+        assert await q.result("sync-fn") == b"SYNC-FN"
+
+    run(main())
