@@ -1,0 +1,558 @@
+"""Type stubs of the native module dlm._dlm (built from python/src with PyO3)."""
+
+import asyncio
+from types import TracebackType
+from typing import Awaitable, Callable, Literal, Optional, Sequence, Tuple, TypedDict, Union
+
+__version__: str
+
+Bytes = Union[bytes, bytearray]
+TaskResult = Union[bytes, bytearray, str, None]
+
+class LockStatus(TypedDict, total=False):
+    """What `status()` returns; the keys depend on the kind of lock."""
+
+    held: bool
+    held_count: int
+    ttl: Optional[float]
+    fence: Optional[int]
+    waiting: int
+    writer: bool
+    writer_ttl: Optional[float]
+    readers: int
+    waiting_writers: int
+    permits: Optional[int]
+    in_use: int
+    available: int
+    holders: int
+    term: int
+    leader: Optional[str]
+    leader_term: int
+
+class QueueStats(TypedDict):
+    """A queue's counts (`Queue.stats()`); oldest_due in seconds."""
+
+    waiting: int
+    delayed: int
+    in_flight: int
+    dead: int
+    processed: int
+    failed: int
+    blocked: int
+    paused: bool
+    oldest_due: float
+
+class WorkReport(TypedDict):
+    """What a worker did (`Queue.work(...)`)."""
+
+    acked: int
+    retried: int
+    dead: int
+    lost: int
+    returned: int
+
+class QueueSettings(TypedDict):
+    """A queue's shared settings (`Queue.configure()` / `settings()`)."""
+
+    group_concurrency: Optional[int]
+    rate_n: Optional[int]
+    rate_period: Optional[float]
+    keep_completed: Optional[int]
+    events: Optional[int]
+    keep_results: float
+
+class Schedule(TypedDict):
+    """A repeating task (`Queue.schedules()`); next_tick in ms since the epoch."""
+
+    id: str
+    repeat: str
+    next_tick: int
+    payload: Optional[bytes]
+
+class TaskInfo(TypedDict):
+    """Everything known about one task (`Queue.task(id)`)."""
+
+    id: str
+    state: str
+    attempts: int
+    fence: Optional[int]
+    priority: int
+    group: Optional[str]
+    error: Optional[str]
+    progress: Optional[int]
+    message: Optional[str]
+    payload_len: Optional[int]
+    result_bytes: Optional[int]
+    deps: list[str]
+    pending_deps: int
+    timeout: Optional[float]
+
+class WorkerInfo(TypedDict):
+    """A live worker of a queue (`Queue.workers()`)."""
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    concurrency: int
+    busy: int
+    processed: int
+    failed: int
+    in_flight: list[str]
+    stopping: bool
+    beat_age: float
+
+class HeldLock(TypedDict):
+    """A lock held on the server (`Client.held_locks()`)."""
+
+    name: str
+    key: str
+    ttl: Optional[float]
+    fence: Optional[int]
+
+class ReleaseAll(TypedDict):
+    """What `Client.release_all()` did."""
+
+    released: int
+    already_lost: int
+    failed: int
+
+class DeadTask(TypedDict):
+    """A dead-lettered task (`Queue.dead()`); died_at in ms since the epoch."""
+
+    id: str
+    error: Optional[str]
+    payload: Optional[bytes]
+    died_at: int
+
+class _GuardProps:
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token, or None (Redlock hands out none)."""
+    @property
+    def token(self) -> str:
+        """The random owner token of this acquisition."""
+    @property
+    def name(self) -> str:
+        """The lock's name."""
+    @property
+    def key(self) -> str:
+        """The lock's Redis key."""
+    @property
+    def ttl(self) -> float:
+        """The lease the lock was acquired with, in seconds."""
+    @property
+    def permits(self) -> Optional[int]:
+        """Permits held (semaphores), else None."""
+    def is_lost(self) -> bool:
+        """True once the lease ran out or renewal failed (no round trip)."""
+    def remaining(self) -> float:
+        """Seconds of the lease surely left; 0.0 once lost (no round trip)."""
+    def is_released(self) -> bool:
+        """True once released through this guard."""
+    @property
+    def fences(self) -> list[Optional[int]]:
+        """The fence of every lock of the guard (one entry but for multi_lock)."""
+
+class LockGuard(_GuardProps):
+    """A held lock (or read/write share, semaphore permits, leadership)."""
+
+    def wait_lost(self, timeout: Optional[float] = None) -> bool:
+        """Wait until the lock is lost: True, or False after `timeout` seconds."""
+    def extend(self, ttl: float) -> None:
+        """Renew the lease to `ttl` seconds from now."""
+    def release(self) -> None:
+        """Release; raises Expired/NotHeld when it was not ours any more."""
+
+class AsyncLockGuard(_GuardProps):
+    """The asyncio flavour of LockGuard."""
+
+    def lost(self) -> "asyncio.Future[None]":
+        """Resolves when the lock is lost."""
+    def extend(self, ttl: float) -> "asyncio.Future[None]":
+        """Renew the lease to `ttl` seconds from now."""
+    def release(self) -> "asyncio.Future[None]":
+        """Release; raises Expired/NotHeld when it was not ours any more."""
+
+class Lock:
+    """A lock handle: `with c.lock(...) as guard:` or acquire()/release()."""
+
+    @property
+    def name(self) -> str: ...
+    def acquire(self) -> LockGuard:
+        """Acquire (waiting as configured); raises Busy when not in time."""
+    def release(self) -> None:
+        """Release the guard of this handle's last acquire()."""
+    def status(self) -> LockStatus:
+        """The lock's state in Redis."""
+    def force_release(self) -> bool:
+        """Delete the lock whoever holds it; True if it was held (plain locks only)."""
+    def __enter__(self) -> LockGuard: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> Literal[False]: ...
+
+class AsyncLock:
+    """The asyncio flavour of Lock: `async with ac.lock(...) as guard:`."""
+
+    @property
+    def name(self) -> str: ...
+    def acquire(self) -> "asyncio.Future[AsyncLockGuard]": ...
+    def release(self) -> "asyncio.Future[None]": ...
+    def status(self) -> "asyncio.Future[LockStatus]": ...
+    def force_release(self) -> "asyncio.Future[bool]": ...
+    def __aenter__(self) -> "asyncio.Future[AsyncLockGuard]": ...
+    def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> "asyncio.Future[Literal[False]]": ...
+
+class Task:
+    """A task as a handler sees it."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def payload(self) -> bytes:
+        """The payload (b"" when none)."""
+    @property
+    def fence(self) -> int:
+        """The fencing token of this claim (grows with every claim)."""
+    @property
+    def attempts(self) -> int:
+        """Claims of this task so far, this one included."""
+    @property
+    def priority(self) -> int: ...
+    @property
+    def group(self) -> Optional[str]: ...
+    @property
+    def deps(self) -> list[str]: ...
+
+class Lease:
+    """A claimed task (`Queue.claim`): ack, nack or extend it in time."""
+
+    @property
+    def task(self) -> Task: ...
+    def ack(self, result: TaskResult = None) -> None: ...
+    def nack(self, error: str = "", retry_after: Optional[float] = None) -> str:
+        """Returns "retrying" or "dead"."""
+    def abandon(self) -> None: ...
+    def extend(self, lease: float) -> None: ...
+    def progress(self, pct: int, message: str = "") -> None: ...
+
+class AsyncLease:
+    """A claimed task (`await AsyncQueue.claim`): awaitable ack, nack, extend."""
+
+    @property
+    def task(self) -> Task: ...
+    def ack(self, result: TaskResult = None) -> "asyncio.Future[None]": ...
+    def nack(self, error: str = "", retry_after: Optional[float] = None) -> "asyncio.Future[str]": ...
+    def abandon(self) -> "asyncio.Future[None]": ...
+    def extend(self, lease: float) -> "asyncio.Future[None]": ...
+    def progress(self, pct: int, message: str = "") -> "asyncio.Future[None]": ...
+
+class Queue:
+    """A task queue (sync calls)."""
+
+    @property
+    def name(self) -> str: ...
+    def push(
+        self,
+        id: str,
+        payload: Optional[Bytes] = None,
+        *,
+        delay: float = 0.0,
+        priority: int = 0,
+        group: Optional[str] = None,
+        after: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+        replace: bool = False,
+    ) -> bool:
+        """Add a task; False when the id is already queued."""
+    def push_many(
+        self, tasks: Sequence[Union[str, Tuple[str, Bytes]]], *, delay: float = 0.0, replace: bool = False
+    ) -> list[bool]: ...
+    def stats(self) -> QueueStats: ...
+    def result(self, id: str) -> Optional[bytes]: ...
+    def wait_result(self, id: str, timeout: float) -> Optional[bytes]: ...
+    def dead(self, count: int = 100) -> list[DeadTask]: ...
+    def retry_dead(self, ids: Optional[Sequence[str]] = None) -> int: ...
+    def purge_dead(self) -> int: ...
+    def pause(self) -> bool: ...
+    def resume(self) -> bool: ...
+    def claim(self, count: int = 1, lease: float = 30.0) -> list[Lease]: ...
+    def configure(
+        self,
+        *,
+        group_concurrency: Optional[int] = None,
+        rate: Optional[Tuple[int, float]] = None,
+        keep_completed: Optional[int] = None,
+        events: Optional[int] = None,
+        keep_results: Optional[float] = None,
+    ) -> QueueSettings: ...
+    def settings(self) -> QueueSettings: ...
+    def schedule(
+        self, id: str, *, every: Optional[float] = None, cron: Optional[str] = None, payload: Optional[Bytes] = None
+    ) -> str: ...
+    def unschedule(self, id: str) -> bool: ...
+    def schedules(self, limit: int = 100) -> list[Schedule]: ...
+    def progress(self, id: str) -> Optional[Tuple[int, str]]: ...
+    def task(self, id: str) -> Optional[TaskInfo]: ...
+    def workers(self) -> list[WorkerInfo]: ...
+    def work(
+        self,
+        handler: Callable[[Task], TaskResult],
+        concurrency: int = 1,
+        stop_when_idle: bool = False,
+        *,
+        lease: Optional[float] = None,
+        task_timeout: Optional[float] = None,
+        worker_id: Optional[str] = None,
+        grace: Optional[float] = None,
+        keep_results: Optional[float] = None,
+    ) -> WorkReport: ...
+
+class AsyncQueue:
+    """A task queue (awaitable calls)."""
+
+    @property
+    def name(self) -> str: ...
+    def push(
+        self,
+        id: str,
+        payload: Optional[Bytes] = None,
+        *,
+        delay: float = 0.0,
+        priority: int = 0,
+        group: Optional[str] = None,
+        after: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+        replace: bool = False,
+    ) -> "asyncio.Future[bool]": ...
+    def push_many(
+        self, tasks: Sequence[Union[str, Tuple[str, Bytes]]], *, delay: float = 0.0, replace: bool = False
+    ) -> "asyncio.Future[list[bool]]": ...
+    def stats(self) -> "asyncio.Future[QueueStats]": ...
+    def result(self, id: str) -> "asyncio.Future[Optional[bytes]]": ...
+    def wait_result(self, id: str, timeout: float) -> "asyncio.Future[Optional[bytes]]": ...
+    def dead(self, count: int = 100) -> "asyncio.Future[list[DeadTask]]": ...
+    def retry_dead(self, ids: Optional[Sequence[str]] = None) -> "asyncio.Future[int]": ...
+    def purge_dead(self) -> "asyncio.Future[int]": ...
+    def pause(self) -> "asyncio.Future[bool]": ...
+    def resume(self) -> "asyncio.Future[bool]": ...
+    def claim(self, count: int = 1, lease: float = 30.0) -> "asyncio.Future[list[AsyncLease]]": ...
+    def configure(
+        self,
+        *,
+        group_concurrency: Optional[int] = None,
+        rate: Optional[Tuple[int, float]] = None,
+        keep_completed: Optional[int] = None,
+        events: Optional[int] = None,
+        keep_results: Optional[float] = None,
+    ) -> "asyncio.Future[QueueSettings]": ...
+    def settings(self) -> "asyncio.Future[QueueSettings]": ...
+    def schedule(
+        self, id: str, *, every: Optional[float] = None, cron: Optional[str] = None, payload: Optional[Bytes] = None
+    ) -> "asyncio.Future[str]": ...
+    def unschedule(self, id: str) -> "asyncio.Future[bool]": ...
+    def schedules(self, limit: int = 100) -> "asyncio.Future[list[Schedule]]": ...
+    def progress(self, id: str) -> "asyncio.Future[Optional[Tuple[int, str]]]": ...
+    def task(self, id: str) -> "asyncio.Future[Optional[TaskInfo]]": ...
+    def workers(self) -> "asyncio.Future[list[WorkerInfo]]": ...
+    def work(
+        self,
+        handler: Callable[[Task], Union[Awaitable[TaskResult], TaskResult]],
+        concurrency: int = 1,
+        stop_when_idle: bool = False,
+        *,
+        lease: Optional[float] = None,
+        task_timeout: Optional[float] = None,
+        worker_id: Optional[str] = None,
+        grace: Optional[float] = None,
+        keep_results: Optional[float] = None,
+    ) -> "asyncio.Future[WorkReport]": ...
+
+class Versioned:
+    """A record written with compare-and-set on its version."""
+
+    def read(self) -> Optional[Tuple[bytes, int]]: ...
+    def write(self, expected: int, data: Bytes) -> int: ...
+
+class Stock:
+    """An atomic stock counter."""
+
+    def get(self) -> int: ...
+    def set(self, n: int) -> None: ...
+    def add(self, n: int) -> int: ...
+    def take(self, n: int) -> Tuple[bool, int]: ...
+
+class Ids:
+    """Unique increasing ids."""
+
+    def next(self) -> int: ...
+    def next_batch(self, n: int) -> list[int]: ...
+
+class RateLimiter:
+    """At most n grants per period, exact over any window."""
+
+    def try_acquire(self) -> bool: ...
+    def acquire(self, wait: Optional[float] = None) -> None: ...
+
+class AsyncVersioned:
+    """Versioned, with awaitable calls."""
+
+    def read(self) -> "asyncio.Future[Optional[Tuple[bytes, int]]]": ...
+    def write(self, expected: int, data: Bytes) -> "asyncio.Future[int]": ...
+
+class AsyncStock:
+    """Stock, with awaitable calls."""
+
+    def get(self) -> "asyncio.Future[int]": ...
+    def set(self, n: int) -> "asyncio.Future[None]": ...
+    def add(self, n: int) -> "asyncio.Future[int]": ...
+    def take(self, n: int) -> "asyncio.Future[Tuple[bool, int]]": ...
+
+class AsyncIds:
+    """Ids, with awaitable calls."""
+
+    def next(self) -> "asyncio.Future[int]": ...
+    def next_batch(self, n: int) -> "asyncio.Future[list[int]]": ...
+
+class AsyncRateLimiter:
+    """RateLimiter, with awaitable calls."""
+
+    def try_acquire(self) -> "asyncio.Future[bool]": ...
+    def acquire(self, wait: Optional[float] = None) -> "asyncio.Future[None]": ...
+
+class Client:
+    """A connection to Redis with the sync API."""
+
+    def __init__(
+        self,
+        url: Optional[str] = None,
+        *,
+        urls: Optional[Sequence[str]] = None,
+        cluster: bool = False,
+        sentinel: Optional[str] = None,
+        cacert: Optional[str] = None,
+        cert: Optional[str] = None,
+        key: Optional[str] = None,
+        timeout: Optional[float] = None,
+        connect_timeout: Optional[float] = None,
+        key_prefix: Optional[str] = None,
+    ) -> None: ...
+    @property
+    def timeout(self) -> float: ...
+    def lock(
+        self,
+        name: str,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        watchdog: bool = False,
+        raw_key: bool = False,
+        *,
+        retry_interval: Optional[float] = None,
+        node_timeout: Optional[float] = None,
+        replicas: Optional[Tuple[int, float]] = None,
+    ) -> Lock: ...
+    def fair_lock(self, name: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False) -> Lock: ...
+    def rwlock(
+        self, name: str, write: bool = False, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+    ) -> Lock: ...
+    def semaphore(
+        self, name: str, permits: int, n: int = 1, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+    ) -> Lock: ...
+    def election(
+        self, name: str, id: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+    ) -> Lock: ...
+    def multi_lock(
+        self, names: Sequence[str], ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+    ) -> Lock: ...
+    def queue(
+        self,
+        name: str,
+        max_attempts: Optional[int] = None,
+        backoff: Optional[Tuple[float, float]] = None,
+        max_payload: Optional[int] = None,
+    ) -> Queue: ...
+    def held_count(self) -> int: ...
+    def nodes(self) -> int: ...
+    def fenced_write(self, resource: str, fence: int, value: Bytes) -> None: ...
+    def fenced_read(self, resource: str) -> Optional[Tuple[int, bytes]]: ...
+    def versioned(self, name: str) -> Versioned: ...
+    def stock(self, name: str) -> Stock: ...
+    def ids(self, name: str, block: Optional[int] = None) -> Ids: ...
+    def rate_limiter(self, name: str, n: int, period: float) -> RateLimiter: ...
+    def settle(self, timeout: float = 2.0) -> bool: ...
+    def release_all(self) -> ReleaseAll: ...
+    def held_locks(self, pattern: str = "*", limit: int = 100) -> list[HeldLock]: ...
+    def queue_names(self, limit: int = 100) -> list[str]: ...
+
+class AsyncClient:
+    """A connection to Redis with the asyncio API: `await AsyncClient.connect(url)`."""
+
+    @staticmethod
+    def connect(
+        url: Optional[str] = None,
+        *,
+        urls: Optional[Sequence[str]] = None,
+        cluster: bool = False,
+        sentinel: Optional[str] = None,
+        cacert: Optional[str] = None,
+        cert: Optional[str] = None,
+        key: Optional[str] = None,
+        timeout: Optional[float] = None,
+        connect_timeout: Optional[float] = None,
+        key_prefix: Optional[str] = None,
+    ) -> "asyncio.Future[AsyncClient]": ...
+    @property
+    def timeout(self) -> float: ...
+    def lock(
+        self,
+        name: str,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        watchdog: bool = False,
+        raw_key: bool = False,
+        *,
+        retry_interval: Optional[float] = None,
+        node_timeout: Optional[float] = None,
+        replicas: Optional[Tuple[int, float]] = None,
+    ) -> AsyncLock: ...
+    def fair_lock(self, name: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False) -> AsyncLock: ...
+    def rwlock(
+        self, name: str, write: bool = False, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+    ) -> AsyncLock: ...
+    def semaphore(
+        self, name: str, permits: int, n: int = 1, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+    ) -> AsyncLock: ...
+    def election(
+        self, name: str, id: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+    ) -> AsyncLock: ...
+    def multi_lock(
+        self, names: Sequence[str], ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+    ) -> AsyncLock: ...
+    def queue(
+        self,
+        name: str,
+        max_attempts: Optional[int] = None,
+        backoff: Optional[Tuple[float, float]] = None,
+        max_payload: Optional[int] = None,
+    ) -> AsyncQueue: ...
+    def held_count(self) -> int: ...
+    def nodes(self) -> int: ...
+    def fenced_write(self, resource: str, fence: int, value: Bytes) -> "asyncio.Future[None]": ...
+    def fenced_read(self, resource: str) -> "asyncio.Future[Optional[Tuple[int, bytes]]]": ...
+    def settle(self, timeout: float = 2.0) -> "asyncio.Future[bool]": ...
+    def release_all(self) -> "asyncio.Future[ReleaseAll]": ...
+    def held_locks(self, pattern: str = "*", limit: int = 100) -> "asyncio.Future[list[HeldLock]]": ...
+    def queue_names(self, limit: int = 100) -> "asyncio.Future[list[str]]": ...
+    def versioned(self, name: str) -> AsyncVersioned: ...
+    def stock(self, name: str) -> AsyncStock: ...
+    def ids(self, name: str, block: Optional[int] = None) -> AsyncIds: ...
+    def rate_limiter(self, name: str, n: int, period: float) -> AsyncRateLimiter: ...

@@ -1,0 +1,1093 @@
+//! `Queue` / `AsyncQueue`, their tasks and leases, and the bridge from the
+//! core's worker runtime to Python handlers.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyString};
+
+use crate::rt::{Record, Val, awaitable, block, block_until, err, opt_secs, secs};
+
+/// Per-handle queue options (`Client.queue(...)` arguments).
+pub struct QueueOpts {
+    pub max_attempts: Option<u32>,
+    pub backoff: Option<dlm::queue::Backoff>,
+    pub max_payload: Option<usize>,
+}
+
+impl QueueOpts {
+    pub fn apply(self, mut q: dlm::queue::Queue) -> dlm::queue::Queue {
+        if let Some(n) = self.max_attempts {
+            q = q.max_attempts(n);
+        }
+        if let Some(b) = self.backoff {
+            q = q.backoff(b);
+        }
+        if let Some(m) = self.max_payload {
+            q = q.max_payload(m);
+        }
+        q
+    }
+}
+
+/// A task as a handler sees it.
+#[pyclass(frozen, module = "dlm", get_all)]
+pub struct Task {
+    /// The task's id.
+    id: String,
+    /// The payload (b"" when the task has none).
+    payload: Py<PyBytes>,
+    /// The fencing token of this lease: higher for every new claim of the task.
+    fence: u64,
+    /// How many times the task was claimed, this claim included.
+    attempts: u32,
+    /// The priority it was pushed with.
+    priority: u16,
+    /// The group it was pushed in, if any.
+    group: Option<String>,
+    /// The ids it waited for (after=[...]).
+    deps: Vec<String>,
+}
+
+impl Task {
+    fn from_core(py: Python<'_>, t: &dlm::queue::Task) -> Self {
+        Task {
+            id: t.id.clone(),
+            payload: PyBytes::new(py, t.payload.as_deref().unwrap_or_default()).unbind(),
+            fence: t.fence.get(),
+            attempts: t.attempt,
+            priority: t.priority,
+            group: t.group.clone(),
+            deps: t.deps.clone(),
+        }
+    }
+}
+
+#[pymethods]
+impl Task {
+    fn __repr__(&self) -> String {
+        format!(
+            "<Task {:?} fence={} attempts={}>",
+            self.id, self.fence, self.attempts
+        )
+    }
+}
+
+/// A handler's return value as a task result: None (no result), bytes or str.
+fn result_bytes(r: &Bound<'_, PyAny>) -> Result<Option<Vec<u8>>, String> {
+    if r.is_none() {
+        Ok(None)
+    } else if let Ok(b) = r.cast::<PyBytes>() {
+        Ok(Some(b.as_bytes().to_vec()))
+    } else if let Ok(b) = r.cast::<PyByteArray>() {
+        Ok(Some(b.to_vec()))
+    } else if let Ok(s) = r.cast::<PyString>() {
+        Ok(Some(
+            s.to_cow().map_err(|e| e.to_string())?.as_bytes().to_vec(),
+        ))
+    } else {
+        let t = r
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        Err(format!("handler returned a {t}; return bytes, str or None"))
+    }
+}
+
+/// The worker's options (`work(...)` arguments).
+struct WorkArgs {
+    concurrency: usize,
+    stop_when_idle: bool,
+    lease: Option<f64>,
+    task_timeout: Option<f64>,
+    worker_id: Option<String>,
+    grace: Option<f64>,
+    keep_results: Option<f64>,
+}
+
+impl WorkArgs {
+    fn options(self) -> Result<dlm::queue::WorkerOptions, dlm::Error> {
+        let mut o = dlm::queue::WorkerOptions::new()
+            .concurrency(self.concurrency)
+            .exit_when_empty(self.stop_when_idle);
+        if let Some(l) = opt_secs("lease", self.lease)? {
+            o = o.lease(l);
+        }
+        if let Some(t) = opt_secs("task_timeout", self.task_timeout)? {
+            o = o.task_timeout(t);
+        }
+        if let Some(id) = self.worker_id {
+            o = o.id(id);
+        }
+        if let Some(g) = opt_secs("grace", self.grace)? {
+            o = o.grace(g);
+        }
+        if let Some(k) = opt_secs("keep_results", self.keep_results)? {
+            o = o.keep_results(k);
+        }
+        Ok(o)
+    }
+}
+
+fn report(r: dlm::queue::WorkerReport) -> Record {
+    Record::default()
+        .with("acked", r.acked)
+        .with("retried", r.retried)
+        .with("dead", r.dead)
+        .with("lost", r.lost)
+        .with("returned", r.returned)
+}
+
+fn settings_change(
+    group_concurrency: Option<u32>,
+    rate: Option<(u32, f64)>,
+    keep_completed: Option<u32>,
+    events: Option<u32>,
+    keep_results: Option<f64>,
+) -> Result<dlm::queue::QueueSettings, dlm::Error> {
+    let nonzero = |n: u32| (n > 0).then_some(n);
+    let mut s = dlm::queue::QueueSettings::default();
+    if let Some(k) = group_concurrency {
+        s = s.group_concurrency(nonzero(k));
+    }
+    if let Some((n, period)) = rate {
+        let r = if n == 0 {
+            None
+        } else {
+            Some(dlm::queue::RateLimit::new(n, secs("rate", period)?)?)
+        };
+        s = s.rate(r);
+    }
+    if let Some(n) = keep_completed {
+        s = s.keep_completed(nonzero(n));
+    }
+    if let Some(n) = events {
+        s = s.events(nonzero(n));
+    }
+    if let Some(t) = keep_results {
+        s = s.keep_results(secs("keep_results", t)?);
+    }
+    Ok(s)
+}
+
+fn task_record(d: dlm::queue::TaskDetail) -> Record {
+    Record::default()
+        .with("id", d.id)
+        .with("state", d.state.as_str().to_string())
+        .with("attempts", d.attempts)
+        .with("fence", d.fence)
+        .with("priority", u32::from(d.priority))
+        .with("group", d.group)
+        .with("error", d.error)
+        .with("progress", d.progress.map(u32::from))
+        .with("message", d.message)
+        .with(
+            "payload_len",
+            d.payload_len.map(|n| n as u64).map_or(Val::None, Val::Int),
+        )
+        .with(
+            "result_bytes",
+            d.result_bytes.map(|n| n as u64).map_or(Val::None, Val::Int),
+        )
+        .with("deps", Val::Strs(d.deps))
+        .with("pending_deps", d.pending_deps)
+        .with("timeout", d.timeout)
+}
+
+fn worker_record(w: dlm::queue::WorkerInfo) -> Record {
+    Record::default()
+        .with("id", w.id)
+        .with("host", w.host)
+        .with("pid", w.pid)
+        .with("version", w.version)
+        .with("concurrency", w.concurrency)
+        .with("busy", w.busy)
+        .with("processed", w.processed)
+        .with("failed", w.failed)
+        .with("in_flight", Val::Strs(w.in_flight))
+        .with("stopping", w.stopping)
+        .with("beat_age", w.beat_age)
+}
+
+fn settings_record(s: dlm::queue::QueueSettings) -> Record {
+    let rate = s.get_rate();
+    Record::default()
+        .with("group_concurrency", s.get_group_concurrency())
+        .with("rate_n", rate.map(|r| r.n()))
+        .with("rate_period", rate.map(|r| r.period()))
+        .with("keep_completed", s.get_keep_completed())
+        .with("events", s.get_events())
+        .with("keep_results", s.get_keep_results())
+}
+
+/// `push_many`'s items: ids or (id, payload) pairs.
+fn new_tasks(items: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<dlm::queue::NewTask>> {
+    items
+        .into_iter()
+        .map(|item| {
+            if let Ok(id) = item.extract::<String>() {
+                Ok(dlm::queue::NewTask::new(id))
+            } else {
+                let (id, payload): (String, Vec<u8>) = item.extract()?;
+                Ok(dlm::queue::NewTask::new(id).payload(payload))
+            }
+        })
+        .collect()
+}
+
+fn on_duplicate(replace: bool) -> dlm::queue::OnDuplicate {
+    if replace {
+        dlm::queue::OnDuplicate::Replace
+    } else {
+        dlm::queue::OnDuplicate::Keep
+    }
+}
+
+/// Everything both queue flavours do, as futures.
+#[derive(Clone)]
+struct Core(dlm::queue::Queue);
+
+impl Core {
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &self,
+        id: String,
+        payload: Option<Vec<u8>>,
+        delay: f64,
+        priority: u16,
+        group: Option<String>,
+        after: Option<Vec<String>>,
+        timeout: Option<f64>,
+        replace: bool,
+    ) -> impl Future<Output = PyResult<bool>> + Send + 'static {
+        let q = self.0.clone();
+        async move {
+            let delay = secs("delay", delay).map_err(err)?;
+            let mut t = dlm::queue::NewTask::new(id).priority(priority);
+            if let Some(p) = payload {
+                t = t.payload(p);
+            }
+            if let Some(g) = group {
+                t = t.group(g);
+            }
+            if let Some(a) = after {
+                t = t.after(a);
+            }
+            if let Some(l) = opt_secs("timeout", timeout).map_err(err)? {
+                t = t.timeout(l);
+            }
+            let dup = if replace {
+                dlm::queue::OnDuplicate::Replace
+            } else {
+                dlm::queue::OnDuplicate::Keep
+            };
+            let r = q.enqueue([t], delay, dup).await.map_err(err)?;
+            Ok(!matches!(
+                r.first(),
+                Some(dlm::queue::Enqueued::Kept(_)) | None
+            ))
+        }
+    }
+
+    fn push_many(
+        &self,
+        tasks: Vec<dlm::queue::NewTask>,
+        delay: f64,
+        replace: bool,
+    ) -> impl Future<Output = PyResult<Vec<bool>>> + Send + 'static {
+        let q = self.0.clone();
+        async move {
+            let delay = secs("delay", delay).map_err(err)?;
+            let r = q
+                .enqueue(tasks, delay, on_duplicate(replace))
+                .await
+                .map_err(err)?;
+            Ok(r.iter()
+                .map(|e| !matches!(e, dlm::queue::Enqueued::Kept(_)))
+                .collect())
+        }
+    }
+
+    fn stats(&self) -> impl Future<Output = PyResult<Record>> + Send + 'static {
+        let q = self.0.clone();
+        async move {
+            let s = q.stats().await.map_err(err)?;
+            Ok(Record::default()
+                .with("waiting", s.waiting)
+                .with("delayed", s.delayed)
+                .with("in_flight", s.inflight)
+                .with("dead", s.dead)
+                .with("processed", s.processed)
+                .with("failed", s.failed)
+                .with("blocked", s.blocked)
+                .with("paused", s.paused)
+                .with("oldest_due", s.oldest_due))
+        }
+    }
+
+    fn result(
+        &self,
+        id: String,
+        wait: Option<f64>,
+    ) -> impl Future<Output = PyResult<Option<Bytes>>> + Send + 'static {
+        let q = self.0.clone();
+        async move {
+            let r = match opt_secs("timeout", wait).map_err(err)? {
+                Some(w) => q.wait_result(&id, w).await,
+                None => q.result(&id).await,
+            };
+            r.map(|o| o.map(Bytes)).map_err(err)
+        }
+    }
+
+    fn dead(&self, count: usize) -> impl Future<Output = PyResult<Vec<Record>>> + Send + 'static {
+        let q = self.0.clone();
+        async move {
+            let d = q.dead(count).await.map_err(err)?;
+            Ok(d.into_iter()
+                .map(|t| {
+                    Record::default()
+                        .with("id", t.id)
+                        .with("error", t.error)
+                        .with("payload", t.payload)
+                        .with("died_at", t.died_at)
+                })
+                .collect())
+        }
+    }
+
+    fn retry_dead(
+        &self,
+        ids: Option<Vec<String>>,
+    ) -> impl Future<Output = PyResult<usize>> + Send + 'static {
+        let q = self.0.clone();
+        async move {
+            let refs: Option<Vec<&str>> =
+                ids.as_ref().map(|v| v.iter().map(String::as_str).collect());
+            q.retry_dead(refs.as_deref()).await.map_err(err)
+        }
+    }
+
+    fn simple<T, F, Fut>(&self, f: F) -> impl Future<Output = PyResult<T>> + Send + 'static
+    where
+        F: FnOnce(dlm::queue::Queue) -> Fut + Send + 'static,
+        Fut: Future<Output = dlm::Result<T>> + Send,
+    {
+        let q = self.0.clone();
+        async move { f(q).await.map_err(err) }
+    }
+
+    fn work_sync(
+        &self,
+        handler: Py<PyAny>,
+        args: WorkArgs,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> impl Future<Output = PyResult<Record>> + Send + 'static {
+        let q = self.0.clone();
+        let handler = Arc::new(handler);
+        async move {
+            let opts = args.options().map_err(err)?;
+            let h = move |task: dlm::queue::Task| {
+                let handler = handler.clone();
+                async move {
+                    tokio::task::spawn_blocking(move || {
+                        Python::attach(|py| {
+                            let t = Py::new(py, Task::from_core(py, &task))
+                                .map_err(|e| e.to_string())?;
+                            match handler.call1(py, (t,)) {
+                                Ok(r) => result_bytes(r.bind(py)),
+                                Err(e) => Err(e.to_string()),
+                            }
+                        })
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(format!("handler thread failed: {e}")))
+                }
+            };
+            let r = q.worker(opts).run(h, stop).await.map_err(err)?;
+            Ok(report(r))
+        }
+    }
+
+    fn work_async(
+        &self,
+        py: Python<'_>,
+        handler: Py<PyAny>,
+        args: WorkArgs,
+    ) -> PyResult<impl Future<Output = PyResult<Record>> + Send + 'static> {
+        let on_loop = crate::bridge::running_loop_calls(py)?;
+        let q = self.0.clone();
+        let handler = Arc::new(handler);
+        Ok(async move {
+            let opts = args.options().map_err(err)?;
+            let h = move |task: dlm::queue::Task| {
+                let handler = handler.clone();
+                let on_loop = on_loop.clone();
+                async move {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let running: Arc<Mutex<Option<Py<PyAny>>>> = Arc::new(Mutex::new(None));
+                    let slot = running.clone();
+                    on_loop.call_soon(Box::new(move |py| {
+                        start_handler(py, &handler, &task, tx, &slot)
+                    }));
+                    // Dropped before the handler finished (task timeout, worker
+                    // cancelled): cancel its asyncio task too.
+                    let cancel = CancelOnDrop {
+                        running,
+                        on_loop,
+                        armed: true,
+                    };
+                    let out = rx
+                        .await
+                        .unwrap_or_else(|_| Err("handler was dropped".into()));
+                    cancel.disarm();
+                    out
+                }
+            };
+            let stop = tokio_util::sync::CancellationToken::new();
+            let r = q.worker(opts).run(h, stop).await.map_err(err)?;
+            Ok(report(r))
+        })
+    }
+}
+
+type HandlerOut = Result<Option<Vec<u8>>, String>;
+
+/// On the loop's thread: call the handler; a coroutine (or other awaitable)
+/// becomes an asyncio task whose end answers `tx`.
+fn start_handler(
+    py: Python<'_>,
+    handler: &Py<PyAny>,
+    task: &dlm::queue::Task,
+    tx: tokio::sync::oneshot::Sender<HandlerOut>,
+    running: &Mutex<Option<Py<PyAny>>>,
+) {
+    static ENSURE_FUTURE: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    let tx = Arc::new(Mutex::new(Some(tx)));
+    let started = (|| -> PyResult<()> {
+        let t = Py::new(py, Task::from_core(py, task))?;
+        let r = handler.bind(py).call1((t,))?;
+        if r.hasattr(pyo3::intern!(py, "__await__"))? {
+            let fut = ENSURE_FUTURE
+                .import(py, "asyncio", "ensure_future")?
+                .call1((r,))?;
+            fut.call_method1(
+                pyo3::intern!(py, "add_done_callback"),
+                (HandlerDone { tx: tx.clone() },),
+            )?;
+            *lock(running) = Some(fut.unbind());
+        } else {
+            answer(&tx, result_bytes(&r));
+        }
+        Ok(())
+    })();
+    if let Err(e) = started {
+        answer(&tx, Err(e.to_string()));
+    }
+}
+
+type Answer = Arc<Mutex<Option<tokio::sync::oneshot::Sender<HandlerOut>>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn answer(tx: &Answer, out: HandlerOut) {
+    if let Some(tx) = lock(tx).take() {
+        let _ = tx.send(out);
+    }
+}
+
+/// The done-callback of a handler's asyncio task: its result, exception or
+/// cancellation goes to the worker.
+#[pyclass(frozen, module = "dlm._dlm")]
+struct HandlerDone {
+    tx: Answer,
+}
+
+#[pymethods]
+impl HandlerDone {
+    fn __call__(&self, fut: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = fut.py();
+        let out = if fut
+            .call_method0(pyo3::intern!(py, "cancelled"))?
+            .is_truthy()?
+        {
+            Err("the handler's task was cancelled".to_string())
+        } else {
+            match fut.call_method0(pyo3::intern!(py, "result")) {
+                Ok(v) => result_bytes(&v),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        answer(&self.tx, out);
+        Ok(())
+    }
+}
+
+/// Cancels a handler's asyncio task when the worker drops the handler's
+/// future before it answered (task timeout, worker stopped).
+struct CancelOnDrop {
+    running: Arc<Mutex<Option<Py<PyAny>>>>,
+    on_loop: Arc<crate::bridge::Shared>,
+    armed: bool,
+}
+
+impl CancelOnDrop {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            let running = self.running.clone();
+            // Queued after the call that starts the handler: it finds the task.
+            self.on_loop.call_soon(Box::new(move |py| {
+                if let Some(f) = lock(&running).take() {
+                    let _ = f.bind(py).call_method0(pyo3::intern!(py, "cancel"));
+                }
+            }));
+        }
+    }
+}
+
+/// Bytes handed to Python as `bytes`.
+pub struct Bytes(pub Vec<u8>);
+
+impl<'py> IntoPyObject<'py> for Bytes {
+    type Target = PyBytes;
+    type Output = Bound<'py, PyBytes>;
+    type Error = PyErr;
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        Ok(PyBytes::new(py, &self.0))
+    }
+}
+
+/// A claimed lease, shared by both flavours.
+struct LeaseCore {
+    task: Py<Task>,
+    lease: Arc<tokio::sync::Mutex<Option<dlm::queue::Lease>>>,
+}
+
+fn lease_gone() -> PyErr {
+    err(dlm::Error::InvalidArgument {
+        arg: "lease",
+        reason: "the task was acked, nacked or abandoned already".into(),
+    })
+}
+
+impl LeaseCore {
+    fn new(py: Python<'_>, l: dlm::queue::Lease) -> PyResult<Self> {
+        Ok(LeaseCore {
+            task: Py::new(py, Task::from_core(py, l.task()))?,
+            lease: Arc::new(tokio::sync::Mutex::new(Some(l))),
+        })
+    }
+
+    fn finish<T, F, Fut>(&self, f: F) -> impl Future<Output = PyResult<T>> + Send + use<T, F, Fut>
+    where
+        F: FnOnce(dlm::queue::Lease) -> Fut + Send + 'static,
+        Fut: Future<Output = dlm::Result<T>> + Send,
+        T: Send + 'static,
+    {
+        let slot = self.lease.clone();
+        async move {
+            let l = slot.lock().await.take();
+            match l {
+                Some(l) => f(l).await.map_err(err),
+                None => Err(lease_gone()),
+            }
+        }
+    }
+
+    fn ack(
+        &self,
+        result: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<impl Future<Output = PyResult<()>> + Send + use<>> {
+        let r = match result {
+            Some(r) => result_bytes(&r).map_err(|e| {
+                err(dlm::Error::InvalidArgument {
+                    arg: "result",
+                    reason: e,
+                })
+            })?,
+            None => None,
+        };
+        Ok(self.finish(move |l| async move {
+            match r {
+                Some(r) => l.ack_with(r).await,
+                None => l.ack().await,
+            }
+        }))
+    }
+
+    fn nack(
+        &self,
+        error: &str,
+        retry_after: Option<f64>,
+    ) -> PyResult<impl Future<Output = PyResult<&'static str>> + Send + use<>> {
+        let after = opt_secs("retry_after", retry_after).map_err(err)?;
+        let error = error.to_string();
+        Ok(self.finish(move |l| async move {
+            let n = match after {
+                Some(a) => l.nack_after(a, &error).await,
+                None => l.nack(&error).await,
+            }?;
+            Ok(match n {
+                dlm::queue::Nacked::Dead => "dead",
+                _ => "retrying",
+            })
+        }))
+    }
+
+    fn with_lease<T, F>(&self, f: F) -> impl Future<Output = PyResult<T>> + Send + use<T, F>
+    where
+        F: for<'a> FnOnce(&'a dlm::queue::Lease) -> crate::guard::BoxFut<'a, dlm::Result<T>>
+            + Send
+            + 'static,
+        T: Send + 'static,
+    {
+        let slot = self.lease.clone();
+        async move {
+            let g = slot.lock().await;
+            match g.as_ref() {
+                Some(l) => f(l).await.map_err(err),
+                None => Err(lease_gone()),
+            }
+        }
+    }
+
+    fn extend(&self, lease: f64) -> PyResult<impl Future<Output = PyResult<()>> + Send + use<>> {
+        let d = secs("lease", lease).map_err(err)?;
+        Ok(self.with_lease(move |l| Box::pin(l.extend(d))))
+    }
+
+    fn progress(
+        &self,
+        pct: u8,
+        message: String,
+    ) -> impl Future<Output = PyResult<()>> + Send + use<> {
+        self.with_lease(move |l| Box::pin(async move { l.progress(pct, &message).await }))
+    }
+}
+
+macro_rules! lease_methods {
+    ($t:ident, $run:ident, $doc:literal) => {
+        #[doc = $doc]
+        #[pyclass(frozen, module = "dlm")]
+        pub struct $t {
+            core: LeaseCore,
+        }
+
+        #[pymethods]
+        impl $t {
+            /// The task.
+            #[getter]
+            fn task(&self, py: Python<'_>) -> Py<Task> {
+                self.core.task.clone_ref(py)
+            }
+
+            /// Done: remove the task, storing `result` (bytes or str) if given.
+            #[pyo3(signature = (result=None))]
+            fn ack<'py>(
+                &self,
+                py: Python<'py>,
+                result: Option<Bound<'py, PyAny>>,
+            ) -> PyResult<$run!(py, ())> {
+                $run(py, self.core.ack(result)?)
+            }
+
+            /// Failed: retry later (after `retry_after` seconds, else the
+            /// queue's backoff) or dead-letter it after max_attempts.
+            /// "retrying" or "dead".
+            #[pyo3(signature = (error="", retry_after=None))]
+            fn nack<'py>(
+                &self,
+                py: Python<'py>,
+                error: &str,
+                retry_after: Option<f64>,
+            ) -> PyResult<$run!(py, &'static str)> {
+                $run(py, self.core.nack(error, retry_after)?)
+            }
+
+            /// Give the task back untried.
+            fn abandon<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, ())> {
+                $run(py, self.core.finish(|l| l.abandon()))
+            }
+
+            /// Extend the lease to `lease` seconds from now.
+            fn extend<'py>(&self, py: Python<'py>, lease: f64) -> PyResult<$run!(py, ())> {
+                $run(py, self.core.extend(lease)?)
+            }
+
+            /// Report progress (0..=100 and a message), shown by `q.progress(id)`.
+            #[pyo3(signature = (pct, message=String::new()))]
+            fn progress<'py>(
+                &self,
+                py: Python<'py>,
+                pct: u8,
+                message: String,
+            ) -> PyResult<$run!(py, ())> {
+                $run(py, self.core.progress(pct, message))
+            }
+
+            fn __repr__(&self) -> String {
+                format!("<{} {:?}>", stringify!($t), self.core.task.get().id)
+            }
+        }
+
+        impl $t {
+            fn wrap(py: Python<'_>, leases: Vec<dlm::queue::Lease>) -> PyResult<Vec<Self>> {
+                let _ = py;
+                leases
+                    .into_iter()
+                    .map(|l| {
+                        Ok($t {
+                            core: LeaseCore::new(py, l)?,
+                        })
+                    })
+                    .collect()
+            }
+        }
+    };
+}
+
+macro_rules! queue_methods {
+    ($t:ty, $run:ident, $lease:ident) => {
+        #[pymethods]
+        impl $t {
+        /// The queue's name.
+        #[getter]
+        fn name(&self) -> &str {
+            self.core.0.name()
+        }
+
+        /// Add a task (due after `delay` seconds). Returns False when a task
+        /// with this id is already queued (kept, unless replace=True).
+        /// after=[ids]: run only once those tasks completed.
+        #[pyo3(signature = (id, payload=None, *, delay=0.0, priority=0, group=None, after=None, timeout=None, replace=false))]
+        #[allow(clippy::too_many_arguments)]
+        fn push<'py>(
+            &self,
+            py: Python<'py>,
+            id: String,
+            payload: Option<Vec<u8>>,
+            delay: f64,
+            priority: u16,
+            group: Option<String>,
+            after: Option<Vec<String>>,
+            timeout: Option<f64>,
+            replace: bool,
+        ) -> PyResult<$run!(py, bool)> {
+            $run(py, self.core.push(id, payload, delay, priority, group, after, timeout, replace))
+        }
+
+        /// Add many tasks in one round trip, all due after `delay` seconds:
+        /// `tasks` holds ids or (id, payload) pairs. For each, False when
+        /// the id was already queued (kept, unless replace=True).
+        #[pyo3(signature = (tasks, *, delay=0.0, replace=false))]
+        fn push_many<'py>(
+            &self,
+            py: Python<'py>,
+            tasks: Vec<Bound<'py, PyAny>>,
+            delay: f64,
+            replace: bool,
+        ) -> PyResult<$run!(py, Vec<bool>)> {
+            let tasks = new_tasks(tasks)?;
+            $run(py, self.core.push_many(tasks, delay, replace))
+        }
+
+        /// The queue's counts: waiting, delayed, in_flight, dead, processed,
+        /// failed, blocked, paused, oldest_due (seconds).
+        fn stats<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, Record)> {
+            $run(py, self.core.stats())
+        }
+
+        /// The stored result of task `id` (bytes), or None.
+        fn result<'py>(&self, py: Python<'py>, id: String) -> PyResult<$run!(py, Option<Bytes>)> {
+            $run(py, self.core.result(id, None))
+        }
+
+        /// Like result(), waiting up to `timeout` seconds for it.
+        fn wait_result<'py>(&self, py: Python<'py>, id: String, timeout: f64) -> PyResult<$run!(py, Option<Bytes>)> {
+            $run(py, self.core.result(id, Some(timeout)))
+        }
+
+        /// Up to `count` dead-lettered tasks: dicts of id, error, payload, died_at (ms).
+        #[pyo3(signature = (count=100))]
+        fn dead<'py>(&self, py: Python<'py>, count: usize) -> PyResult<$run!(py, Vec<Record>)> {
+            $run(py, self.core.dead(count))
+        }
+
+        /// Queue dead tasks again (all, or those of `ids`); how many.
+        #[pyo3(signature = (ids=None))]
+        fn retry_dead<'py>(&self, py: Python<'py>, ids: Option<Vec<String>>) -> PyResult<$run!(py, usize)> {
+            $run(py, self.core.retry_dead(ids))
+        }
+
+        /// Drop every dead task; how many.
+        fn purge_dead<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, usize)> {
+            $run(py, self.core.simple(|q| async move { q.purge_dead().await }))
+        }
+
+        /// Stop workers from claiming; True if it was running.
+        fn pause<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, bool)> {
+            $run(py, self.core.simple(|q| async move { q.pause().await }))
+        }
+
+        /// Let workers claim again; True if it was paused.
+        fn resume<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, bool)> {
+            $run(py, self.core.simple(|q| async move { q.resume().await }))
+        }
+
+        /// Lease up to `count` due tasks for `lease` seconds; ack or nack each.
+        #[pyo3(signature = (count=1, lease=30.0))]
+        fn claim<'py>(&self, py: Python<'py>, count: usize, lease: f64) -> PyResult<$run!(py, Vec<$lease>)> {
+            let d = secs("lease", lease).map_err(err)?;
+            let q = self.core.0.clone();
+            $run(py, async move {
+                let leases = q.claim(count, d).await.map_err(err)?;
+                Python::attach(|py| $lease::wrap(py, leases))
+            })
+        }
+
+        /// Change the queue's shared settings (None: unchanged) and return
+        /// them all. group_concurrency: tasks of one group in flight at once
+        /// (0: no limit); rate: (n, period seconds) claims at most (n=0: no
+        /// limit); keep_completed: ids of acked tasks kept (0: none);
+        /// events: the event log's cap (0: off); keep_results: seconds
+        /// results are kept.
+        #[pyo3(signature = (*, group_concurrency=None, rate=None, keep_completed=None, events=None, keep_results=None))]
+        fn configure<'py>(
+            &self,
+            py: Python<'py>,
+            group_concurrency: Option<u32>,
+            rate: Option<(u32, f64)>,
+            keep_completed: Option<u32>,
+            events: Option<u32>,
+            keep_results: Option<f64>,
+        ) -> PyResult<$run!(py, Record)> {
+            let change = settings_change(group_concurrency, rate, keep_completed, events, keep_results).map_err(err)?;
+            let q = self.core.0.clone();
+            $run(py, async move { q.configure(&change).await.map(settings_record).map_err(err) })
+        }
+
+        /// The queue's shared settings (see configure).
+        fn settings<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, Record)> {
+            let q = self.core.0.clone();
+            $run(py, async move { q.settings().await.map(settings_record).map_err(err) })
+        }
+
+        /// Add (or change) the repeating task `id`: a task `id@TICK` every
+        /// `every` seconds or per `cron` expression. "added", "changed" or
+        /// "unchanged".
+        #[pyo3(signature = (id, *, every=None, cron=None, payload=None))]
+        fn schedule<'py>(
+            &self,
+            py: Python<'py>,
+            id: String,
+            every: Option<f64>,
+            cron: Option<String>,
+            payload: Option<Vec<u8>>,
+        ) -> PyResult<$run!(py, &'static str)> {
+            let repeat = match (every, cron) {
+                (Some(e), None) => dlm::queue::Repeat::Every(secs("every", e).map_err(err)?),
+                (None, Some(c)) => dlm::queue::Repeat::Cron(c),
+                _ => {
+                    return Err(err(dlm::Error::InvalidArgument {
+                        arg: "every",
+                        reason: "give every= or cron=, one of them".into(),
+                    }));
+                }
+            };
+            let q = self.core.0.clone();
+            $run(py, async move {
+                let r = q.schedule(&id, repeat, payload).await.map_err(err)?;
+                Ok::<_, PyErr>(match r {
+                    dlm::queue::Scheduled::Added => "added",
+                    dlm::queue::Scheduled::Changed => "changed",
+                    _ => "unchanged",
+                })
+            })
+        }
+
+        /// Remove the repeating task `id`; True if it existed.
+        fn unschedule<'py>(&self, py: Python<'py>, id: String) -> PyResult<$run!(py, bool)> {
+            $run(py, self.core.simple(move |q| async move { q.unschedule(&id).await }))
+        }
+
+        /// The repeating tasks: dicts of id, repeat, next_tick (ms), payload.
+        #[pyo3(signature = (limit=100))]
+        fn schedules<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<$run!(py, Vec<Record>)> {
+            $run(py, self.core.simple(move |q| async move {
+                q.schedules(limit).await.map(|v| {
+                    v.into_iter()
+                        .map(|s| {
+                            Record::default()
+                                .with("id", s.id)
+                                .with("repeat", s.repeat.to_string())
+                                .with("next_tick", s.next_tick)
+                                .with("payload", s.payload)
+                        })
+                        .collect::<Vec<Record>>()
+                })
+            }))
+        }
+
+        /// Everything known about task `id` (state, attempts, fence, error,
+        /// ...) as a dict, or None.
+        fn task<'py>(&self, py: Python<'py>, id: String) -> PyResult<$run!(py, Option<Record>)> {
+            $run(py, self.core.simple(move |q| async move { q.task(&id).await.map(|d| d.map(task_record)) }))
+        }
+
+        /// The queue's live workers: dicts of id, host, pid, concurrency, busy, processed, failed, ...
+        fn workers<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, Vec<Record>)> {
+            $run(py, self.core.simple(move |q| async move {
+                q.workers().await.map(|v| v.into_iter().map(worker_record).collect::<Vec<Record>>())
+            }))
+        }
+
+        /// The last progress reported for task `id`: (pct, message) or None.
+        fn progress<'py>(&self, py: Python<'py>, id: String) -> PyResult<$run!(py, Option<(u8, String)>)> {
+            $run(py, self.core.simple(move |q| async move {
+                q.progress(&id).await.map(|p| p.map(|p| (p.pct, p.message)))
+            }))
+        }
+
+        fn __repr__(&self) -> String {
+            format!("<{} {:?}>", Self::KIND, self.core.0.name())
+        }
+        }
+    };
+}
+
+macro_rules! sync_ret {
+    ($py:ident, $t:ty) => {
+        $t
+    };
+}
+macro_rules! async_ret {
+    ($py:ident, $t:ty) => { Bound<'py, PyAny> };
+}
+
+/// A task queue (sync calls).
+#[pyclass(frozen, module = "dlm")]
+pub struct Queue {
+    core: Core,
+}
+
+impl Queue {
+    const KIND: &'static str = "Queue";
+    pub fn new(q: dlm::queue::Queue) -> Self {
+        Queue { core: Core(q) }
+    }
+}
+
+use block as sync_ret;
+queue_methods!(Queue, sync_ret, Lease);
+lease_methods!(
+    Lease,
+    sync_ret,
+    "A claimed task (sync calls): ack, nack or extend it before its lease runs out."
+);
+
+#[pymethods]
+impl Queue {
+    /// Run `handler(task)` for every task, `concurrency` at a time, each in
+    /// a thread of its own. Its return value (bytes, str or None) becomes the
+    /// task's result; an exception nacks the task (retried with backoff, then
+    /// dead-lettered) with its text as the error. stop_when_idle=True
+    /// returns once the queue is empty; else it runs until Ctrl-C. Returns
+    /// dict(acked, retried, dead, lost, returned). Ctrl-C stops it
+    /// gracefully: no new claims, running handlers finish (within the
+    /// worker's grace period, else their tasks go back to the queue), then
+    /// KeyboardInterrupt propagates; a second Ctrl-C stops it at once.
+    #[pyo3(signature = (handler, concurrency=1, stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None, grace=None, keep_results=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn work(
+        &self,
+        py: Python<'_>,
+        handler: Py<PyAny>,
+        concurrency: usize,
+        stop_when_idle: bool,
+        lease: Option<f64>,
+        task_timeout: Option<f64>,
+        worker_id: Option<String>,
+        grace: Option<f64>,
+        keep_results: Option<f64>,
+    ) -> PyResult<Record> {
+        let args = WorkArgs {
+            concurrency,
+            stop_when_idle,
+            lease,
+            task_timeout,
+            worker_id,
+            grace,
+            keep_results,
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        block_until(
+            py,
+            self.core.work_sync(handler, args, stop.clone()),
+            Some(stop),
+        )
+    }
+}
+
+/// A task queue (awaitable calls).
+#[pyclass(frozen, module = "dlm")]
+pub struct AsyncQueue {
+    core: Core,
+}
+
+impl AsyncQueue {
+    const KIND: &'static str = "AsyncQueue";
+    pub fn new(q: dlm::queue::Queue) -> Self {
+        AsyncQueue { core: Core(q) }
+    }
+}
+
+use awaitable as async_ret;
+queue_methods!(AsyncQueue, async_ret, AsyncLease);
+lease_methods!(
+    AsyncLease,
+    async_ret,
+    "A claimed task (awaitable calls): ack, nack or extend it before its lease runs out."
+);
+
+#[pymethods]
+impl AsyncQueue {
+    /// Run `handler(task)` (a coroutine function; a plain function works
+    /// too) for every task, `concurrency` at a time, on this event loop.
+    /// As Queue.work otherwise; cancelling the awaiting task stops the worker.
+    #[pyo3(signature = (handler, concurrency=1, stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None, grace=None, keep_results=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn work<'py>(
+        &self,
+        py: Python<'py>,
+        handler: Py<PyAny>,
+        concurrency: usize,
+        stop_when_idle: bool,
+        lease: Option<f64>,
+        task_timeout: Option<f64>,
+        worker_id: Option<String>,
+        grace: Option<f64>,
+        keep_results: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let args = WorkArgs {
+            concurrency,
+            stop_when_idle,
+            lease,
+            task_timeout,
+            worker_id,
+            grace,
+            keep_results,
+        };
+        let fut = self.core.work_async(py, handler, args)?;
+        awaitable(py, fut)
+    }
+}

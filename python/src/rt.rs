@@ -1,0 +1,402 @@
+//! The one tokio runtime, the bridges from Rust futures to sync and asyncio
+//! calls, and the translation of arguments and errors.
+
+use std::future::Future;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+
+/// The runtime every call runs on, sync or asyncio: multi-threaded, created
+/// on first use.
+pub fn rt() -> &'static tokio::runtime::Runtime {
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("dlm-tokio")
+            .build()
+            .expect("cannot start the tokio runtime")
+    })
+}
+
+/// How often a sync wait looks for a pending signal (Ctrl-C).
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+/// Run `fut` on the runtime and wait for it without the GIL. Every
+/// [`SIGNAL_POLL`] the wait runs Python's signal handlers: when one raises
+/// (KeyboardInterrupt on Ctrl-C), the future is cancelled (dropped) and
+/// the exception propagates.
+pub fn block<T, F>(py: Python<'_>, fut: F) -> PyResult<T>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    block_until(py, fut, None)
+}
+
+/// [`block`] for a call that stops gracefully: the first signal that raises
+/// cancels `stop` and waits for the call to wind down (a second one drops
+/// it), then the exception propagates.
+pub fn block_until<T, F>(
+    py: Python<'_>,
+    fut: F,
+    stop: Option<tokio_util::sync::CancellationToken>,
+) -> PyResult<T>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    if tokio::runtime::Handle::try_current().is_err() {
+        return block_here(py, fut, stop);
+    }
+    // On one of the runtime's threads (a queue handler calling dlm): the
+    // future runs on the runtime, this thread waits for its answer.
+    let mut interrupted: Option<PyErr> = None;
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let task = rt().spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    let mut rx = rx;
+    loop {
+        let (back, got) = py.detach(move || {
+            let got = rx.recv_timeout(SIGNAL_POLL);
+            (rx, got)
+        });
+        rx = back;
+        match got {
+            Ok(out) => {
+                return match interrupted {
+                    Some(e) => Err(e),
+                    None => out,
+                };
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if let Err(e) = py.check_signals() {
+                    match (&stop, interrupted.is_some()) {
+                        (Some(stop), false) => {
+                            stop.cancel();
+                            interrupted = Some(e);
+                        }
+                        _ => {
+                            task.abort();
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(PyRuntimeError::new_err(
+                    "dlm: the call's task ended without an answer",
+                ));
+            }
+        }
+    }
+}
+
+/// [`block_until`] on a thread of the caller's own: the future runs right
+/// here (no hand-over to another thread), without the GIL.
+fn block_here<T, F>(
+    py: Python<'_>,
+    fut: F,
+    stop: Option<tokio_util::sync::CancellationToken>,
+) -> PyResult<T>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let rt = rt();
+    let mut interrupted: Option<PyErr> = None;
+    let mut fut = Box::pin(fut);
+    loop {
+        let got = py.detach(|| {
+            rt.block_on(async { tokio::time::timeout(SIGNAL_POLL, fut.as_mut()).await })
+        });
+        match got {
+            Ok(out) => {
+                return match interrupted {
+                    Some(e) => Err(e),
+                    None => out,
+                };
+            }
+            Err(_) => {
+                if let Err(e) = py.check_signals() {
+                    match (&stop, interrupted.is_some()) {
+                        (Some(stop), false) => {
+                            stop.cancel();
+                            interrupted = Some(e);
+                        }
+                        _ => {
+                            // Dropped inside the runtime: what it held is
+                            // cleaned up in the background.
+                            let _in_runtime = rt.enter();
+                            drop(fut);
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub use crate::bridge::awaitable;
+
+/// Seconds (a float) as a duration; negative, NaN or huge values are an
+/// [`dlm::Error::InvalidArgument`] naming `arg`.
+pub fn secs(arg: &'static str, s: f64) -> Result<Duration, dlm::Error> {
+    if !s.is_finite() || s < 0.0 {
+        return Err(dlm::Error::InvalidArgument {
+            arg,
+            reason: format!("{s} is not a number of seconds >= 0"),
+        });
+    }
+    Duration::try_from_secs_f64(s).map_err(|_| dlm::Error::InvalidArgument {
+        arg,
+        reason: format!("{s} seconds is out of range"),
+    })
+}
+
+/// [`secs`] for an optional argument.
+pub fn opt_secs(arg: &'static str, s: Option<f64>) -> Result<Option<Duration>, dlm::Error> {
+    s.map(|s| secs(arg, s)).transpose()
+}
+
+/// A dlm error as the matching exception of `dlm.errors`.
+pub fn err(e: dlm::Error) -> PyErr {
+    Python::attach(|py| match build_err(py, &e) {
+        Ok(pe) => pe,
+        Err(pe) => pe,
+    })
+}
+
+fn build_err(py: Python<'_>, e: &dlm::Error) -> PyResult<PyErr> {
+    use dlm::Error as E;
+    let attrs = PyDict::new(py);
+    let class = match e {
+        E::Busy { name, ttl } => {
+            attrs.set_item("name", name)?;
+            attrs.set_item("ttl", ttl.map(|t| t.as_secs_f64()))?;
+            "Busy"
+        }
+        E::NoPermits {
+            name,
+            wanted,
+            free,
+            capacity,
+        } => {
+            attrs.set_item("name", name)?;
+            attrs.set_item("wanted", wanted)?;
+            attrs.set_item("free", free)?;
+            attrs.set_item("capacity", capacity)?;
+            "NoPermits"
+        }
+        E::Expired { name } => {
+            attrs.set_item("name", name)?;
+            "Expired"
+        }
+        E::NotHeld { name } => {
+            attrs.set_item("name", name)?;
+            "NotHeld"
+        }
+        E::Lost { name } => {
+            attrs.set_item("name", name)?;
+            "Lost"
+        }
+        E::LeaseLost { queue, id, taken } => {
+            attrs.set_item("queue", queue)?;
+            attrs.set_item("id", id)?;
+            attrs.set_item("taken", taken)?;
+            "LeaseLost"
+        }
+        E::Conflict {
+            name,
+            expected,
+            current,
+        } => {
+            attrs.set_item("name", name)?;
+            attrs.set_item("expected", expected)?;
+            attrs.set_item("current", current)?;
+            "Conflict"
+        }
+        E::RateLimited { name, retry_after } => {
+            attrs.set_item("name", name)?;
+            attrs.set_item("retry_after", retry_after.as_secs_f64())?;
+            "RateLimited"
+        }
+        E::StaleFence {
+            name,
+            given,
+            highest,
+        } => {
+            attrs.set_item("name", name)?;
+            attrs.set_item("given", given)?;
+            attrs.set_item("highest", highest)?;
+            "StaleFence"
+        }
+        E::NotReplicated {
+            name,
+            replicas,
+            wanted,
+        } => {
+            attrs.set_item("name", name)?;
+            attrs.set_item("replicas", replicas)?;
+            attrs.set_item("wanted", wanted)?;
+            "NotReplicated"
+        }
+        E::NoQuorum {
+            name,
+            answered,
+            needed,
+            nodes,
+        } => {
+            attrs.set_item("name", name)?;
+            attrs.set_item("answered", answered)?;
+            attrs.set_item("needed", needed)?;
+            attrs.set_item("nodes", nodes)?;
+            "NoQuorum"
+        }
+        E::QueueFull { name, max } => {
+            attrs.set_item("name", name)?;
+            attrs.set_item("max", max)?;
+            "QueueFull"
+        }
+        E::UpgradeRefused { name } => {
+            attrs.set_item("name", name)?;
+            "UpgradeRefused"
+        }
+        E::InvalidArgument { arg, reason } => {
+            attrs.set_item("arg", arg)?;
+            attrs.set_item("reason", reason)?;
+            "InvalidArgument"
+        }
+        E::Unavailable { .. } => "ConnectionError",
+        E::Timeout(after) => {
+            attrs.set_item("after", after.as_secs_f64())?;
+            "Timeout"
+        }
+        E::Backend { .. } => "RedisError",
+        _ => "Error",
+    };
+    let errors = py.import("dlm.errors")?;
+    let exc = errors.getattr(class)?.call1((e.to_string(),))?;
+    for (k, v) in attrs.iter() {
+        exc.setattr(k.cast_into::<pyo3::types::PyString>()?, v)?;
+    }
+    Ok(PyErr::from_value(exc))
+}
+
+/// A plain value of a result dict.
+#[derive(Debug, Clone)]
+pub enum Val {
+    None,
+    Bool(bool),
+    Int(u64),
+    Float(f64),
+    Str(String),
+    Bytes(Vec<u8>),
+    Strs(Vec<String>),
+}
+
+impl From<bool> for Val {
+    fn from(v: bool) -> Self {
+        Val::Bool(v)
+    }
+}
+impl From<u64> for Val {
+    fn from(v: u64) -> Self {
+        Val::Int(v)
+    }
+}
+impl From<u32> for Val {
+    fn from(v: u32) -> Self {
+        Val::Int(v.into())
+    }
+}
+impl From<usize> for Val {
+    fn from(v: usize) -> Self {
+        Val::Int(v as u64)
+    }
+}
+impl From<String> for Val {
+    fn from(v: String) -> Self {
+        Val::Str(v)
+    }
+}
+impl From<Duration> for Val {
+    fn from(v: Duration) -> Self {
+        Val::Float(v.as_secs_f64())
+    }
+}
+impl From<Option<Duration>> for Val {
+    fn from(v: Option<Duration>) -> Self {
+        v.map_or(Val::None, Val::from)
+    }
+}
+impl From<Option<dlm::Fence>> for Val {
+    fn from(v: Option<dlm::Fence>) -> Self {
+        v.map_or(Val::None, |f| Val::Int(f.get()))
+    }
+}
+impl From<Option<String>> for Val {
+    fn from(v: Option<String>) -> Self {
+        v.map_or(Val::None, Val::Str)
+    }
+}
+impl From<Option<Vec<u8>>> for Val {
+    fn from(v: Option<Vec<u8>>) -> Self {
+        v.map_or(Val::None, Val::Bytes)
+    }
+}
+impl From<Option<u32>> for Val {
+    fn from(v: Option<u32>) -> Self {
+        v.map_or(Val::None, Val::from)
+    }
+}
+
+impl<'py> IntoPyObject<'py> for Val {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(match self {
+            Val::None => py.None().into_bound(py),
+            Val::Bool(b) => b.into_pyobject(py)?.to_owned().into_any(),
+            Val::Int(i) => i.into_pyobject(py)?.into_any(),
+            Val::Float(f) => f.into_pyobject(py)?.into_any(),
+            Val::Str(s) => s.into_pyobject(py)?.into_any(),
+            Val::Bytes(b) => pyo3::types::PyBytes::new(py, &b).into_any(),
+            Val::Strs(v) => v.into_pyobject(py)?.into_any(),
+        })
+    }
+}
+
+/// A result dict: ordered pairs, made a `dict` when handed to Python.
+#[derive(Debug, Clone, Default)]
+pub struct Record(pub Vec<(&'static str, Val)>);
+
+impl Record {
+    /// Add a field.
+    pub fn with(mut self, k: &'static str, v: impl Into<Val>) -> Self {
+        self.0.push((k, v.into()));
+        self
+    }
+}
+
+impl<'py> IntoPyObject<'py> for Record {
+    type Target = PyDict;
+    type Output = Bound<'py, PyDict>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, v) in self.0 {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+}

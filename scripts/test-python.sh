@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The Python package (python/): format and lints of its binding crate, then
+# `pip install ./python` into a virtualenv, mypy (strict) on the stubs and the
+# tests, and pytest against throwaway redis-servers on free loopback ports.
+#
+# The binding crate is outside the cargo workspace (python/Cargo.toml says
+# why); its builds go to target/python so that reruns reuse them, and the
+# virtualenv lives in target/python-venv (PYTHON picks the interpreter,
+# default python3; DLM_PY_FRESH_VENV=1 starts it afresh).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export CARGO_TARGET_DIR="$root/target/python"
+venv="$root/target/python-venv"
+py=${PYTHON:-python3}
+
+(cd python && cargo fmt --check && cargo clippy --locked --release --all-targets -- -D warnings)
+
+if [ "${DLM_PY_FRESH_VENV:-0}" = 1 ] || [ ! -x "$venv/bin/python" ]; then
+  rm -rf "$venv"
+  "$py" -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+fi
+"$venv/bin/pip" install -q pytest mypy redis
+# The command the README gives users; --force-reinstall rebuilds from the sources.
+"$venv/bin/pip" install -q --force-reinstall --no-deps ./python
+
+# mypy and pytest run outside python/ so that `import dlm` is the installed package.
+"$venv/bin/mypy" --strict --cache-dir "$root/target/python-mypy-cache" python/tests python/dlm
+"$venv/bin/pytest" -q -p no:cacheprovider python/tests
