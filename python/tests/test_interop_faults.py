@@ -1,4 +1,5 @@
-"""Safety of the Python package under process faults, with real processes and a real redis-server:
+"""Safety under process faults, with real Python processes and a real redis-server (beside the package's
+test_faults.py: here the workers are killed again and again, and the reruns are checked):
 
 * a lock holder frozen past its lease (SIGSTOP of its Python process) has its late fenced write
   refused once another process took the lock and wrote with its newer fence;
