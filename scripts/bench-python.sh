@@ -12,8 +12,11 @@
 #
 # Env knobs: SECS=10 WARMUP=1 CONCS="1 64" MODES="distinct contended" QUEUE=1 QUEUE_N=10000
 #            QUEUE_C=64 LOCKS=1 ONLY=<regex on the line's label> RQ_FORK=0 (1: also RQ's forking Worker)
-#            VENV=target/pybench-venv  DLM_PY_SRC=python (the package to pip install; e.g.
-#            /path/to/other/worktree/python until it is merged)  SKIP_INSTALL=0 (1: use VENV as is)
+#            VENV=target/pybench-venv  DLM_PY_SRC=python (the package to pip install)
+#            DLM_PY_GIT=<checkout> [DLM_PY_REV=HEAD]: instead, install the package as committed at that
+#              revision of another checkout (e.g. a branch's worktree before it is merged): its python/ and
+#              crates/ are exported with `git archive` into target/pysrc and built from there
+#            SKIP_INSTALL=0 (1: use VENV as is)
 #            PEER_BENCH=../shared/bench-peers/python/bench.py (redis-py / python-redis-lock lines)
 # The redis-server is started on a free loopback port (never 6379) and stopped by its pid.
 set -euo pipefail
@@ -31,6 +34,16 @@ RQ_FORK=${RQ_FORK:-0}
 ONLY=${ONLY:-.}
 VENV=${VENV:-$ROOT/target/pybench-venv}
 DLM_PY_SRC=${DLM_PY_SRC:-$ROOT/python}
+DLM_PY_COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')
+if [ -n "${DLM_PY_GIT:-}" ]; then
+  DLM_PY_COMMIT=$(git -C "$DLM_PY_GIT" rev-parse --short "${DLM_PY_REV:-HEAD}")
+  rm -rf "$ROOT/target/pysrc"; mkdir -p "$ROOT/target/pysrc"
+  git -C "$DLM_PY_GIT" archive "$DLM_PY_COMMIT" python crates Cargo.toml Cargo.lock | tar -x -C "$ROOT/target/pysrc"
+  echo "$DLM_PY_COMMIT" > "$ROOT/target/pysrc/COMMIT"
+  DLM_PY_SRC=$ROOT/target/pysrc/python
+elif [ -f "$DLM_PY_SRC/../COMMIT" ]; then
+  DLM_PY_COMMIT=$(cat "$DLM_PY_SRC/../COMMIT")
+fi
 PEER_BENCH=${PEER_BENCH:-$ROOT/../shared/bench-peers/python/bench.py}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUTDIR=${OUTDIR:-$ROOT/bench-results/python-$STAMP}
@@ -68,7 +81,7 @@ cpu() { awk '{print $14+$15}' "/proc/$REDIS_PID/stat"; }
   echo "date_utc=$STAMP"; uname -a; nproc; grep -m1 'model name' /proc/cpuinfo || true
   redis-server --version; "$PY" --version
   "$PY" -m pip list 2>/dev/null | grep -Ei '^(dlm|redis|python-redis-lock|arq|rq|hiredis) '
-  echo "dlm package from: $DLM_PY_SRC ($(git -C "$DLM_PY_SRC" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  echo "dlm package from: $DLM_PY_SRC (commit $DLM_PY_COMMIT)"
 } > "$OUTDIR/machine.txt" 2>&1
 
 # ---- lock lines: label | command (mode conc secs url warmup appended, the peer contract)
