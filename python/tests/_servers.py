@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Iterator, Optional
 
 import pytest
 
@@ -26,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository (python/tests/ -> p
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class RedisServer:
@@ -73,7 +75,7 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def find_dlm_bin() -> str | None:
+def find_dlm_bin() -> Optional[str]:
     """$DLM_BIN, else the workspace's target/release/dlm, else target/debug/dlm."""
     env = os.environ.get("DLM_BIN")
     if env:
@@ -85,7 +87,7 @@ def find_dlm_bin() -> str | None:
 
 
 @pytest.fixture
-def redis_server():
+def redis_server() -> Iterator[RedisServer]:
     srv = RedisServer()
     try:
         yield srv
@@ -94,30 +96,32 @@ def redis_server():
 
 
 @pytest.fixture
-def redis_url(redis_server):
+def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
 
 @pytest.fixture(scope="session")
-def dlm_bin():
+def dlm_bin() -> str:
     b = find_dlm_bin()
     if b is None:
         pytest.skip("no dlm binary: set DLM_BIN or run `cargo build --release -p dlm-cli`")
     return b
 
 
-def run_cli(dlm_bin: str, url: str, *args: str, timeout: float = 30, **kw) -> subprocess.CompletedProcess:
+def run_cli(dlm_bin: str, url: str, *args: str, timeout: float = 30,
+            **kw: Any) -> "subprocess.CompletedProcess[str]":
     """`dlm --redis URL ARGS...`, captured, text mode."""
     return subprocess.run([dlm_bin, "--redis", url, *args], capture_output=True, text=True,
                           timeout=timeout, **kw)
 
 
-def python_proc(code: str, *args: str, **kw) -> subprocess.Popen:
+def python_proc(code: str, *args: str, **kw: Any) -> "subprocess.Popen[str]":
     """A child Python (this interpreter, so the same `dlm` package) running CODE."""
+    kw.setdefault("text", True)
     return subprocess.Popen([sys.executable, "-c", code, *args], **kw)
 
 
-def kill_proc(p: subprocess.Popen) -> None:
+def kill_proc(p: "subprocess.Popen[str]") -> None:
     """Stop a child we started, by pid, whatever state it is in (also SIGSTOPped)."""
     if p.poll() is None:
         try:

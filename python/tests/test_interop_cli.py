@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -31,7 +33,8 @@ def wait_for_file(path: str, timeout: float = 10.0) -> str:
 
 
 # ------------------------------------------------------------------------------ locks vs the CLI
-def test_python_lock_excludes_cli_lock_run(dlm_bin, redis_url, tmp_path):
+def test_python_lock_excludes_cli_lock_run(dlm_bin: str, redis_url: str,
+                                           tmp_path: Path) -> None:
     c = dlm.Client(redis_url)
     marker = tmp_path / "ran"
     cmd = ["lock", "run", NAME, "--ttl", "5s", "--", "sh", "-c", f"echo ran > {marker}"]
@@ -48,7 +51,8 @@ def test_python_lock_excludes_cli_lock_run(dlm_bin, redis_url, tmp_path):
     assert marker.read_text() == "ran\n"
 
 
-def test_cli_lock_run_excludes_python_lock(dlm_bin, redis_url, tmp_path):
+def test_cli_lock_run_excludes_python_lock(dlm_bin: str, redis_url: str,
+                                           tmp_path: Path) -> None:
     c = dlm.Client(redis_url)
     fence_file = tmp_path / "fence"
     done_file = tmp_path / "done"
@@ -78,7 +82,7 @@ def test_cli_lock_run_excludes_python_lock(dlm_bin, redis_url, tmp_path):
 
 
 # ------------------------------------------------------------------------------ queue vs the CLI
-def test_python_worker_drains_tasks_pushed_by_cli(dlm_bin, redis_url):
+def test_python_worker_drains_tasks_pushed_by_cli(dlm_bin: str, redis_url: str) -> None:
     ids = [f"cli-{i}" for i in range(25)]
     push = run_cli(dlm_bin, redis_url, "--json", "queue", "push", "interop-q", *ids,
                    "--payload", "from the cli")
@@ -87,9 +91,9 @@ def test_python_worker_drains_tasks_pushed_by_cli(dlm_bin, redis_url):
 
     c = dlm.Client(redis_url)
     q = c.queue("interop-q")
-    seen = {}
+    seen: dict[str, tuple[bytes, Optional[int], int]] = {}
 
-    def handler(task):
+    def handler(task: dlm.Task) -> None:
         seen[task.id] = (task.payload, task.fence, task.attempts)
         return None
 
@@ -105,7 +109,8 @@ def test_python_worker_drains_tasks_pushed_by_cli(dlm_bin, redis_url):
     assert '"waiting":0' in cli.stdout and f'"processed":{len(ids)}' in cli.stdout, cli.stdout
 
 
-def test_cli_worker_drains_tasks_pushed_from_python(dlm_bin, redis_url, tmp_path):
+def test_cli_worker_drains_tasks_pushed_from_python(dlm_bin: str, redis_url: str,
+                                                    tmp_path: Path) -> None:
     c = dlm.Client(redis_url)
     q = c.queue("interop-q2")
     ids = [f"py-{i}" for i in range(25)]
@@ -125,7 +130,7 @@ def test_cli_worker_drains_tasks_pushed_from_python(dlm_bin, redis_url, tmp_path
 
 
 # ------------------------------------------------------------------------- raw key vs redis-py
-def test_python_raw_key_lock_excludes_redis_py_lock(redis_url):
+def test_python_raw_key_lock_excludes_redis_py_lock(redis_url: str) -> None:
     redis = pytest.importorskip("redis")
     r = redis.Redis.from_url(redis_url)
     c = dlm.Client(redis_url)
@@ -140,7 +145,7 @@ def test_python_raw_key_lock_excludes_redis_py_lock(redis_url):
     other.release()
 
 
-def test_redis_py_lock_excludes_python_raw_key_lock(redis_url):
+def test_redis_py_lock_excludes_python_raw_key_lock(redis_url: str) -> None:
     redis = pytest.importorskip("redis")
     r = redis.Redis.from_url(redis_url)
     c = dlm.Client(redis_url)
@@ -159,10 +164,10 @@ def test_redis_py_lock_excludes_python_raw_key_lock(redis_url):
 
 
 @pytest.mark.skipif(sys.version_info < (3, 9), reason="asyncio API needs 3.9")
-def test_async_lock_excludes_cli_lock_run(dlm_bin, redis_url):
+def test_async_lock_excludes_cli_lock_run(dlm_bin: str, redis_url: str) -> None:
     import asyncio
 
-    async def main():
+    async def main() -> None:
         ac = await dlm.AsyncClient.connect(redis_url)
         async with ac.lock(NAME, ttl=10.0) as g:
             assert g.fence is not None

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -44,10 +45,11 @@ FROZEN_HOLDER = textwrap.dedent("""
 """)
 
 
-def test_frozen_holder_late_fenced_write_is_refused(redis_url):
+def test_frozen_holder_late_fenced_write_is_refused(redis_url: str) -> None:
     ttl = 1.0
     p = python_proc(FROZEN_HOLDER, redis_url, str(ttl), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, text=True)
+    assert p.stdin is not None and p.stdout is not None and p.stderr is not None
     try:
         line = p.stdout.readline().split()
         assert line and line[0] == "fence", (line, p.stderr.read() if p.poll() is not None else "")
@@ -97,7 +99,7 @@ WORKER = textwrap.dedent("""
 LEASE_S = 1.0
 
 
-def test_sigkilled_python_workers_lose_no_task(redis_url, tmp_path):
+def test_sigkilled_python_workers_lose_no_task(redis_url: str, tmp_path: Path) -> None:
     n = 600
     c = dlm.Client(redis_url)
     q = c.queue("faults", max_attempts=1000)
@@ -108,9 +110,10 @@ def test_sigkilled_python_workers_lose_no_task(redis_url, tmp_path):
     code = WORKER.replace("LEASE", repr(LEASE_S))
     rng = random.Random(25)
 
-    def spawn():
+    def spawn() -> "subprocess.Popen[str]":
         w = python_proc(code, redis_url, str(done), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                         text=True)
+        assert w.stdout is not None and w.stderr is not None
         assert w.stdout.readline().strip() == "ready", w.stderr.read() if w.poll() is not None else ""
         return w
 
@@ -132,7 +135,7 @@ def test_sigkilled_python_workers_lose_no_task(redis_url, tmp_path):
             kill_proc(w)
 
     # Drain what is left here: waits for the dead workers' leases to run out, then runs those tasks.
-    def handler(task):
+    def handler(task: dlm.Task) -> None:
         with open(done, "a") as f:
             f.write(f"{task.id} {task.attempts}\n")
         return None
