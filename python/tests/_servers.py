@@ -1,0 +1,136 @@
+"""Real processes for the interop and fault tests: a private redis-server and the `dlm` CLI.
+
+Not a conftest (the package's own tests/conftest.py lives beside this): test modules import the
+fixtures from here, e.g. `from _servers import redis_url, dlm_bin`.
+
+Each redis-server listens on a free loopback port (never 6379), saves nothing, and is killed by its
+pid when the fixture ends, also when the test failed.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository (python/tests/ -> python/ -> root)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """One redis-server process on 127.0.0.1:<free port>, stopped by pid."""
+
+    def __init__(self) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            pytest.skip("redis-server is not installed")
+        self.dir = tempfile.mkdtemp(prefix="dlm-py-redis-")
+        for _ in range(20):
+            self.port = free_port()
+            self.proc = subprocess.Popen(
+                [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", self.dir, "--daemonize", "no"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            if self._wait_ready():
+                break
+            self.stop()
+        else:
+            raise RuntimeError("could not start redis-server on a free port")
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def _wait_ready(self) -> bool:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False  # port taken between the probe and the bind: try another
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return True
+            except OSError:
+                pass
+            time.sleep(0.05)
+        return False
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def find_dlm_bin() -> Optional[str]:
+    """$DLM_BIN, else the workspace's target/release/dlm, else target/debug/dlm (the one
+    `cargo test --workspace` builds)."""
+    env = os.environ.get("DLM_BIN")
+    if env:
+        return env
+    for p in (ROOT / "target" / "release" / "dlm", ROOT / "target" / "debug" / "dlm"):
+        if p.is_file() and os.access(p, os.X_OK):
+            return str(p)
+    return None
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    srv = RedisServer()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def dlm_bin() -> str:
+    b = find_dlm_bin()
+    if b is None:
+        why = "no dlm binary: set DLM_BIN or run `cargo build --release -p dlm-cli`"
+        if os.environ.get("CI"):
+            pytest.fail(why)  # in CI a missing binary must not pass as skipped interop tests
+        pytest.skip(why)
+    return b
+
+
+def run_cli(dlm_bin: str, url: str, *args: str, timeout: float = 30,
+            **kw: Any) -> "subprocess.CompletedProcess[str]":
+    """`dlm --redis URL ARGS...`, captured, text mode."""
+    return subprocess.run([dlm_bin, "--redis", url, *args], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def python_proc(code: str, *args: str, **kw: Any) -> "subprocess.Popen[str]":
+    """A child Python (this interpreter, so the same `dlm` package) running CODE."""
+    kw.setdefault("text", True)
+    return subprocess.Popen([sys.executable, "-c", code, *args], **kw)
+
+
+def kill_proc(p: "subprocess.Popen[str]") -> None:
+    """Stop a child we started, by pid, whatever state it is in (also SIGSTOPped)."""
+    if p.poll() is None:
+        try:
+            os.kill(p.pid, signal.SIGCONT)
+            os.kill(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=10)
