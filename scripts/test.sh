@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: format, lints, unit, integration and doc tests, then the examples.
+# The whole test suite: format, lints, unit, integration and doc tests, the examples, then the
+# Python package's tests.
 # Every integration test starts its own redis-server on a free loopback port.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,9 @@ bash scripts/features.sh
 bash scripts/package.sh
 cargo test --workspace
 bash scripts/examples.sh
+# The Python package: `pip install ./python` into a virtualenv, mypy on its stubs and tests, pytest
+# (with the CLI interop tests, which use the target/debug/dlm that `cargo test` built).
+bash scripts/test-python.sh
 # The Docker image: built and smoke-run only where a Docker engine answers
 # (the Dockerfile itself is linted by `cargo test`: crates/dlm-cli/tests/ship.rs).
 if command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1; then

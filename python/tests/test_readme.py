@@ -1,4 +1,5 @@
-"""The Python examples of python/README.md run, in order, against a real redis-server."""
+"""The Python examples of python/README.md and of the repository's README.md run, in order,
+against a real redis-server."""
 
 from __future__ import annotations
 
@@ -6,11 +7,20 @@ import re
 from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT_README = Path(__file__).resolve().parent.parent.parent / "README.md"
+
+
+def run_blocks(readme: Path, redis_url: str, at_least: int) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", readme.read_text(), re.S)
+    assert len(blocks) >= at_least
+    scope: dict[str, object] = {"REDIS_URL": redis_url, "__name__": "readme"}
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"{readme}:python-block-{i}", "exec"), scope)
 
 
 def test_readme_examples(redis_url: str) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    assert len(blocks) >= 5
-    scope: dict[str, object] = {"REDIS_URL": redis_url, "__name__": "readme"}
-    for i, block in enumerate(blocks):
-        exec(compile(block, f"{README}:python-block-{i}", "exec"), scope)
+    run_blocks(README, redis_url, 5)
+
+
+def test_the_repositorys_readme_python_section(redis_url: str) -> None:
+    run_blocks(ROOT_README, redis_url, 1)
