@@ -382,6 +382,8 @@ class Versioned:
 
     def read(self) -> Optional[Tuple[bytes, int]]: ...
     def write(self, expected: int, data: Bytes) -> int: ...
+    def update(self, f: Callable[[Optional[bytes]], Bytes], max_attempts: int = 10) -> Tuple[int, bytes]:
+        """Read-compute-write with retries on conflict; returns (version, data)."""
 
 class Stock:
     """An atomic stock counter."""

@@ -187,3 +187,50 @@ extras!(
     AsyncRateLimiter,
     "awaitable calls"
 );
+
+#[pymethods]
+impl Versioned {
+    /// Read, compute `f(old)` (old: bytes, or None when never written) ->
+    /// new bytes, and write if nobody wrote in between; on a conflict start
+    /// over, up to `max_attempts` times (1..=1000; then dlm.Conflict).
+    /// Returns (new version, the bytes written). An exception of `f` stops
+    /// it: nothing is written and the exception propagates.
+    #[pyo3(signature = (f, max_attempts=10))]
+    fn update<'py>(
+        &self,
+        py: Python<'py>,
+        f: Py<PyAny>,
+        max_attempts: u32,
+    ) -> PyResult<(u64, Bound<'py, PyBytes>)> {
+        let v = self.v.clone();
+        let failed: std::sync::Arc<std::sync::Mutex<Option<PyErr>>> = Default::default();
+        let slot = failed.clone();
+        let out = block(py, async move {
+            let r = v
+                .update_with(max_attempts, |old| {
+                    let computed = Python::attach(|py| {
+                        let old = old.as_deref().map(|o| PyBytes::new(py, o));
+                        f.call1(py, (old,))?.extract::<Vec<u8>>(py)
+                    });
+                    let r = match computed {
+                        Ok(new) => Ok((new.clone(), new)),
+                        Err(e) => {
+                            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                            Err(dlm::Error::InvalidArgument {
+                                arg: "f",
+                                reason: "raised".into(),
+                            })
+                        }
+                    };
+                    async move { r }
+                })
+                .await;
+            Ok(r)
+        })?;
+        if let Some(e) = failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(e);
+        }
+        let (version, data) = out.map_err(err)?;
+        Ok((version, PyBytes::new(py, &data)))
+    }
+}

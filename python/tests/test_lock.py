@@ -279,3 +279,30 @@ def test_lock_more_options(redis_url: str) -> None:
     assert c.lock("repl").status()["held"] is False
     with pytest.raises(dlm.InvalidArgument):
         c.lock("opts", retry_interval=-1.0)
+
+
+def test_versioned_update(redis_url: str, r: "redis.Redis") -> None:
+    import threading
+
+    c = dlm.Client(redis_url)
+    v = c.versioned("counter")
+
+    def bump(old: bytes | None) -> bytes:
+        return str(int(old or b"0") + 1).encode()
+
+    ts = [threading.Thread(target=lambda: [v.update(bump, max_attempts=1000) for _ in range(10)]) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    data = v.read()
+    assert data is not None and data[0] == b"40"
+
+    def boom(old: bytes | None) -> bytes:
+        raise KeyError("no")
+
+    with pytest.raises(KeyError):
+        c.versioned("untouched").update(boom)
+    assert c.versioned("untouched").read() is None
+    with pytest.raises(dlm.InvalidArgument):
+        v.update(bump, max_attempts=0)

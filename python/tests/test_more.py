@@ -149,3 +149,51 @@ def test_inspection(redis_url: str) -> None:
     c.queue("listed").push("t")
     assert "listed" in c.queue_names()
     assert q.workers() == []
+
+
+def stub_typeddict_fields() -> dict[str, set[str]]:
+    stub = ast.parse((Path(__file__).resolve().parent.parent / "dlm" / "_dlm.pyi").read_text())
+    out: dict[str, set[str]] = {}
+    for node in stub.body:
+        if isinstance(node, ast.ClassDef) and any(
+            isinstance(b, ast.Name) and b.id == "TypedDict" for b in node.bases
+        ):
+            out[node.name] = {
+                n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+            }
+    return out
+
+
+def test_dicts_match_their_stub_types(redis_url: str) -> None:
+    fields = stub_typeddict_fields()
+    c = dlm.Client(redis_url)
+    q = c.queue("shapes", max_attempts=1)
+    q.push("ok")
+    q.push("bad")
+    q.schedule("tick", every=60.0)
+
+    def handler(t: dlm.Task) -> None:
+        if t.id == "bad":
+            raise RuntimeError("x")
+
+    report = q.work(handler, stop_when_idle=True)
+    assert set(report) == fields["WorkReport"]
+    assert set(q.stats()) == fields["QueueStats"]
+    assert set(q.settings()) == fields["QueueSettings"]
+    assert set(q.dead()[0]) == fields["DeadTask"]
+    assert set(q.schedules()[0]) == fields["Schedule"]
+    q.push("t")
+    assert set(q.task("t") or {}) == fields["TaskInfo"]
+    g = c.lock("shape", ttl=5.0).acquire()
+    assert set(c.held_locks()[0]) == fields["HeldLock"]
+    for handle in [
+        c.lock("shape"),
+        c.fair_lock("f"),
+        c.rwlock("r"),
+        c.semaphore("s", 2),
+        c.election("e", "me"),
+        c.multi_lock(["a", "b"]),
+    ]:
+        assert set(handle.status()) <= fields["LockStatus"]
+    g.release()
+    assert set(c.release_all()) == fields["ReleaseAll"]
