@@ -6,9 +6,10 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use crate::bridge::awaitable;
 use crate::guard::{AsyncLock, Lock, LockCore, acquired};
 use crate::queue::{AsyncQueue, Queue, QueueOpts};
-use crate::rt::{Record, awaitable, block, err, opt_secs, secs};
+use crate::rt::{Record, block, err, opt_secs, secs};
 
 /// How to connect: the arguments of `Client(...)` / `AsyncClient.connect(...)`.
 #[derive(Clone)]

@@ -4,7 +4,8 @@
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::rt::{awaitable, block, err, opt_secs};
+use crate::bridge::awaitable;
+use crate::rt::{block, err, opt_secs};
 
 /// `(data, version)` or None.
 pub struct Read(Option<(Vec<u8>, u64)>);

@@ -12,7 +12,8 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
-use crate::rt::{Record, awaitable, block, err, opt_secs, rt, secs};
+use crate::bridge::awaitable;
+use crate::rt::{Record, block, err, opt_secs, rt, secs};
 
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyString};
 
-use crate::rt::{Record, Val, awaitable, block, block_until, err, opt_secs, secs};
+use crate::bridge::awaitable;
+use crate::rt::{Record, Val, block, block_until, err, opt_secs, secs};
 
 /// Per-handle queue options (`Client.queue(...)` arguments).
 pub struct QueueOpts {

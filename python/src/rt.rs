@@ -143,8 +143,6 @@ where
     }
 }
 
-pub use crate::bridge::awaitable;
-
 /// Seconds (a float) as a duration; negative, NaN or huge values are an
 /// [`dlm::Error::InvalidArgument`] naming `arg`.
 pub fn secs(arg: &'static str, s: f64) -> Result<Duration, dlm::Error> {
