@@ -56,7 +56,34 @@ async fn tasks_by_state_queue_names_and_held_locks() -> TestResult {
     assert!(q.oldest_due_age().await?.is_some());
 
     c.queue("other").push("x").await?;
-    assert_eq!(c.queue_names(10).await?, ["inspect", "other"]);
+    // Queues whose only tasks have a priority, a group or dependencies.
+    c.queue("prio")
+        .enqueue(
+            [NewTask::new("p").priority(5)],
+            Duration::ZERO,
+            OnDuplicate::Keep,
+        )
+        .await?;
+    c.queue("grouped")
+        .enqueue(
+            [NewTask::new("g").group("g1")],
+            Duration::ZERO,
+            OnDuplicate::Keep,
+        )
+        .await?;
+    c.queue("graph")
+        .enqueue(
+            [NewTask::new("late")
+                .after(["soon"])
+                .deps_may_come_later(true)],
+            Duration::ZERO,
+            OnDuplicate::Keep,
+        )
+        .await?;
+    assert_eq!(
+        c.queue_names(10).await?,
+        ["graph", "grouped", "inspect", "other", "prio"]
+    );
 
     let opts = dlm::LockOptions::new(Duration::from_secs(30));
     let _a = c.lock("orders:1").acquire(&opts).await?;

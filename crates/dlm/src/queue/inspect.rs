@@ -317,8 +317,18 @@ impl Queue {
     }
 }
 
-/// The keys every queue that holds or held a task has at least one of.
-const QUEUE_KEY_SUFFIXES: [&str; 4] = ["}:waiting", "}:inflight", "}:dead", "}:stats"];
+/// The keys every queue that holds or held a task has at least one of: a due
+/// task with a priority or a group is in `ready` (or `parked`, its group at
+/// its limit), not `waiting`; one waiting for dependencies is in `blocked`.
+const QUEUE_KEY_SUFFIXES: [&str; 7] = [
+    "}:waiting",
+    "}:inflight",
+    "}:dead",
+    "}:stats",
+    "}:ready",
+    "}:parked",
+    "}:blocked",
+];
 
 /// The names of up to `limit` queues found on `backend` by scanning
 /// `dlm:queue:*` (with `SCAN`), sorted.
