@@ -50,11 +50,11 @@ where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: Send + 'static,
 {
-    if tokio::runtime::Handle::try_current().is_err() {
-        return block_here(py, fut, stop);
-    }
-    // On one of the runtime's threads (a queue handler calling dlm): the
-    // future runs on the runtime, this thread waits for its answer.
+    // The future runs on the runtime, this thread waits for its answer (and
+    // checks for signals between waits). Running it here instead (block_on)
+    // was 11% quicker for one thread alone but 15% slower with 64 threads
+    // (scripts/bench-python.sh, distinct keys), and the runtime's threads (a
+    // queue handler calling dlm) must hand it over anyway.
     let mut interrupted: Option<PyErr> = None;
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let task = rt().spawn(async move {
@@ -92,52 +92,6 @@ where
                 return Err(PyRuntimeError::new_err(
                     "dlm: the call's task ended without an answer",
                 ));
-            }
-        }
-    }
-}
-
-/// [`block_until`] on a thread of the caller's own: the future runs right
-/// here (no hand-over to another thread), without the GIL.
-fn block_here<T, F>(
-    py: Python<'_>,
-    fut: F,
-    stop: Option<tokio_util::sync::CancellationToken>,
-) -> PyResult<T>
-where
-    F: Future<Output = PyResult<T>> + Send + 'static,
-    T: Send + 'static,
-{
-    let rt = rt();
-    let mut interrupted: Option<PyErr> = None;
-    let mut fut = Box::pin(fut);
-    loop {
-        let got = py.detach(|| {
-            rt.block_on(async { tokio::time::timeout(SIGNAL_POLL, fut.as_mut()).await })
-        });
-        match got {
-            Ok(out) => {
-                return match interrupted {
-                    Some(e) => Err(e),
-                    None => out,
-                };
-            }
-            Err(_) => {
-                if let Err(e) = py.check_signals() {
-                    match (&stop, interrupted.is_some()) {
-                        (Some(stop), false) => {
-                            stop.cancel();
-                            interrupted = Some(e);
-                        }
-                        _ => {
-                            // Dropped inside the runtime: what it held is
-                            // cleaned up in the background.
-                            let _in_runtime = rt.enter();
-                            drop(fut);
-                            return Err(e);
-                        }
-                    }
-                }
             }
         }
     }
