@@ -30,26 +30,8 @@ from ._dlm import (
     Versioned,
     __version__,
 )
-from .errors import (
-    Busy,
-    Conflict,
-    ConnectionError,
-    Error,
-    Expired,
-    InvalidArgument,
-    LeaseLost,
-    Lost,
-    NoPermits,
-    NoQuorum,
-    NotHeld,
-    NotReplicated,
-    QueueFull,
-    RateLimited,
-    RedisError,
-    StaleFence,
-    Timeout,
-    UpgradeRefused,
-)
+from . import errors as _errors
+from .errors import *  # noqa: F403 - the exceptions, as listed in errors.__all__
 
 __all__ = [
     "AsyncClient",
@@ -72,22 +54,5 @@ __all__ = [
     "Task",
     "Versioned",
     "__version__",
-    "Error",
-    "Busy",
-    "NoPermits",
-    "Expired",
-    "NotHeld",
-    "Lost",
-    "LeaseLost",
-    "Conflict",
-    "RateLimited",
-    "StaleFence",
-    "NotReplicated",
-    "NoQuorum",
-    "QueueFull",
-    "UpgradeRefused",
-    "InvalidArgument",
-    "ConnectionError",
-    "Timeout",
-    "RedisError",
 ]
+__all__ += _errors.__all__

@@ -1,4 +1,5 @@
-"""Real processes for the interop and fault tests: a private redis-server and the `dlm` CLI.
+"""Real processes for the tests: a private redis-server (also behind conftest.py's fixtures) and the
+`dlm` CLI.
 
 Not a conftest (the package's own tests/conftest.py lives beside this): test modules import the
 fixtures from here, e.g. `from _servers import redis_url, dlm_bin`.
@@ -17,9 +18,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import pytest
+
+if TYPE_CHECKING:
+    import redis
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (python/tests/ -> python/ -> root)
 
@@ -67,6 +71,12 @@ class RedisServer:
                 pass
             time.sleep(0.05)
         return False
+
+    def redis(self) -> "redis.Redis":
+        """A redis-py client of this server (for looking behind dlm's back)."""
+        import redis
+
+        return redis.Redis(port=self.port)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

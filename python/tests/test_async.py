@@ -103,7 +103,7 @@ def test_async_queue(redis_url: str) -> None:
 
 def test_async_errors(redis_url: str) -> None:
     async def main() -> None:
-        from conftest import free_port
+        from _servers import free_port
 
         with pytest.raises(dlm.ConnectionError):
             ac = await dlm.AsyncClient.connect(

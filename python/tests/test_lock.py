@@ -105,7 +105,7 @@ def test_invalid_argument_writes_nothing(
 
 
 def test_connection_error_on_closed_port() -> None:
-    from conftest import free_port
+    from _servers import free_port
 
     url = f"redis://127.0.0.1:{free_port()}"
     t0 = time.monotonic()

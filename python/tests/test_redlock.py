@@ -8,7 +8,7 @@ import signal
 import pytest
 
 import dlm
-from conftest import RedisServer
+from _servers import RedisServer
 
 
 def test_redlock(three_servers: list[RedisServer]) -> None:
