@@ -199,6 +199,19 @@ fn concat(parts: &[&str]) -> String {
     s
 }
 
+/// The per-hash-slot fencing counter of the lock key `lock_key` under
+/// `prefix`: where a Redis Cluster keeps the fences of the locks of that
+/// slot (on one Redis every lock shares `PREFIXfence`). For tools that look
+/// at, or clean up, the counters.
+///
+/// ```
+/// let k = dlm::keys::slot_fence_key("dlm:lock:", "dlm:lock:{jobs}");
+/// assert!(k.starts_with("dlm:lock:fence:{"));
+/// ```
+pub fn slot_fence_key(prefix: &str, lock_key: &str) -> String {
+    fence_key(prefix, lock_key)
+}
+
 /// The fencing counter for the slot of `lock_key`.
 fn fence_key(prefix: &str, lock_key: &str) -> String {
     let tag = slot_tag(slot(lock_key));
