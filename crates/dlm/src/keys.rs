@@ -212,6 +212,30 @@ pub fn slot_fence_key(prefix: &str, lock_key: &str) -> String {
     fence_key(prefix, lock_key)
 }
 
+/// The keys `fence_layout.lua` is called with for the locks under
+/// `prefix`: the shared counter, the layout marker, and a per-slot counter
+/// of another slot than the shared counter's (so that a Redis Cluster
+/// refuses the call), then the pattern that finds the per-slot counters.
+pub(crate) struct FenceLayoutKeys {
+    pub shared: String,
+    pub marker: String,
+    pub elsewhere: String,
+    /// The per-slot counters' common start (`PREFIXfence:{`).
+    pub per_slot_start: String,
+}
+
+pub(crate) fn fence_layout_keys(prefix: &str) -> FenceLayoutKeys {
+    let shared = concat(&[prefix, "fence"]);
+    let other_slot = (slot(&shared) + 1) % 16384;
+    let tag = slot_tag(other_slot);
+    FenceLayoutKeys {
+        elsewhere: concat(&[prefix, "fence:{", tag.as_str(), "}"]),
+        marker: concat(&[prefix, "fence:layout"]),
+        per_slot_start: concat(&[prefix, "fence:{"]),
+        shared,
+    }
+}
+
 /// The fencing counter for the slot of `lock_key`.
 fn fence_key(prefix: &str, lock_key: &str) -> String {
     let tag = slot_tag(slot(lock_key));

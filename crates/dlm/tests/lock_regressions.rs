@@ -76,12 +76,13 @@ async fn fences_grow_in_grant_order_whatever_built_the_client() -> TestResult {
 async fn a_per_slot_counter_an_older_client_left_is_raised_past() -> TestResult {
     let s = server();
     let mut admin = raw(&s).await;
-    let c = client(&s).await;
-    // What an older `connection()` client left: the per-slot counter of
-    // lock `x`'s slot, far above the shared one.
+    // What an older `connection()` client left before the upgrade: the
+    // per-slot counter of lock `x`'s slot, far above the shared one.
     let old_key = old_slot_counter("dlm:lock:", "dlm:lock:{x}");
     let old_top = dlm::keys::FENCE_FLOOR + 1_000_000;
     let _: () = admin.set(&old_key, old_top).await?;
+    // The first client of this version, built either way.
+    let c = connection_client(&s).await?;
     let g = c.lock("x").acquire(&ttl(5_000)).await?;
     let fence = g.fence().ok_or("a fence")?.get();
     assert!(
@@ -280,5 +281,37 @@ async fn a_failed_transaction_leaves_no_lock_held_for_nobody() -> TestResult {
         ),
         Ok(g) => return Err(format!("acquired with a corrupt counter: {:?}", g.fence()).into()),
     }
+    Ok(())
+}
+
+/// Defect 1 on a Redis Cluster: a client built on the application's own
+/// cluster connection learns from the server that it is a cluster and keeps
+/// the per-slot counters, like a client dlm connected to the cluster; the
+/// two take turns on one lock with growing fences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_connection_client_uses_the_clusters_counters() -> TestResult {
+    let cluster = dlm_testkit::Cluster::start()?;
+    let by_urls = dlm::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .connect_cluster(&cluster.urls())
+        .await?;
+    let conn = redis::cluster::ClusterClient::new(cluster.urls())?
+        .get_async_connection()
+        .await?;
+    let by_conn = dlm::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .connection(conn)?;
+    let mut last = 0u64;
+    for round in 0..6 {
+        let c = if round % 2 == 0 { &by_urls } else { &by_conn };
+        let g = c.lock("x").acquire(&ttl(5_000)).await?;
+        let fence = g.fence().ok_or("a fence")?.get();
+        assert!(fence > last, "round {round}: fence {fence} after {last}");
+        last = fence;
+        g.release().await?;
+    }
+    let key = by_conn.lock("x").fence_key()?;
+    assert_eq!(key, by_urls.lock("x").fence_key()?);
+    assert!(key.starts_with("dlm:lock:fence:{"), "{key}");
     Ok(())
 }

@@ -371,7 +371,7 @@ impl Deployment {
                         })
                     });
                 let (state, _) = deferred::maintain(connector, bound, preload, None);
-                Backend::kept(state, timeout)
+                Backend::kept(state, timeout).cluster()
             }
             #[cfg(feature = "sentinel")]
             Deployment::Sentinel(master) => {
@@ -440,7 +440,7 @@ impl Deployment {
             #[cfg(feature = "cluster")]
             Deployment::Cluster { client, .. } => {
                 let conn = super::deadline(bound, client.get_async_connection()).await?;
-                let backend = Backend::new(conn, timeout);
+                let backend = Backend::new(conn, timeout).cluster();
                 backend.preload(&preload).await;
                 Ok(backend)
             }

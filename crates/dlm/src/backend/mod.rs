@@ -108,6 +108,18 @@ impl ConnectionLike for BoxedConnection {
     }
 }
 
+/// What [`Backend::transaction_within`] did.
+#[derive(Debug)]
+pub(crate) enum Transaction {
+    /// `EXEC` ran: the replies of the commands between `MULTI` and `EXEC`
+    /// (a failed command is a `Value::ServerError` among them).
+    Exec(Vec<Value>),
+    /// `MULTI` was refused: the commands between ran one by one.
+    RanAlone,
+    /// Nothing was sent: this user may not run `MULTI` (refused before).
+    NotSent,
+}
+
 /// One Redis deployment as dlm sees it.
 #[derive(Clone)]
 pub(crate) struct Backend {
@@ -115,6 +127,11 @@ pub(crate) struct Backend {
     timeout: Duration,
     /// The connection may be a cluster: multi-key scripts group keys by slot.
     by_slot: bool,
+    /// What dlm knows of the deployment's kind: `Some(false)` one server
+    /// (standalone, Sentinel's master), `Some(true)` a Redis Cluster, `None`
+    /// a connection the application passed in (the server tells, see
+    /// `lock::Locks::prepare`).
+    cluster: Option<bool>,
     /// The server refused `MULTI`/`EXEC` to this user once: do not send
     /// transactions again on this deployment.
     no_transactions: Arc<std::sync::atomic::AtomicBool>,
@@ -137,6 +154,7 @@ impl Backend {
             conn: Arc::new(conn),
             timeout,
             by_slot: true,
+            cluster: None,
             no_transactions: Arc::default(),
         }
     }
@@ -160,6 +178,7 @@ impl Backend {
             conn: Arc::new(deferred::Deferred::new(state.clone())),
             timeout,
             by_slot: true,
+            cluster: None,
             no_transactions: Arc::default(),
         };
         (backend, state)
@@ -182,6 +201,7 @@ impl Backend {
             conn: Arc::new(deferred),
             timeout,
             by_slot: true,
+            cluster: None,
             no_transactions: Arc::default(),
         }
     }
@@ -210,6 +230,7 @@ impl Backend {
             conn: Arc::new(deferred::Deferred::new(state)),
             timeout,
             by_slot: true,
+            cluster: None,
             no_transactions: Arc::default(),
         }
     }
@@ -243,7 +264,28 @@ impl Backend {
     /// scripts need not group keys by hash slot.
     pub(crate) fn standalone(mut self) -> Self {
         self.by_slot = false;
+        self.cluster = Some(false);
         self
+    }
+
+    /// Known to be a Redis Cluster (dlm opened it from the cluster's URLs).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn cluster(mut self) -> Self {
+        self.cluster = Some(true);
+        self
+    }
+
+    /// Whether the deployment is known to be a Redis Cluster (`None`: a
+    /// connection the application passed in; ask the server).
+    pub(crate) fn known_cluster(&self) -> Option<bool> {
+        self.cluster
+    }
+
+    /// Whether this user was refused `MULTI` once: transactions are no
+    /// longer sent on this deployment.
+    pub(crate) fn transactions_refused(&self) -> bool {
+        self.no_transactions
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether multi-key scripts must group keys by hash slot.
@@ -320,14 +362,22 @@ impl Backend {
 
     /// Run `pipe`, a transaction that the caller opened with `MULTI` and
     /// closed with `EXEC` (built with [`transaction`]), within `timeout` (at
-    /// most the client's deadline): the replies of the commands between, in
-    /// order, from `EXEC`. A command the server refused to queue (a cluster
-    /// node's MOVED), an aborted transaction or a failed command fails the
-    /// call. `Ok(None)`: the server refused `MULTI`, so the commands between
-    /// ran one by one, not atomically, and the caller must decide their
-    /// outcome another way; when the refusal was this user's ACL (made before
-    /// dlm used transactions), later calls on this deployment answer
-    /// `Ok(None)` without sending anything.
+    /// most the client's deadline).
+    ///
+    /// * [`Transaction::Exec`]: `EXEC`'s replies of the commands between, in
+    ///   order; a command that failed inside the transaction is a
+    ///   `Value::ServerError` there, for the caller to name (Redis rolls
+    ///   nothing back: the other commands ran).
+    /// * [`Transaction::RanAlone`]: the server refused `MULTI`, so the
+    ///   commands between ran one by one, not atomically; the caller must
+    ///   decide their outcome another way.
+    /// * [`Transaction::NotSent`]: this user was refused `MULTI` by its ACL
+    ///   before (an ACL made before dlm used transactions): nothing was sent,
+    ///   and nothing will be on this deployment.
+    ///
+    /// A command the server refused to queue (a cluster node's MOVED) or an
+    /// aborted transaction fails the call; so does a lost reply (then the
+    /// commands may have run: the caller's outcome is unsure).
     ///
     /// (`MULTI` and `EXEC` are sent as plain commands of a pipeline, not as
     /// redis-rs's atomic pipeline, whose reply accounting underflows when
@@ -336,10 +386,10 @@ impl Backend {
         &self,
         timeout: Duration,
         pipe: &redis::Pipeline,
-    ) -> Result<Option<Vec<Value>>> {
+    ) -> Result<Transaction> {
         use std::sync::atomic::Ordering;
         if self.no_transactions.load(Ordering::Relaxed) {
-            return Ok(None);
+            return Ok(Transaction::NotSent);
         }
         let mut conn = self.conn.handle();
         let replies: Vec<Value> =
@@ -358,14 +408,14 @@ impl Backend {
                          (dlm::keys::ACL_RULES) for the faster path"
                     );
                 }
-                return Ok(None);
+                return Ok(Transaction::RanAlone);
             }
             // Refused for another reason (LOADING, ...): the commands after
             // it ran one by one this time, so their outcome is the caller's
             // to decide again, by other means.
             Some(Value::ServerError(e)) => {
                 tracing::debug!(error = %e.details().unwrap_or_default(), "MULTI refused");
-                return Ok(None);
+                return Ok(Transaction::RanAlone);
             }
             other => {
                 return Err(Error::protocol(format!("MULTI replied {other:?}")));
@@ -380,14 +430,7 @@ impl Backend {
             return Err(Error::from(redis::RedisError::from(e)));
         }
         match exec {
-            Value::Array(values) => {
-                if let Some(Value::ServerError(e)) =
-                    values.iter().find(|v| matches!(v, Value::ServerError(_)))
-                {
-                    return Err(Error::from(redis::RedisError::from(e.clone())));
-                }
-                Ok(Some(values))
-            }
+            Value::Array(values) => Ok(Transaction::Exec(values)),
             Value::ServerError(e) => Err(Error::from(redis::RedisError::from(e))),
             other => Err(Error::protocol(format!("EXEC replied {other:?}"))),
         }

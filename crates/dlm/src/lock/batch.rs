@@ -13,7 +13,7 @@ use futures_util::future::join_all;
 use redis::{Script, Value};
 use tokio::sync::oneshot;
 
-use crate::backend::{Backend, end_transaction, evalsha, millis, transaction};
+use crate::backend::{Backend, Transaction, end_transaction, evalsha, millis, transaction};
 use crate::error::{Error, Result};
 use crate::keys::{FENCE_FLOOR, LockKeys, slot};
 use crate::lock::Outcome;
@@ -354,17 +354,30 @@ async fn send_acquires(backend: &Backend, jobs: Vec<Job>) {
         (Job::Acquire { keys, .. }, Some(Job::Acquire { keys: k0, .. })) => keys.fence == k0.fence,
         _ => false,
     };
+    // A user whose ACL refused `MULTI` before (made before dlm used
+    // transactions) gets no transaction at all: every attempt is the script
+    // that can take a free lock. (`settle_many.lua` never takes one, so
+    // sending the first attempts there when no transaction ran would answer
+    // "busy" for free locks.)
+    if backend.transactions_refused() {
+        acquire_script(backend, &ACQUIRE_MANY, jobs).await;
+        return;
+    }
     // Mostly every job is a first attempt on the one counter of its prefix:
     // one transaction for all, without sorting them.
     let simple = jobs
         .iter()
         .all(|j| matches!(j, Job::Acquire { first: true, .. }) && first_counter(j));
     if simple {
-        let undecided = acquire_transaction(backend, jobs).await;
-        acquire_script(backend, &SETTLE_MANY, undecided).await;
+        let (undecided, unsent) = acquire_transaction(backend, jobs).await;
+        futures_util::future::join(
+            acquire_script(backend, &SETTLE_MANY, undecided),
+            acquire_script(backend, &ACQUIRE_MANY, unsent),
+        )
+        .await;
         return;
     }
-    let (mut fast, slow): (Vec<Job>, Vec<Job>) = jobs
+    let (mut fast, mut slow): (Vec<Job>, Vec<Job>) = jobs
         .into_iter()
         .partition(|j| matches!(j, Job::Acquire { first: true, .. }));
     // One transaction per counter (locks under other prefixes).
@@ -377,7 +390,9 @@ async fn send_acquires(backend: &Backend, jobs: Vec<Job>) {
         let (same, rest): (Vec<Job>, Vec<Job>) = fast
             .into_iter()
             .partition(|j| matches!(j, Job::Acquire { keys, .. } if keys.fence == fence.fence));
-        undecided.extend(acquire_transaction(backend, same).await);
+        let (left, unsent) = acquire_transaction(backend, same).await;
+        undecided.extend(left);
+        slow.extend(unsent);
         fast = rest;
     }
     futures_util::future::join(
@@ -388,10 +403,16 @@ async fn send_acquires(backend: &Backend, jobs: Vec<Job>) {
 }
 
 /// The transaction of [`send_acquires`] for jobs that share one counter:
-/// answers the jobs it granted (or failed on), returns the others.
-async fn acquire_transaction(backend: &Backend, jobs: Vec<Job>) -> Vec<Job> {
+/// answers the jobs it granted (or failed on), and returns the others: those
+/// whose commands ran (to be decided by `settle_many.lua`), and those for
+/// which nothing was sent (for `acquire_many.lua`).
+///
+/// Every failure once the transaction was sent is answered as an error of
+/// the attempt, which the acquisition treats as unsure (its `SET` may have
+/// run: Redis rolls nothing back), so it stays armed to release its token.
+async fn acquire_transaction(backend: &Backend, jobs: Vec<Job>) -> (Vec<Job>, Vec<Job>) {
     let Some(Job::Acquire { keys: first, .. }) = jobs.first() else {
-        return jobs;
+        return (jobs, Vec::new());
     };
     let mut pipe = transaction(1 + jobs.len());
     pipe.cmd("INCRBY").arg(&first.fence).arg(jobs.len());
@@ -412,42 +433,51 @@ async fn acquire_transaction(backend: &Backend, jobs: Vec<Job>) -> Vec<Job> {
     let reply = backend
         .transaction_within(max_timeout(&jobs), &pipe)
         .await
-        .and_then(|values| match values {
-            Some(values) if values.len() != 1 + jobs.len() => Err(Error::protocol(format!(
-                "the acquire transaction returned {} replies for {}",
-                values.len(),
-                1 + jobs.len()
-            ))),
+        .and_then(|t| match t {
+            Transaction::Exec(values) if values.len() != 1 + jobs.len() => {
+                Err(Error::protocol(format!(
+                    "the acquire transaction returned {} replies for {}",
+                    values.len(),
+                    1 + jobs.len()
+                )))
+            }
             other => Ok(other),
         });
     let values = match reply {
-        Ok(Some(values)) => values,
+        Ok(Transaction::Exec(values)) => values,
         // MULTI was refused (this user's ACL, or the server's state): its
         // commands may have run one by one (SETs granted, outside a
         // transaction). `settle_many.lua` decides every job, finding those
         // keys already ours (TTL reset, a fence taken atomically with it).
-        Ok(None) => return jobs,
+        Ok(Transaction::RanAlone) => return (jobs, Vec::new()),
+        // Nothing was sent (MULTI refused to this user before): the script
+        // that can take a free lock makes these attempts.
+        Ok(Transaction::NotSent) => return (Vec::new(), jobs),
         Err(e) => {
-            for job in jobs {
-                if let Job::Acquire { reply, .. } = job {
-                    let _ = reply.send(Err(e.share()));
-                }
-            }
-            return Vec::new();
+            fail(jobs, &e);
+            return (Vec::new(), Vec::new());
         }
     };
     let mut values = values.into_iter();
     // The first of the fences the INCRBY reserved; `None`: not above the floor.
     let mut next = match values.next() {
         Some(Value::Int(top)) => first_fence(top, jobs.len()),
+        Some(Value::ServerError(e)) => {
+            let counter = match jobs.first() {
+                Some(Job::Acquire { keys, .. }) => keys.fence.as_str(),
+                _ => "",
+            };
+            let e = Error::protocol(format!(
+                "the fencing counter {counter:?} does not hold an integer \
+                 (INCRBY: {}); a lock acquired now would get no fence",
+                e.details().unwrap_or(e.code())
+            ));
+            fail(jobs, &e);
+            return (Vec::new(), Vec::new());
+        }
         other => {
-            let e = Error::protocol(format!("INCRBY replied {other:?}"));
-            for job in jobs {
-                if let Job::Acquire { reply, .. } = job {
-                    let _ = reply.send(Err(e.share()));
-                }
-            }
-            return Vec::new();
+            fail(jobs, &Error::protocol(format!("INCRBY replied {other:?}")));
+            return (Vec::new(), Vec::new());
         }
     };
     let mut undecided = Vec::new();
@@ -474,7 +504,21 @@ async fn acquire_transaction(backend: &Backend, jobs: Vec<Job>) -> Vec<Job> {
             _ => undecided.push(job),
         }
     }
-    undecided
+    (undecided, Vec::new())
+}
+
+/// Answer every job with `e`.
+fn fail(jobs: Vec<Job>, e: &Error) {
+    for job in jobs {
+        match job {
+            Job::Acquire { reply, .. } => {
+                let _ = reply.send(Err(e.share()));
+            }
+            Job::Release { reply, .. } => {
+                let _ = reply.send(Err(e.share()));
+            }
+        }
+    }
 }
 
 /// The first of the `n` fences an `INCRBY counter n` that returned `top`

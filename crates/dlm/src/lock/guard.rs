@@ -328,9 +328,15 @@ async fn extend_held(held: &Held, ttl: Duration) -> Result<()> {
         .extend(&held.name, &held.keys, &held.token, ttl, held.node_timeout)
         .await?;
     if outcome == Outcome::Done {
-        held.lease.renewed(valid_until);
-        tracing::debug!(name = %held.name, ?ttl, "extended");
-        return Ok(());
+        if held.lease.renewed(valid_until) {
+            tracing::debug!(name = %held.name, ?ttl, "extended");
+            return Ok(());
+        }
+        // The lease ran out before the replies came back: another client
+        // may have held the lock in the gap. Lost, whatever Redis holds now.
+        tracing::debug!(name = %held.name, "the lease ran out before the extend's reply");
+        held.lost(LostReason::RenewFailed);
+        return Outcome::Expired.into_result(&held.name);
     }
     tracing::debug!(name = %held.name, ?outcome, "extend found the lock gone");
     held.lost(LostReason::of(outcome));

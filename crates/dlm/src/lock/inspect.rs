@@ -52,6 +52,7 @@ impl Locks {
         let backend = self.single()?;
         // The lock key is PREFIX{NAME}: the pattern goes between the braces.
         let glob = format!("{}{{{pattern}}}", glob_escape(&self.prefix));
+        self.prepare().await?;
         let mut names: Vec<String> = backend
             .scan(&glob, limit)
             .await?

@@ -4,7 +4,7 @@
 //! never at the client.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -38,8 +38,12 @@ pub struct ReleaseAll {
 pub(crate) struct Locks {
     pub(crate) nodes: Nodes,
     pub(crate) prefix: String,
-    /// Where the fencing counters live on these nodes.
-    pub(crate) fence_layout: FenceLayout,
+    /// Where the fencing counters live on these nodes (a [`Layout`] code):
+    /// a property of the deployment, never of how the client was built.
+    fence_layout: AtomicU8,
+    /// The layout was learnt (and an older layout's counters raised past)
+    /// before this client's first lock operation on one Redis.
+    prepared: tokio::sync::OnceCell<()>,
     pub(crate) wakeups: Option<Arc<Wakeups>>,
     /// Batched watchdog renewals.
     pub(crate) renewer: Arc<Renewer<Held>>,
@@ -74,18 +78,26 @@ impl Locks {
             Nodes::Single(_) => TaskTracker::new(),
         };
         // A lock and its counter share a slot on a Redis Cluster; one Redis
-        // (standalone, Sentinel, each Redlock master) shares one counter.
+        // (standalone, Sentinel, each Redlock master) shares one counter. A
+        // connection the application passed in could be either: the server
+        // tells, before the first lock operation (`prepare`).
         let fence_layout = match &nodes {
-            Nodes::Single(node) if node.backend.batch_by_slot() => FenceLayout::PerSlot,
+            Nodes::Single(node) => match node.backend.known_cluster() {
+                Some(true) => Layout::PER_SLOT,
+                Some(false) => Layout::SHARED,
+                None => Layout::UNKNOWN,
+            },
+            // Redlock hands out no fences; its counters only need a slot.
             Nodes::Quorum(q) if q.backends.iter().any(|n| n.backend.batch_by_slot()) => {
-                FenceLayout::PerSlot
+                Layout::PER_SLOT
             }
-            _ => FenceLayout::Shared,
+            Nodes::Quorum(_) => Layout::SHARED,
         };
         Arc::new(Locks {
             nodes,
             prefix,
-            fence_layout,
+            fence_layout: AtomicU8::new(fence_layout),
+            prepared: tokio::sync::OnceCell::new(),
             wakeups,
             renewer: Renewer::new(),
             registry: Registry::default(),
@@ -94,9 +106,65 @@ impl Locks {
         })
     }
 
-    /// The keys of lock `name` (`raw`: the key is exactly `name`) on these nodes.
+    /// The keys of lock `name` (`raw`: the key is exactly `name`) on these
+    /// nodes. Their fencing counter is right once [`Locks::prepare`] ran
+    /// (before that, on a connection the application passed in, it is the
+    /// one-Redis counter: [`Locks::fence_layout`] tells).
     pub(crate) fn lock_keys(&self, name: &str, raw: bool) -> crate::error::Result<LockKeys> {
-        lock_keys_in(&self.prefix, name, raw, self.fence_layout)
+        let layout = match self.fence_layout.load(Ordering::Acquire) {
+            Layout::PER_SLOT => FenceLayout::PerSlot,
+            _ => FenceLayout::Shared,
+        };
+        lock_keys_in(&self.prefix, name, raw, layout)
+    }
+
+    /// Where the fencing counters live, `None` while unknown (a client on a
+    /// connection the application passed in, before its first lock operation).
+    pub(crate) fn fence_layout(&self) -> Option<FenceLayout> {
+        match self.fence_layout.load(Ordering::Acquire) {
+            Layout::PER_SLOT => Some(FenceLayout::PerSlot),
+            Layout::SHARED => Some(FenceLayout::Shared),
+            _ => None,
+        }
+    }
+
+    /// Whether [`Locks::prepare`] has nothing left to do.
+    pub(crate) fn is_prepared(&self) -> bool {
+        self.prepared.initialized() || !matches!(self.nodes, Nodes::Single(_))
+    }
+
+    /// Before the first lock operation on one Redis: learn where the
+    /// fencing counters live (one shared counter, or per hash slot on a
+    /// Redis Cluster) from the server when the client cannot know, and raise
+    /// the shared counter past what an older dlm's per-slot counters handed
+    /// out (`fence_layout.lua`). One round trip per client, once; a failure
+    /// (Redis unreachable) is tried again by the next operation. So one
+    /// lock's fences grow in grant order whatever mix of clients (URL,
+    /// `connection()`, Sentinel, any builder option) works on a deployment.
+    pub(crate) async fn prepare(&self) -> crate::error::Result<()> {
+        if self.is_prepared() {
+            return Ok(());
+        }
+        let Nodes::Single(node) = &self.nodes else {
+            return Ok(());
+        };
+        self.prepared
+            .get_or_try_init(|| async {
+                let layout = crate::lock::ops::fence_layout(
+                    &node.backend,
+                    &self.prefix,
+                    node.backend.known_cluster(),
+                )
+                .await?;
+                let code = match layout {
+                    FenceLayout::PerSlot => Layout::PER_SLOT,
+                    FenceLayout::Shared => Layout::SHARED,
+                };
+                self.fence_layout.store(code, Ordering::Release);
+                Ok::<(), crate::error::Error>(())
+            })
+            .await
+            .map(|_| ())
     }
 
     /// The one Redis, when there is only one (not Redlock).
@@ -125,6 +193,15 @@ impl Locks {
         }
         report
     }
+}
+
+/// The codes of `Locks::fence_layout`.
+struct Layout;
+
+impl Layout {
+    const UNKNOWN: u8 = 0;
+    const SHARED: u8 = 1;
+    const PER_SLOT: u8 = 2;
 }
 
 /// Shared between a guard and its watchdog.

@@ -165,7 +165,19 @@ impl Lock {
     /// assert!(client.lock("jobs").fence_key()?.starts_with("dlm:lock:fence"));
     /// # Ok(()) }
     /// ```
+    ///
+    /// A client built on a connection the application passed in
+    /// ([`crate::ClientBuilder::connection`]) learns whether that is a Redis
+    /// Cluster at its first lock operation; before that this is an
+    /// [`Error::InvalidArgument`] saying so.
     pub fn fence_key(&self) -> Result<String> {
+        if self.locks.fence_layout().is_none() {
+            return Err(Error::invalid(
+                "fence key",
+                "not known yet: a client built on a connection() learns whether the server is \
+                 a Redis Cluster at its first lock operation",
+            ));
+        }
         Ok(self.keys()?.fence)
     }
 
@@ -181,7 +193,7 @@ impl Lock {
     /// until the deadline. Never waits longer than `wait` plus one call timeout.
     pub async fn acquire(&self, opts: &LockOptions) -> Result<LockGuard> {
         let started = Instant::now();
-        let result = match self.checked(opts) {
+        let result = match self.checked(opts).await {
             Ok(keys) => {
                 let span = tracing::debug_span!(
                     "dlm.acquire",
@@ -203,10 +215,36 @@ impl Lock {
         result
     }
 
-    /// The keys of an acquisition whose options are valid for these nodes.
-    fn checked(&self, opts: &LockOptions) -> Result<LockKeys> {
+    /// The keys of an acquisition whose options are valid for these nodes
+    /// (with the deployment's fencing counter: see `Locks::prepare`).
+    async fn checked(&self, opts: &LockOptions) -> Result<LockKeys> {
         opts.validate()?;
         self.locks.nodes.check_ttl(opts.ttl, opts.node_timeout)?;
+        if !self.locks.is_prepared() {
+            // Nothing is sent for an invalid name.
+            self.keys()?;
+            // Redis unreachable: tried again within the acquisition's wait.
+            let deadline = Instant::now() + opts.wait;
+            loop {
+                match self.locks.prepare().await {
+                    Ok(()) => break,
+                    Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                        let pause = jittered(opts.retry_interval);
+                        tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        self.keys()
+    }
+
+    /// The keys, with the deployment's fencing counter known.
+    async fn prepared_keys(&self) -> Result<LockKeys> {
+        if !self.locks.is_prepared() {
+            self.keys()?;
+            self.locks.prepare().await?;
+        }
         self.keys()
     }
 
@@ -339,13 +377,18 @@ impl Lock {
                 }
                 // Redlock: the failed attempt released wherever it may have landed.
                 Err(e @ Error::NoQuorum { .. }) => (e, None),
-                Err(e) if e.is_retryable() => {
-                    // The SET may have landed although the reply was lost.
+                // Any other failure of an attempt that was sent leaves its
+                // outcome unsure: a lost reply, and just as much an error
+                // reply (a transaction's or script's later command failed,
+                // a reply of the wrong shape), since Redis rolls back
+                // nothing and the `SET` may have run. The token stays armed
+                // for release until the acquisition ends, so no lock is left
+                // held for nobody until its TTL.
+                Err(e) => {
                     pending.unsure = true;
                     pending.armed = true;
                     (e, None)
                 }
-                Err(e) => (e, None),
             };
             let now = Instant::now();
             if now >= deadline || !(err.is_retryable() || matches!(err, Error::Busy { .. })) {
@@ -497,14 +540,14 @@ impl Lock {
 
     /// Who holds the lock, for how long, and the last fencing token.
     pub async fn status(&self) -> Result<LockStatus> {
-        let keys = self.keys()?;
+        let keys = self.prepared_keys().await?;
         self.locks.nodes.status(&self.name, &keys).await
     }
 
     /// Release by token (for a lock acquired elsewhere, e.g. by
     /// `dlm lock acquire`). `Ok(())` only if the key still held `token`.
     pub async fn release_token(&self, token: &Token) -> Result<()> {
-        let keys = Arc::new(self.keys()?);
+        let keys = Arc::new(self.prepared_keys().await?);
         let released = self.locks.nodes.release(&self.name, &keys, token).await?;
         released.outcome.into_result(&self.name)
     }
@@ -513,7 +556,7 @@ impl Lock {
     pub async fn extend_token(&self, token: &Token, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
         self.locks.nodes.check_ttl(ttl, None)?;
-        let keys = self.keys()?;
+        let keys = self.prepared_keys().await?;
         let (outcome, _) = self
             .locks
             .nodes

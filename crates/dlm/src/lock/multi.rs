@@ -142,6 +142,8 @@ impl MultiLock {
     pub async fn acquire(&self, opts: &LockOptions) -> Result<MultiGuard> {
         opts.validate()?;
         self.locks.nodes.check_ttl(opts.ttl, opts.node_timeout)?;
+        self.keys()?;
+        self.locks.prepare().await?;
         let keys = self.keys()?;
         match self.locks.nodes.single() {
             Some(b)

@@ -91,6 +91,21 @@ impl Quorum {
             .min(self.client_timeout())
     }
 
+    /// A token-checked release on every node, left to finish in the
+    /// background (after an extension or renewal that found the lock lost).
+    pub(crate) fn release_in_background(&self, keys: Arc<LockKeys>, token: Token) {
+        let nodes = self.backends.clone();
+        let timeout = self.housekeeping_timeout();
+        self.background.spawn(async move {
+            join_all(
+                nodes
+                    .iter()
+                    .map(|node| batch::release(node, &keys, &token, timeout)),
+            )
+            .await;
+        });
+    }
+
     /// Release and status are not racing a lease: a quarter of the client timeout per node.
     fn housekeeping_timeout(&self) -> Duration {
         self.node_timeout
@@ -354,7 +369,16 @@ impl Nodes {
         )
         .await;
         let valid = Instant::now() < valid_until;
-        Ok((q.verdict(name, &replies, valid)?, valid_until))
+        // Only nodes that still held our token count (see
+        // `ops::extend_or_acquire_code`): a majority of them held it without
+        // a gap, so nobody else can have held a majority meanwhile.
+        let verdict = q.verdict(name, &replies, valid)?;
+        if verdict != Outcome::Done {
+            // Not ours: give back what the extension repaired or extended
+            // on the way, so the lock is not held for nobody until its TTL.
+            q.release_in_background(Arc::new(keys.clone()), token.clone());
+        }
+        Ok((verdict, valid_until))
     }
 
     /// Token-checked release. Under Redlock it is decided as soon as a

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use crate::backend::{Backend, millis};
+use crate::backend::{Backend, glob_escape, millis};
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
+use crate::keys::{FenceLayout, LockKeys, fence_layout_keys};
 use crate::lock::Outcome;
 use crate::token::{Fence, Token};
 
@@ -21,6 +21,69 @@ static RELEASE_TO: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/status.lua")));
+static FENCE_LAYOUT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fence_layout.lua")));
+
+/// What an older dlm's per-slot counter on one Redis is overwritten with
+/// once the shared counter was raised past it: an older client's `INCR` of
+/// it then fails (naming nothing better than "not an integer") instead of
+/// handing out a fence lower than one already granted.
+pub(crate) const MOVED_COUNTER: &str =
+    "dlm: fences moved to the shared counter PREFIXfence; stop dlm clients older than 0.2";
+
+/// The most per-slot counters there can be (one per hash slot), and so the
+/// most the layout check raises past.
+const SLOTS: usize = 16384;
+
+/// Where the fences of the locks under `prefix` come from on this one Redis
+/// (a client built on a connection the application passed in learns here
+/// whether it talks to a Redis Cluster), after raising the shared counter
+/// past the per-slot counters an older dlm left, once per deployment (see
+/// `fence_layout.lua`). `cluster`: what the client knows already.
+pub(crate) async fn fence_layout(
+    backend: &Backend,
+    prefix: &str,
+    cluster: Option<bool>,
+) -> Result<FenceLayout> {
+    if cluster == Some(true) {
+        return Ok(FenceLayout::PerSlot);
+    }
+    let keys = fence_layout_keys(prefix);
+    let call = |mode: &str, found: &[String]| {
+        let mut inv = FENCE_LAYOUT.prepare_invoke();
+        inv.key(&keys.shared).key(&keys.marker).key(&keys.elsewhere);
+        for k in found {
+            inv.key(k);
+        }
+        inv.arg(mode).arg(MOVED_COUNTER);
+        inv
+    };
+    let done: i64 = match backend.eval(&call("check", &[])).await {
+        Ok(done) => done,
+        Err(e) if cluster.is_none() && crossslot(&e) => return Ok(FenceLayout::PerSlot),
+        Err(e) => return Err(e),
+    };
+    if done == 1 {
+        return Ok(FenceLayout::Shared);
+    }
+    let pattern = format!("{}*}}", glob_escape(&keys.per_slot_start));
+    let found = backend.scan(&pattern, SLOTS).await?;
+    let moved: i64 = backend.eval(&call("migrate", &found)).await?;
+    if moved > 0 {
+        tracing::warn!(
+            moved,
+            counter = %keys.shared,
+            "raised the shared fencing counter past the per-slot counters an older dlm left on \
+             this Redis; clients older than 0.2 built with connection() now fail to lock here"
+        );
+    }
+    Ok(FenceLayout::Shared)
+}
+
+/// A Redis Cluster's refusal of keys in different hash slots.
+fn crossslot(e: &Error) -> bool {
+    e.to_string().to_ascii_uppercase().contains("CROSSSLOT") || e.to_string().contains("cross-slot")
+}
 
 /// The scripts Redlock nodes run per lock (extend, status).
 pub(crate) fn scripts() -> Vec<&'static Script> {
@@ -110,7 +173,8 @@ pub(crate) async fn extend(
     release_reply(redis::from_redis_value(reply)?)
 }
 
-/// Redlock's per-node extend: `Done` when extended or re-taken, `NotHeld` when another owns it.
+/// Redlock's per-node extend: `Done` when extended, `Expired` when the key
+/// was gone (taken again, but not counted), `NotHeld` when another owns it.
 pub(crate) async fn extend_or_acquire(
     backend: &Backend,
     keys: &LockKeys,
@@ -132,8 +196,18 @@ pub(crate) async fn extend_or_acquire(
 
 /// extend_or_acquire.lua: 1 extended, 2 taken again, -1 held by another.
 fn extend_or_acquire_reply(v: Value) -> Result<Outcome> {
-    match redis::from_redis_value(v)? {
-        1 | 2 => Ok(Outcome::Done),
+    extend_or_acquire_code(redis::from_redis_value(v)?)
+}
+
+/// One node's code of `extend_or_acquire(_many).lua`, as a vote of the
+/// Redlock majority: only a node that still held our token (1) counts as
+/// extended. A key that was gone (2) was taken again to repair a minority
+/// (a node restarted empty), but counts as expired there: the lock may have
+/// had another holder since, so it never makes the majority.
+pub(crate) fn extend_or_acquire_code(code: i64) -> Result<Outcome> {
+    match code {
+        1 => Ok(Outcome::Done),
+        2 => Ok(Outcome::Expired),
         -1 => Ok(Outcome::NotHeld),
         other => Err(Error::protocol(format!("unexpected script reply {other}"))),
     }

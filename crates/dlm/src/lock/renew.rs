@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::lock::Outcome;
 use crate::lock::locks::Held;
 use crate::lock::nodes::{Nodes, Quorum};
+use crate::lock::ops;
 use crate::metrics::{LostReason, RenewalOutcome};
 use crate::services::held::EXTEND_MANY;
 use crate::services::lease::drift;
@@ -76,9 +77,13 @@ fn lost(h: &Held, reason: LostReason) -> Renewal {
     Renewal::Lost
 }
 
-/// A renewal that went through.
+/// A renewal that went through, if the lease had not run out before its
+/// replies came back (then it is lost: see `LeaseState::renewed`).
 fn renewed(h: &Held, valid_until: Instant, sent: Instant) -> Renewal {
-    h.lease.renewed(valid_until);
+    if !h.lease.renewed(valid_until) {
+        tracing::debug!(name = %h.name, "the lease ran out before the renewal's reply");
+        return lost(h, LostReason::RenewFailed);
+    }
     h.label.renewal(RenewalOutcome::Ok);
     Renewal::Renewed { sent }
 }
@@ -166,9 +171,9 @@ async fn renew_quorum(quorum: &Quorum, batch: &[Due<Held>]) -> Vec<Renewal> {
             .iter()
             .map(|node| match node {
                 Ok(codes) => match codes.get(pos) {
-                    Some(1 | 2) => Ok(Outcome::Done),
-                    Some(-1) => Ok(Outcome::NotHeld),
-                    _ => Err(Error::protocol("short extend_or_acquire_many reply")),
+                    // Only a node that still held our token counts.
+                    Some(code) => ops::extend_or_acquire_code(*code),
+                    None => Err(Error::protocol("short extend_or_acquire_many reply")),
                 },
                 Err(e) => Err(e.share()),
             })
@@ -181,6 +186,9 @@ async fn renew_quorum(quorum: &Quorum, batch: &[Due<Held>]) -> Vec<Renewal> {
             }
             Ok(outcome) => {
                 tracing::debug!(name = %h.name, ?outcome, "renewal found no majority for the lock");
+                // What the renewal repaired or extended on the way is not
+                // ours to keep.
+                quorum.release_in_background(h.keys.clone(), h.token.clone());
                 lost(h, LostReason::of(outcome))
             }
             Err(e) => {

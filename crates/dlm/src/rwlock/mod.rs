@@ -193,12 +193,17 @@ impl WriteGuard {
             return outcome.into_result(&core.name).map(|()| ReadGuard(self.0));
         }
         held.downgraded();
-        core.lease.renewed(
-            started
-                + core
-                    .ttl
-                    .saturating_sub(crate::services::lease::drift(core.ttl)),
-        );
+        let valid_until = started
+            + core
+                .ttl
+                .saturating_sub(crate::services::lease::drift(core.ttl));
+        if !core.lease.renewed(valid_until) {
+            // The write lease ran out before the downgrade's reply: the read
+            // share is in Redis, but not provably held without a gap.
+            return Outcome::Expired
+                .into_result(&core.name)
+                .map(|()| ReadGuard(self.0));
+        }
         Ok(ReadGuard(self.0))
     }
 }

@@ -139,9 +139,15 @@ pub(crate) fn verdicts<L: Lease>(
             let core = d.item.core();
             match extend_code(code) {
                 Ok(Outcome::Done) => {
-                    core.lease
-                        .renewed(started + d.ttl.saturating_sub(drift(d.ttl)));
-                    Renewal::Renewed { sent: started }
+                    if core
+                        .lease
+                        .renewed(started + d.ttl.saturating_sub(drift(d.ttl)))
+                    {
+                        Renewal::Renewed { sent: started }
+                    } else {
+                        tracing::warn!(name = %core.name, "lease lost: it ran out before the renewal's reply");
+                        Renewal::Lost
+                    }
                 }
                 outcome => {
                     tracing::warn!(name = %core.name, ?outcome, "lease lost: renewal found it gone");
@@ -389,8 +395,11 @@ impl<L: Lease> Guard<L> {
         let started = Instant::now();
         let outcome = self.held.extend(ttl).await?;
         if outcome == Outcome::Done {
-            core.lease.renewed(started + ttl.saturating_sub(drift(ttl)));
-            return Ok(());
+            if core.lease.renewed(started + ttl.saturating_sub(drift(ttl))) {
+                return Ok(());
+            }
+            tracing::warn!(name = %core.name, "lease lost: it ran out before the extend's reply");
+            return Outcome::Expired.into_result(&core.name);
         }
         core.lease.mark_lost();
         tracing::warn!(name = %core.name, ?outcome, "lease lost: extend found it gone");

@@ -115,15 +115,23 @@ impl LeaseState {
         }
     }
 
-    /// Move the end of the lease (after a successful extend); ignored once lost.
-    pub(crate) fn renewed(&self, valid_until: Instant) {
-        if self.lost.is_cancelled() {
-            return;
+    /// Move the end of the lease after a successful extend or renewal, if
+    /// the lease is still good: `false` (and the lease is marked lost) when
+    /// it was lost or ran out on the local clock before the extension's
+    /// replies came back. The clock is read here, after the replies, because
+    /// a request can travel or wait long enough for the old lease to end on
+    /// the way: another client may have held the lock in that gap, and a
+    /// late "extended" must never bring the lease back to life.
+    #[must_use = "a `false` means the lease is lost: report it"]
+    pub(crate) fn renewed(&self, valid_until: Instant) -> bool {
+        if self.is_lost() {
+            return false;
         }
         match self.valid_until.lock() {
             Ok(mut v) => *v = valid_until,
             Err(p) => *p.into_inner() = valid_until,
         }
+        true
     }
 
     pub(crate) fn mark_lost(&self) {

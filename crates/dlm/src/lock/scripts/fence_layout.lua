@@ -1,0 +1,45 @@
+-- fence_layout: where a client's lock fences come from, asked once per client before its first
+-- lock operation on one Redis (lock/locks.rs, `Locks::prepare`). One Redis keeps one fencing
+-- counter for every lock under a prefix (PREFIXfence); a Redis Cluster keeps one per hash slot
+-- (PREFIXfence:{S}). dlm before 0.2 kept per-slot counters on one Redis too when the client was
+-- built on a connection the application passed in, with fences above 2^48 like the shared one:
+-- a lock that such a client and a newer one take turns on would see its fences go backwards.
+-- So the first newer client raises the shared counter past every per-slot counter it finds, and
+-- overwrites them with a text that makes an older client's INCR fail loudly instead of handing
+-- out a lower fence. A marker key says it was done, so later clients only check it.
+-- KEYS[1]   the shared fencing counter (PREFIXfence)
+-- KEYS[2]   the layout marker (PREFIXfence:layout): exists once the older counters were raised past
+-- KEYS[3]   a per-slot counter of a slot other than KEYS[1]'s: never read or written; it makes a
+--           Redis Cluster refuse the call (CROSSSLOT), which is how a client built on a
+--           connection the application passed in learns that it talks to a cluster
+-- KEYS[4..] with ARGV[1] = 'migrate': the per-slot counters found by the client's SCAN
+-- ARGV[1]   'check' or 'migrate'
+-- ARGV[2]   'migrate': the text written over each per-slot counter raised past
+-- Returns   'check': 1 when the marker exists (nothing to do), else 0 (SCAN, then 'migrate')
+--           'migrate': how many per-slot counters were raised past (0 if the marker existed)
+if ARGV[1] == 'check' then
+  return redis.call('EXISTS', KEYS[2])
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return 0
+end
+local top, moved = 0, 0
+for i = 4, #KEYS do
+  local v = redis.pcall('GET', KEYS[i])
+  local n = type(v) == 'string' and tonumber(v) or nil
+  if n then
+    if n > top then
+      top = n
+    end
+    redis.call('SET', KEYS[i], ARGV[2])
+    moved = moved + 1
+  end
+end
+local current = redis.pcall('GET', KEYS[1])
+local now = type(current) == 'string' and tonumber(current) or (current == false and 0 or nil)
+-- A shared counter that is not an integer is left alone: the next grant names it in its error.
+if now and top > now then
+  redis.call('SET', KEYS[1], string.format('%.0f', top))
+end
+redis.call('SET', KEYS[2], 'shared')
+return moved
