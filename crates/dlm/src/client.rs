@@ -274,14 +274,7 @@ impl ClientBuilder {
             .connect(self.connect_timeout, self.timeout, preloaded_scripts())
             .await?;
         let wakeups = Some(Wakeups::new(deployment.clone(), self.timeout));
-        let client = self.finish(Nodes::Single(Node::new(backend)), wakeups, Some(deployment));
-        // Learn where the fences come from now, while connecting, so that
-        // the first lock operation needs no extra round trip; if this fails,
-        // that operation tries again (see `Locks::prepare`).
-        if let Err(e) = client.inner.locks.prepare().await {
-            tracing::debug!(error = %e, "the fence layout check failed; the first lock operation retries it");
-        }
-        Ok(client)
+        Ok(self.finish(Nodes::Single(Node::new(backend)), wakeups, Some(deployment)))
     }
 
     /// Redlock over independent masters (one URL: a plain single-Redis

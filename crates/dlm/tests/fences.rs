@@ -161,6 +161,14 @@ async fn a_retried_acquire_whose_first_reply_was_lost_holds_the_lock() -> TestRe
         .await?;
     let direct = client(&s).await;
     let mut conn = raw(&s).await;
+    // The client's first lock operation (which also learns the fence
+    // layout, see `Locks::prepare`) goes through before replies are dropped.
+    through
+        .lock("warm-up")
+        .acquire(&ttl(5_000))
+        .await?
+        .release()
+        .await?;
     // A fence taken before, by another lock.
     let before = direct.lock("earlier").acquire(&ttl(5_000)).await?;
     let earlier = before.fence().ok_or("a fence")?.get();

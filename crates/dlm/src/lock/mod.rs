@@ -324,6 +324,12 @@ impl Lock {
             }
             attempts += 1;
             self.label.attempt();
+            // On one Redis an acquisition keeps its token across attempts:
+            // an attempt whose reply was lost may have set the key, and the
+            // next attempt, finding the key already holding this token,
+            // takes it as granted (TTL reset, fresh fence) instead of
+            // waiting for a lock that is in fact its own; a hand-over
+            // (`release_to.lua`) to this acquisition also targets this token.
             if attempts > 1 && inner.nodes.single().is_none() {
                 // Redlock: a failed attempt's releases may still be on their
                 // way to slow nodes; a fresh token keeps them off this one.

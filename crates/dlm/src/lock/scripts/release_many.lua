@@ -8,6 +8,10 @@
 -- removes the released locks and their markers (a redis.call costs more than the key lookups
 -- it makes; one GET and one DEL per lock cost Redis about a third more per release). A batch
 -- of one lock takes a shorter path: GET, then one DEL of the lock and its marker.
+-- Why reading with MGET and deleting with a later DEL is safe: both run inside this one script,
+-- and while a script runs Redis runs no other command and expires no key (its clock is frozen at
+-- the script's start), so a key that held the caller's token at the MGET still holds it at the
+-- DEL: nobody can take the lock in between, and no expiry can free it for somebody else.
 -- KEYS[2i-1]   the lock key of lock i (on Redis Cluster the caller groups them by hash slot)
 -- KEYS[2i]     the waiters marker of lock i (same hash tag as its key)
 -- ARGV[2i-1]   the owner token of lock i

@@ -8,6 +8,9 @@
 --   fence taken (fence.lua, which this script starts with: above 2^48);
 -- * another token: busy; the waiters marker is set when the caller will wait (as in
 --   acquire_many.lua), and the holder's remaining TTL returned;
+-- A fence taken here, later than the transaction, is still in grant order for its lock: the key
+-- held this caller's token from the transaction's SET until now, so no other grant of the lock can
+-- have happened in between, and the fence comes from the same counter after every earlier grant's.
 -- * no key: busy, with 0 ms left (it was taken when the transaction ran and is free now: the
 --   caller tries again at once, through acquire_many.lua).
 -- KEYS[3i-2]  the lock key of lock i
