@@ -13,6 +13,11 @@
 -- that take part in dependencies have no NUL byte). `depfail` (30) marks
 -- the tasks that ignore a dependency's death. The last finish of a
 -- dependency releases the task into `waiting` in the same script.
+-- Edges are a set (issue 31): children[p] lists c at most once, only while c
+-- is blocked and p is one of c's dependencies not done yet; a dependent that
+-- dies is taken out of every parent's list (drop_edges), and a dependency's
+-- end counts for c only when it is among c's current dependencies
+-- (one_dep_done), so an edge left by an earlier run of c never counts.
 -- A completed task that took part in dependencies is remembered in `done`
 -- (24) until its result's TTL ends (results.lua's remember_done), so a task
 -- enqueued later may depend on it.
@@ -46,6 +51,43 @@ if #KEYS >= 31 then
       return redis.call('ZSCORE', KEYS[1], id) or redis.call('ZSCORE', KEYS[3], id)
         or redis.call('ZSCORE', KEYS[26], id) or in_ready(id)
     end
+    -- Is p among c's current dependencies (deps, 28)?
+    local function is_dep_of(c, p)
+      local ds = redis.call('HGET', KEYS[28], c)
+      if not ds then return false end
+      return string.sub(ds, 1, #p + 1) == p .. '\0' or string.find(ds, '\0' .. p .. '\0', 1, true) ~= nil
+    end
+    -- Add the dependents `kids` (a list) to p's children, each once.
+    local function add_edges(p, kids)
+      local cur = redis.call('HGET', KEYS[29], p) or ''
+      local add, seen = {}, {}
+      for _, k in ipairs(split_ids(cur)) do seen[k] = true end
+      for _, k in ipairs(kids) do
+        if not seen[k] then
+          seen[k] = true
+          add[#add + 1] = k .. '\0'
+        end
+      end
+      if #add > 0 then redis.call('HSET', KEYS[29], p, cur .. table.concat(add)) end
+    end
+    -- Take c out of the children of each of its dependencies (c leaves the
+    -- graph without completing: it died). Before deps[c] is deleted.
+    local function drop_edges(c)
+      for _, p in ipairs(split_ids(redis.call('HGET', KEYS[28], c))) do
+        local kids = redis.call('HGET', KEYS[29], p)
+        if kids then
+          local keep = {}
+          for _, k in ipairs(split_ids(kids)) do
+            if k ~= c then keep[#keep + 1] = k .. '\0' end
+          end
+          if #keep == 0 then
+            redis.call('HDEL', KEYS[29], p)
+          else
+            redis.call('HSET', KEYS[29], p, table.concat(keep))
+          end
+        end
+      end
+    end
     -- A blocked task's last dependency is done: it becomes due (at the time it
     -- asked for, or now if that has passed).
     local function release_blocked(c, now)
@@ -57,10 +99,12 @@ if #KEYS >= 31 then
       event('released', c)
       return true
     end
-    -- One dependency of the blocked task c is done (or died, and c ignores
-    -- that); returns whether c was released.
-    local function one_dep_done(c, now)
+    -- Dependency p of the blocked task c is done (or died, and c ignores
+    -- that); returns whether c was released. Counts only while p is among
+    -- c's current dependencies (an edge left by an earlier run of c does not).
+    local function one_dep_done(c, p, now)
       if not redis.call('ZSCORE', KEYS[26], c) then return false end
+      if not is_dep_of(c, p) then return false end
       if redis.call('HINCRBY', KEYS[27], c, -1) <= 0 then
         return release_blocked(c, now)
       end
@@ -74,7 +118,7 @@ if #KEYS >= 31 then
       redis.call('HDEL', KEYS[29], p)
       local released = 0
       for _, c in ipairs(split_ids(kids)) do
-        if one_dep_done(c, now) then released = released + 1 end
+        if one_dep_done(c, p, now) then released = released + 1 end
       end
       return released
     end
@@ -91,10 +135,12 @@ if #KEYS >= 31 then
         if kids then
           redis.call('HDEL', KEYS[29], parent)
           for _, c in ipairs(split_ids(kids)) do
-            if redis.call('ZSCORE', KEYS[26], c) then
+            if redis.call('ZSCORE', KEYS[26], c) and is_dep_of(c, parent) then
               if redis.call('HGET', KEYS[30], c) == 'ignore' then
-                if one_dep_done(c, now) then released = released + 1 end
+                if one_dep_done(c, parent, now) then released = released + 1 end
               else
+                -- c dies: out of its other dependencies' children too.
+                drop_edges(c)
                 redis.call('ZREM', KEYS[26], c)
                 redis.call('HDEL', KEYS[27], c)
                 redis.call('ZADD', KEYS[6], now, c)
@@ -130,16 +176,18 @@ if #KEYS >= 31 then
       if remembered then trim_done(now) end
       return released
     end
-    -- Task id went to the dead set: drop its own edges, then its dependents
-    -- follow their policies. Returns {released, died}.
+    -- Task id went to the dead set: drop its own edges (as a dependent too:
+    -- written dead at enqueue, it may be listed by a dependency), then its
+    -- dependents follow their policies. Returns {released, died}.
     local function dag_died(id, now)
+      drop_edges(id)
       redis.call('HDEL', KEYS[28], id)
       redis.call('HDEL', KEYS[30], id)
       return dependents_fail(id, now)
     end
     dag_made = {
       in_use = dag_in_use, split_ids = split_ids, known_done = known_done, alive = alive,
-      completed = dag_completed, died = dag_died,
+      completed = dag_completed, died = dag_died, add_edges = add_edges,
     }
     return dag_made
   end

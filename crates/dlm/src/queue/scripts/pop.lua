@@ -50,10 +50,11 @@ for k, task in ipairs(tasks) do
   out[#out + 1] = payloads[k]
   unwait(task.id, task.place, task.member)
 end
-forget_unless_flying(ids)
--- Taken out to be processed: for dependencies, that is done (deps.lua).
-if #ids > 0 and DAG().in_use() then
-  local released = DAG().completed(ids, now)
+local gone = forget_unless_flying(ids)
+-- Taken out to be processed: for dependencies, that is done (deps.lua),
+-- unless a run of the id is in flight: then its ack is (issue 31).
+if #gone > 0 and DAG().in_use() then
+  local released = DAG().completed(gone, now)
   if released > 0 then wake(released) end
 end
 event_many('completed', ids)

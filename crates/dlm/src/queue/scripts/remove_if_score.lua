@@ -48,10 +48,11 @@ if due ~= tonumber(ARGV[2]) then
   return {-1, due}
 end
 unwait(ARGV[1], place, member)
-forget_unless_flying({ARGV[1]})
+local gone = forget_unless_flying({ARGV[1]})
 -- Taken out to be processed (the source documents' dequeue): for
--- dependencies, that is done (deps.lua).
-if DAG().in_use() then
+-- dependencies, that is done (deps.lua), unless a run of the id is in
+-- flight: then its ack is (issue 31).
+if #gone > 0 and DAG().in_use() then
   local t = redis.call("TIME")
   local released = DAG().completed({ARGV[1]}, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   if released > 0 then wake(released) end

@@ -1,0 +1,252 @@
+//! Regression tests of issue 31's queue defects 1, 3, 6, 7 and 8, each
+//! through the public API against a real redis-server: re-submitted
+//! workflows (a dependent waits for every dependency of its current run),
+//! a dependency enqueued again after an earlier run completed, a pop beside
+//! a lease, what a popped or removed task leaves behind, the bounds on
+//! results and on dependencies that never come, and that every key a queue
+//! script touches is declared in KEYS.
+mod common;
+
+use std::time::Duration;
+
+use common::TestResult;
+use dlm::Client;
+use dlm::queue::{Enqueued, NewTask, OnDuplicate, Queue, Removed, TaskState};
+
+const NOW: Duration = Duration::ZERO;
+const LEASE: Duration = Duration::from_secs(30);
+
+async fn start()
+-> Result<(dlm_testkit::RedisServer, Client), Box<dyn std::error::Error + Send + Sync>> {
+    let s = dlm_testkit::RedisServer::start()?;
+    let c = Client::connect(&s.url()).await?;
+    Ok((s, c))
+}
+
+async fn state(q: &Queue, id: &str) -> dlm::Result<Option<TaskState>> {
+    Ok(q.task(id).await?.map(|t| t.state))
+}
+
+/// Claim every due task; the ids, sorted, and their leases.
+async fn claim_all(q: &Queue) -> dlm::Result<(Vec<String>, Vec<dlm::queue::Lease>)> {
+    let leases = q.claim(100, LEASE).await?;
+    let mut ids: Vec<String> = leases.iter().map(|l| l.task().id.clone()).collect();
+    ids.sort();
+    Ok((ids, leases))
+}
+
+/// Settle the lease of `id` among `leases`: ack, or nack (it dies on its
+/// last attempt); the others are returned.
+async fn settle(
+    leases: Vec<dlm::queue::Lease>,
+    id: &str,
+    ack: bool,
+) -> Result<Vec<dlm::queue::Lease>, Box<dyn std::error::Error + Send + Sync>> {
+    let mut rest = Vec::new();
+    let mut found = false;
+    for l in leases {
+        if l.task().id == id && !found {
+            found = true;
+            if ack {
+                l.ack().await?;
+            } else {
+                l.nack("boom").await?;
+            }
+        } else {
+            rest.push(l);
+        }
+    }
+    if !found {
+        return Err(format!("no lease of {id}").into());
+    }
+    Ok(rest)
+}
+
+/// A workflow A, B -> report where A dies on its last attempt (so report
+/// dies), then A and report are pushed again.
+async fn failed_workflow(q: &Queue) -> TestResult {
+    q.enqueue(["A", "B"], NOW, OnDuplicate::Keep).await?;
+    q.enqueue(
+        [NewTask::new("report").after(["A", "B"])],
+        NOW,
+        OnDuplicate::Keep,
+    )
+    .await?;
+    let (ids, leases) = claim_all(q).await?;
+    assert_eq!(ids, ["A", "B"]);
+    let rest = settle(leases, "A", false).await?;
+    for l in rest {
+        l.abandon().await?; // B goes back, its attempt not counted
+    }
+    assert_eq!(state(q, "A").await?, Some(TaskState::Dead));
+    assert_eq!(state(q, "report").await?, Some(TaskState::Dead));
+    Ok(())
+}
+
+/// Defect 1: the re-submitted `report --after A,B` waits for the new A,
+/// although B's stale edge to the first report was left behind.
+#[tokio::test]
+async fn a_resubmitted_workflow_waits_for_every_dependency() -> TestResult {
+    let (_s, c) = start().await?;
+    let q = c.queue("resubmit").max_attempts(1);
+    failed_workflow(&q).await?;
+    q.enqueue(["A"], NOW, OnDuplicate::Keep).await?;
+    let r = q
+        .enqueue(
+            [NewTask::new("report").after(["A", "B"])],
+            NOW,
+            OnDuplicate::Keep,
+        )
+        .await?;
+    assert!(matches!(r[0], Enqueued::Blocked(_)), "{r:?}");
+    let (ids, leases) = claim_all(&q).await?;
+    assert_eq!(ids, ["A", "B"]);
+    let rest = settle(leases, "B", true).await?;
+    let report = q.task("report").await?.ok_or("report is there")?;
+    assert_eq!(
+        (report.state, report.pending_deps),
+        (TaskState::Blocked, 1),
+        "B's ack may count once only: {report:?}"
+    );
+    let b = q.task("B").await?;
+    assert!(b.as_ref().is_none_or(|b| b.dependents.is_empty()), "{b:?}");
+    settle(rest, "A", true).await?;
+    assert_eq!(state(&q, "report").await?, Some(TaskState::Waiting));
+    let (ids, _) = claim_all(&q).await?;
+    assert_eq!(ids, ["report"]);
+    Ok(())
+}
+
+/// Defect 1's variant: `report` pushed again after C only is not killed
+/// when B, a dependency of its earlier run, dies later.
+#[tokio::test]
+async fn a_dead_dependents_old_edges_do_not_kill_its_next_run() -> TestResult {
+    let (_s, c) = start().await?;
+    let q = c.queue("variant").max_attempts(1);
+    failed_workflow(&q).await?;
+    q.enqueue(["C"], NOW, OnDuplicate::Keep).await?;
+    q.enqueue(
+        [NewTask::new("report").after(["C"])],
+        NOW,
+        OnDuplicate::Keep,
+    )
+    .await?;
+    assert_eq!(state(&q, "report").await?, Some(TaskState::Blocked));
+    let (ids, leases) = claim_all(&q).await?;
+    assert_eq!(ids, ["B", "C"]);
+    let rest = settle(leases, "B", false).await?;
+    assert_eq!(state(&q, "B").await?, Some(TaskState::Dead));
+    let report = q.task("report").await?.ok_or("report is there")?;
+    assert_eq!(
+        (report.state, report.error.as_deref()),
+        (TaskState::Blocked, None),
+        "{report:?}"
+    );
+    settle(rest, "C", true).await?;
+    assert_eq!(state(&q, "report").await?, Some(TaskState::Waiting));
+    Ok(())
+}
+
+/// Defect 3: a dependency enqueued again is waited for, although its
+/// earlier run is remembered as done.
+#[tokio::test]
+async fn a_dependency_enqueued_again_is_waited_for() -> TestResult {
+    let (_s, c) = start().await?;
+    let q = c.queue("daily");
+    q.enqueue(["extract"], NOW, OnDuplicate::Keep).await?;
+    q.enqueue(
+        [NewTask::new("report1").after(["extract"])],
+        NOW,
+        OnDuplicate::Keep,
+    )
+    .await?;
+    let (ids, leases) = claim_all(&q).await?;
+    assert_eq!(ids, ["extract"]);
+    settle(leases, "extract", true).await?;
+    assert_eq!(state(&q, "extract").await?, Some(TaskState::Completed));
+    q.enqueue(["extract"], NOW, OnDuplicate::Keep).await?;
+    let r = q
+        .enqueue(
+            [NewTask::new("report2").after(["extract"])],
+            NOW,
+            OnDuplicate::Keep,
+        )
+        .await?;
+    assert!(matches!(r[0], Enqueued::Blocked(_)), "{r:?}");
+    let (ids, leases) = claim_all(&q).await?;
+    assert_eq!(ids, ["extract", "report1"]);
+    settle(leases, "extract", true).await?;
+    assert_eq!(state(&q, "report2").await?, Some(TaskState::Waiting));
+    Ok(())
+}
+
+/// Defect 7, with `pop` and with `remove_if_score`: taking out a waiting
+/// copy of an id whose earlier run is in flight is no completion; the
+/// dependents wait for the run in flight, and its ack releases them.
+#[tokio::test]
+async fn a_pop_beside_a_lease_is_no_completion() -> TestResult {
+    let (_s, c) = start().await?;
+    for remove in [false, true] {
+        let q = c.queue(if remove {
+            "beside-remove"
+        } else {
+            "beside-pop"
+        });
+        q.enqueue(["X"], NOW, OnDuplicate::Keep).await?;
+        let lease = q.claim(1, LEASE).await?.pop().ok_or("X claimed")?;
+        // A waiting copy of X beside its lease.
+        q.enqueue(["X"], NOW, OnDuplicate::Replace).await?;
+        q.enqueue([NewTask::new("Y").after(["X"])], NOW, OnDuplicate::Keep)
+            .await?;
+        assert_eq!(state(&q, "Y").await?, Some(TaskState::Blocked));
+        if remove {
+            let top = q.top(1).await?;
+            let x = top.first().ok_or("X waits")?;
+            assert_eq!(q.remove_if_score("X", x.score).await?, Removed::Removed);
+        } else {
+            let popped: Vec<String> = q.pop(10).await?.into_iter().map(|e| e.id).collect();
+            assert_eq!(popped, ["X"]);
+        }
+        assert_eq!(
+            state(&q, "Y").await?,
+            Some(TaskState::Blocked),
+            "no run of X succeeded yet (remove: {remove})"
+        );
+        lease.ack().await?;
+        assert_eq!(state(&q, "Y").await?, Some(TaskState::Waiting));
+    }
+    Ok(())
+}
+
+/// Defect 6: a popped or removed task leaves nothing behind (its last
+/// error and its progress went with it).
+#[tokio::test]
+async fn a_popped_or_removed_task_leaves_nothing_behind() -> TestResult {
+    let s = dlm_testkit::RedisServer::start()?;
+    let c = Client::connect(&s.url()).await?;
+    let mut raw = common::raw(&s).await;
+    for remove in [false, true] {
+        let name = if remove { "left-remove" } else { "left-pop" };
+        let q = c.queue(name);
+        q.enqueue(["T"], NOW, OnDuplicate::Keep).await?;
+        let lease = q.claim(1, LEASE).await?.pop().ok_or("T claimed")?;
+        lease.progress(40, "reading").await?;
+        lease.nack_after(Duration::ZERO, "boom").await?;
+        if remove {
+            let top = q.top(1).await?;
+            let t = top.first().ok_or("T waits")?;
+            assert_eq!(q.remove_if_score("T", t.score).await?, Removed::Removed);
+        } else {
+            assert_eq!(q.pop(10).await?.len(), 1);
+        }
+        assert_eq!(q.task("T").await?, None);
+        assert_eq!(q.progress("T").await?, None, "{name}: progress left behind");
+        let errors: Option<String> = redis::cmd("HGET")
+            .arg(format!("dlm:queue:{{{name}}}:errors"))
+            .arg("T")
+            .query_async(&mut raw)
+            .await?;
+        assert_eq!(errors, None, "{name}: error left behind");
+    }
+    Ok(())
+}
