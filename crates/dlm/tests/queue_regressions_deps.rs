@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::TestResult;
 use dlm::Client;
-use dlm::queue::{Enqueued, NewTask, OnDuplicate, Queue, Removed, TaskState};
+use dlm::queue::{Enqueued, NewTask, OnDuplicate, Queue, QueueSettings, Removed, TaskState};
 
 const NOW: Duration = Duration::ZERO;
 const LEASE: Duration = Duration::from_secs(30);
@@ -247,6 +247,80 @@ async fn a_popped_or_removed_task_leaves_nothing_behind() -> TestResult {
             .query_async(&mut raw)
             .await?;
         assert_eq!(errors, None, "{name}: error left behind");
+    }
+    Ok(())
+}
+
+/// Defect 6: results are bounded by their total bytes per queue
+/// (`keep_results_bytes`, default 64 MiB): the oldest go first, and the
+/// evictions are counted (`QueueStats::results_evicted`, and the metric
+/// `dlm_queue_results_evicted_total` that `stats` samples).
+#[tokio::test]
+async fn results_are_bounded_by_their_total_bytes() -> TestResult {
+    #[cfg(feature = "metrics")]
+    let (snap, _guard) = {
+        let r: &'static metrics_util::debugging::DebuggingRecorder =
+            Box::leak(Box::new(metrics_util::debugging::DebuggingRecorder::new()));
+        (r.snapshotter(), metrics::set_default_local_recorder(r))
+    };
+    let (_s, c) = start().await?;
+    let q = c.queue("bytes");
+    assert_eq!(
+        q.settings().await?.get_keep_results_bytes(),
+        dlm::queue::DEFAULT_RESULT_BYTES
+    );
+    let cap = 1 << 20;
+    q.configure(&QueueSettings::default().keep_results_bytes(cap))
+        .await?;
+    assert_eq!(q.settings().await?.get_keep_results_bytes(), cap);
+    let big = vec![b'r'; 300 * 1024];
+    for i in 0..5 {
+        let id = format!("r{i}");
+        q.enqueue([id.as_str()], NOW, OnDuplicate::Keep).await?;
+        let lease = q.claim(1, LEASE).await?.pop().ok_or("claimed")?;
+        lease.ack_with(big.clone()).await?;
+    }
+    let mut kept = Vec::new();
+    for i in 0..5 {
+        kept.push(q.result(&format!("r{i}")).await?.is_some());
+    }
+    assert_eq!(
+        kept,
+        [false, false, true, true, true],
+        "oldest evicted first"
+    );
+    let stats = q.stats().await?;
+    assert_eq!(stats.results_evicted, 2);
+    assert_eq!(stats.result_bytes, 3 * 300 * 1024);
+    // A run that leaves no result drops its earlier result's bytes too.
+    q.enqueue(["r4"], NOW, OnDuplicate::Keep).await?;
+    q.claim(1, LEASE)
+        .await?
+        .pop()
+        .ok_or("claimed")?
+        .ack()
+        .await?;
+    assert_eq!(q.stats().await?.result_bytes, 2 * 300 * 1024);
+    assert!(
+        q.configure(&QueueSettings::default().keep_results_bytes(1000))
+            .await
+            .is_err(),
+        "a cap below one result's limit is refused"
+    );
+    #[cfg(feature = "metrics")]
+    {
+        let evicted = snap
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .find_map(|(k, _, _, v)| {
+                (k.key().name() == "dlm_queue_results_evicted_total").then_some(v)
+            });
+        assert_eq!(
+            evicted,
+            Some(metrics_util::debugging::DebugValue::Counter(2)),
+            "the metric"
+        );
     }
     Ok(())
 }

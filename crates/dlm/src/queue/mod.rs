@@ -123,12 +123,12 @@ pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskDetail, TaskInfo, TaskPage, TaskSta
 pub use lease::Lease;
 pub use schedule::{MAX_SCHEDULES, MIN_EVERY, Repeat, ScheduleInfo, ScheduleRun, Scheduled};
 pub use types::{
-    Backoff, Completed, DEFAULT_EVENTS, DEFAULT_MAX_PAYLOAD, DEFAULT_RESULT_TTL, DeadTask,
-    DependencyFailure, Enqueued, Entry, MAX_BATCH, MAX_DELAY, MAX_DEPS, MAX_ERROR_LEN, MAX_EVENTS,
-    MAX_GROUP_CONCURRENCY, MAX_GROUP_LEN, MAX_KEEP_COMPLETED, MAX_PAYLOAD_LIMIT, MAX_PRIORITY,
-    MAX_PROGRESS_MESSAGE, MAX_REMEMBERED_RESULTS, MAX_RESULT_BYTES, MAX_RESULT_TTL,
-    MAX_TASK_TIMEOUT, Nacked, NewTask, OnDuplicate, QueueSettings, QueueStats, RateLimit, Removed,
-    Task, TaskProgress,
+    Backoff, Completed, DEFAULT_EVENTS, DEFAULT_MAX_PAYLOAD, DEFAULT_RESULT_BYTES,
+    DEFAULT_RESULT_TTL, DeadTask, DependencyFailure, Enqueued, Entry, MAX_BATCH, MAX_DELAY,
+    MAX_DEPS, MAX_ERROR_LEN, MAX_EVENTS, MAX_GROUP_CONCURRENCY, MAX_GROUP_LEN, MAX_KEEP_COMPLETED,
+    MAX_PAYLOAD_LIMIT, MAX_PRIORITY, MAX_PROGRESS_MESSAGE, MAX_REMEMBERED_RESULTS,
+    MAX_RESULT_BYTES, MAX_RESULT_BYTES_TOTAL, MAX_RESULT_TTL, MAX_TASK_TIMEOUT, Nacked, NewTask,
+    OnDuplicate, QueueSettings, QueueStats, RateLimit, Removed, Task, TaskProgress,
 };
 pub use worker::{TaskOutput, Worker, WorkerOptions, WorkerReport};
 
@@ -650,6 +650,7 @@ impl Queue {
         self.metrics.sampled(
             [stats.waiting, stats.delayed, stats.inflight, stats.dead],
             stats.oldest_due,
+            stats.results_evicted,
         );
         Ok(stats)
     }

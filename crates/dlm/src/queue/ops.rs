@@ -538,6 +538,8 @@ fn stats_reply(v: Value) -> Result<QueueStats> {
         oldest_due: Duration::from_millis(get(6)),
         paused: get(7) == 1,
         blocked: get(8),
+        result_bytes: get(9),
+        results_evicted: get(10),
     })
 }
 
@@ -641,6 +643,12 @@ fn settings_args(change: &QueueSettings) -> Vec<(&'static str, String)> {
             ttl.map_or(String::new(), |t| millis(t).to_string()),
         ));
     }
+    if let Some(bytes) = change.keep_results_bytes {
+        args.push((
+            "keep_results_bytes",
+            bytes.map_or(String::new(), |b| b.to_string()),
+        ));
+    }
     args
 }
 
@@ -672,7 +680,7 @@ pub(crate) async fn config(
     settings_reply(backend.eval(&inv).await?)
 }
 
-/// config.lua: the six settings, nil when not set. A stored value out of
+/// config.lua: the seven settings, nil when not set. A stored value out of
 /// range (written by hand) reads as not set.
 fn settings_reply(v: Value) -> Result<QueueSettings> {
     let v = array(v)?;
@@ -683,8 +691,8 @@ fn settings_reply(v: Value) -> Result<QueueSettings> {
             _ => None,
         }
     };
-    if v.len() != 6 {
-        return Err(Error::protocol("config reply is not six values"));
+    if v.len() != 7 {
+        return Err(Error::protocol("config reply is not seven values"));
     }
     let keep_results = match v.get(4) {
         Some(Value::BulkString(b)) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()),
@@ -705,6 +713,16 @@ fn settings_reply(v: Value) -> Result<QueueSettings> {
         // Not stored: left out (`get_keep_results` gives the default), so
         // settings read back equal those built without it.
         keep_results: keep_results.map(Some),
+        keep_results_bytes: match v.get(6) {
+            Some(Value::BulkString(b)) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()),
+            Some(Value::Int(n)) => u64::try_from(*n).ok(),
+            _ => None,
+        }
+        .filter(|b| {
+            (crate::queue::MAX_RESULT_BYTES as u64..=crate::queue::MAX_RESULT_BYTES_TOTAL)
+                .contains(b)
+        })
+        .map(Some),
     })
 }
 

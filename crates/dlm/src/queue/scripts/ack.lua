@@ -135,7 +135,7 @@ if #done > 0 then
         end
       end
     end
-    if #plain > 0 then chunked('HDEL', KEYS[23], plain) end
+    if #plain > 0 then R.drop(plain) end -- issue 31: counting their bytes off
     R.trim(now)
     if #stored > 0 then R.publish(stored, now) end
   end
