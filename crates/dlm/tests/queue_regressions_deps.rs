@@ -324,3 +324,163 @@ async fn results_are_bounded_by_their_total_bytes() -> TestResult {
     }
     Ok(())
 }
+
+/// What MONITOR saw: per script call, the keys it declared and the
+/// queue keys its commands named.
+struct Calls {
+    /// (declared keys, keys named by its commands)
+    calls: Vec<(Vec<String>, Vec<String>)>,
+}
+
+/// The quoted arguments of one MONITOR line (`"a" "b\x00c"` ...), unescaped
+/// as far as this test needs (queue keys are plain text).
+fn monitor_args(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur: Option<String> = None;
+    let mut chars = line.chars();
+    while let Some(ch) = chars.next() {
+        match (&mut cur, ch) {
+            (None, '"') => cur = Some(String::new()),
+            (Some(s), '\\') => {
+                if let Some(next) = chars.next() {
+                    s.push('\\');
+                    s.push(next);
+                }
+            }
+            (Some(_), '"') => out.extend(cur.take()),
+            (Some(s), c) => s.push(c),
+            (None, _) => {}
+        }
+    }
+    out
+}
+
+/// Run MONITOR on `url`'s server while `work` runs; the script calls seen.
+async fn monitored<F: std::future::Future<Output = TestResult>>(
+    addr: &str,
+    work: F,
+) -> Result<Calls, Box<dyn std::error::Error + Send + Sync>> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.write_all(b"MONITOR\r\n")?;
+    let reader = BufReader::new(stream.try_clone()?);
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    let reading = std::thread::spawn(move || {
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            if line.contains("\"dlm-monitor-end\"") {
+                break;
+            }
+            if let Ok(mut l) = sink.lock() {
+                l.push(line);
+            }
+        }
+    });
+    work.await?;
+    // A marker command ends the reading.
+    let mut marker = std::net::TcpStream::connect(addr)?;
+    marker.write_all(b"ECHO dlm-monitor-end\r\n")?;
+    reading.join().map_err(|_| "monitor thread")?;
+    stream.shutdown(std::net::Shutdown::Both)?;
+    let lines = lines.lock().map_err(|_| "lines")?.clone();
+    let mut calls: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    for line in lines {
+        let args = monitor_args(&line);
+        let Some(cmd) = args.first().map(|c| c.to_ascii_uppercase()) else {
+            continue;
+        };
+        if line.contains("lua]") {
+            let named = args
+                .iter()
+                .skip(1)
+                .filter(|a| a.starts_with("dlm:queue:{"))
+                .cloned();
+            if let Some(last) = calls.last_mut() {
+                last.1.extend(named);
+            }
+        } else if cmd == "EVALSHA" || cmd == "EVAL" {
+            let n: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
+            calls.push((args.iter().skip(3).take(n).cloned().collect(), Vec::new()));
+        }
+    }
+    Ok(Calls { calls })
+}
+
+/// Defect 8: every key a queue script touches is declared in KEYS, the
+/// payload buckets of compact payloads included, on every path that reads,
+/// writes or deletes a payload; and a queue without small payloads still
+/// sends the first 19 keys only on its hot calls.
+#[tokio::test]
+async fn every_key_a_script_touches_is_declared() -> TestResult {
+    let s = dlm_testkit::RedisServer::start()?;
+    let addr = format!("127.0.0.1:{}", s.port());
+    let c = Client::connect(&s.url()).await?;
+    let work = async {
+        let q = c.queue("declared").compact_payloads(true);
+        let tasks = (0..6).map(|i| NewTask::new(format!("t{i}")).payload(b"tiny".to_vec()));
+        q.enqueue(tasks, NOW, OnDuplicate::Keep).await?;
+        // A consumer without compact payloads reads and deletes them too.
+        let plain = c.queue("declared");
+        plain.top(10).await?;
+        plain.tasks(TaskState::Waiting, 0, 10, 100).await?;
+        plain.task("t0").await?;
+        let leases = plain.claim(2, LEASE).await?;
+        assert_eq!(leases.len(), 2);
+        assert_eq!(leases[0].task().payload.as_deref(), Some(&b"tiny"[..]));
+        for l in leases {
+            l.ack().await?;
+        }
+        q.enqueue(
+            [NewTask::new("t2").payload(b"again".to_vec())],
+            NOW,
+            OnDuplicate::Replace,
+        )
+        .await?;
+        assert_eq!(plain.pop(1).await?.len(), 1);
+        let top = plain.top(1).await?;
+        let first = top.first().ok_or("a task waits")?;
+        assert_eq!(
+            plain.remove_if_score(&first.id, first.score).await?,
+            Removed::Removed
+        );
+        let lease = plain.claim(1, LEASE).await?.pop().ok_or("claimed")?;
+        lease.nack("boom").await?;
+        let q1 = c.queue("declared").max_attempts(1);
+        let lease = q1.claim(1, LEASE).await?.pop().ok_or("claimed")?;
+        lease.nack("dead").await?;
+        q1.dead(10).await?;
+        q1.purge_dead().await?;
+        // A plain queue: narrow hot calls.
+        let narrow = c.queue("narrow");
+        narrow.enqueue(["n1"], NOW, OnDuplicate::Keep).await?;
+        for l in narrow.claim(1, LEASE).await? {
+            l.ack().await?;
+        }
+        Ok(())
+    };
+    let seen = monitored(&addr, work).await?;
+    assert!(seen.calls.len() > 10, "{} script calls", seen.calls.len());
+    let mut buckets_touched = 0;
+    for (declared, named) in &seen.calls {
+        for k in named {
+            assert!(
+                declared.contains(k),
+                "{k} is touched but not declared (declared: {} keys)",
+                declared.len()
+            );
+            if k.contains(":payload:") {
+                buckets_touched += 1;
+            }
+        }
+    }
+    assert!(buckets_touched > 0, "the test touched payload buckets");
+    let narrow: Vec<usize> = seen
+        .calls
+        .iter()
+        .filter(|(d, _)| d.first().is_some_and(|k| k.contains("{narrow}")))
+        .map(|(d, _)| d.len())
+        .collect();
+    assert_eq!(narrow, [19, 19, 19], "enqueue, claim, ack of a plain queue");
+    Ok(())
+}

@@ -481,7 +481,7 @@ impl Queue {
     /// ```
     pub async fn top(&self, count: usize) -> Result<Vec<Entry>> {
         check_count(count)?;
-        let (backend, keys) = self.ready()?;
+        let (backend, keys) = self.ready_hot()?;
         ops::entries(backend, keys, ops::Peek::Top, count).await
     }
 
@@ -493,7 +493,7 @@ impl Queue {
     /// is gone; use [`Queue::claim`] for at-least-once processing.)
     pub async fn pop(&self, count: usize) -> Result<Vec<Entry>> {
         check_count(count)?;
-        let (backend, keys) = self.ready()?;
+        let (backend, keys) = self.ready_hot()?;
         ops::entries(backend, keys, ops::Peek::Pop, count).await
     }
 
@@ -508,7 +508,7 @@ impl Queue {
                 format!("{score} is above 2^53, so it is no due time dlm wrote"),
             ));
         }
-        let (backend, keys) = self.ready()?;
+        let (backend, keys) = self.ready_hot()?;
         ops::remove_if_score(backend, keys, id, score).await
     }
 
@@ -658,7 +658,7 @@ impl Queue {
     /// Up to `count` dead tasks, oldest death first.
     pub async fn dead(&self, count: usize) -> Result<Vec<DeadTask>> {
         check_count(count)?;
-        let (backend, keys) = self.ready()?;
+        let (backend, keys) = self.ready_hot()?;
         ops::dead(backend, keys, count).await
     }
 
@@ -677,7 +677,7 @@ impl Queue {
 
     /// Delete every dead task; how many were deleted.
     pub async fn purge_dead(&self) -> Result<usize> {
-        let (backend, keys) = self.ready()?;
+        let (backend, keys) = self.ready_hot()?;
         ops::purge_dead(backend, keys).await
     }
 

@@ -48,8 +48,11 @@
 -- lowest scores of `ready` are scanned, at most 4 * count + 64 of them: a
 -- task of a group at its limit is parked (held aside until a slot of its
 -- group frees), so a busy group never holds back the others.
+-- KEYS[32..] all 4096 payload buckets, once the queue uses them (payload.lua; keyset.rs)
 -- Returns  the status WIDE, writing nothing, on a narrow call that needs all
---          the keys (the client retries with them; keyset.rs); otherwise
+--          the keys (the client retries with them; keyset.rs); the status
+--          BUCKETS, writing nothing, on a call that needs payload buckets it
+--          was not given (payload.lua); otherwise
 --          {expired_returned, ms_until_next_due (-1: nothing waiting), now (ms),
 --           died (how many of the expired moved to the dead set),
 --           ms until the rate limit allows the next claim (-1: not limited now),
@@ -70,6 +73,8 @@ local extras = cfg[5] == '1' -- issue 24's keys in use (see results.lua)
 if #KEYS < 31 and (extras or tonumber(cfg[6] or '0') > 0) then
   return redis.status_reply('WIDE')
 end
+-- Issue 31: the payload buckets it may read are declared (payload.lua).
+if tonumber(ARGV[1]) > 0 and needs_buckets() then return redis.status_reply('BUCKETS') end
 events_preset(cfg[6])
 local limit = tonumber(cfg[1] or '0')
 local rate_n, rate_p = tonumber(cfg[2] or '0'), tonumber(cfg[3] or '0')

@@ -55,8 +55,12 @@
 -- is given, and no dependency may lead back to the task: otherwise nothing is
 -- written and the reply is {'unknown', id of the dependency, task id} or
 -- {'cycle', task id, dependency id}.
+-- KEYS[32..] the payload buckets of the call's ids, once the queue uses them
+--          (payload.lua; keyset.rs)
 -- Returns  the status WIDE, writing nothing, on a narrow call that needs all
---          the keys (the client retries with them; keyset.rs); otherwise
+--          the keys (the client retries with them; keyset.rs); the status
+--          BUCKETS, writing nothing, on a call that needs payload buckets it
+--          was not given (payload.lua); otherwise
 --          per task two values: status (1 added, 0 kept as it was, 2 replaced,
 --          3 blocked by dependencies, 4 dead: a dependency died), and the
 --          task's due time (ms; -1 for a kept task that is in flight)
@@ -83,6 +87,19 @@ local ecfg = redis.call('HMGET', KEYS[11], 'extras', 'events_maxlen')
 -- written, and the client calls again with all 31.
 if #KEYS < 31 and (FULL or ecfg[1] == '1' or tonumber(ecfg[2] or '0') > 0) then
   return redis.status_reply('WIDE')
+end
+-- Issue 31: the payload buckets this call may touch are declared (payload.lua):
+-- a call without them for a queue that has bucket entries, or that writes
+-- some (compact small payloads), writes nothing and answers BUCKETS.
+if #KEYS <= 31 and (ARGV[3] == '1' or small_count() > 0) then
+  local ids, writes = {}, false
+  for i = 5, #ARGV, STRIDE do
+    ids[#ids + 1] = ARGV[i]
+    if ARGV[3] == '1' and ARGV[i + 1] == '1' and #ARGV[i + 2] <= SMALL_PAYLOAD and #ARGV[i] <= SMALL_PAYLOAD then
+      writes = true
+    end
+  end
+  if needs_buckets(ids, writes) then return redis.status_reply('BUCKETS') end
 end
 events_preset(ecfg[2])
 local dag = any_deps or (ecfg[1] == '1' and redis.call('EXISTS', KEYS[26]) == 1)

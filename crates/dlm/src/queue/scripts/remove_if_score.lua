@@ -35,11 +35,15 @@
 --  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
+-- KEYS[32..] the payload buckets (the one of ARGV[1]) once the queue uses them; without
+--          them such a queue gets the status BUCKETS (payload.lua; keyset.rs)
 -- ARGV[1]  id
 -- ARGV[2]  the due time read (ms)
 -- Returns  {1, score}   removed
 --          {0, -1}      not waiting
 --          {-1, score}  waiting with another due time (score = the current one)
+-- Issue 31: the payload bucket it may touch is declared (payload.lua).
+if needs_buckets({ARGV[1]}) then return redis.status_reply('BUCKETS') end
 local place, due, member = where_waits(ARGV[1])
 if not place then
   return {0, -1}
