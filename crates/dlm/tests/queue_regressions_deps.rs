@@ -484,3 +484,70 @@ async fn every_key_a_script_touches_is_declared() -> TestResult {
     assert_eq!(narrow, [19, 19, 19], "enqueue, claim, ack of a plain queue");
     Ok(())
 }
+
+/// Defect 6: a dependency that may come later (`deps_may_come_later`) but
+/// never does holds nothing for ever: once the dependent's due time is
+/// `UNKNOWN_DEPENDENCY_WAIT` past (here: its score moved back by hand), a
+/// claim finds it; it dies, naming the id, its dependents follow their
+/// policy and no edge to the id is left.
+#[tokio::test]
+async fn a_dependency_that_never_comes_is_not_waited_for_for_ever() -> TestResult {
+    let s = dlm_testkit::RedisServer::start()?;
+    let c = Client::connect(&s.url()).await?;
+    let mut raw = common::raw(&s).await;
+    let q = c.queue("ghosts");
+    q.enqueue(["real"], NOW, OnDuplicate::Keep).await?;
+    q.enqueue(
+        [
+            NewTask::new("w")
+                .after(["ghost", "real"])
+                .deps_may_come_later(true),
+            NewTask::new("next").after(["w"]),
+        ],
+        NOW,
+        OnDuplicate::Keep,
+    )
+    .await?;
+    assert_eq!(state(&q, "w").await?, Some(TaskState::Blocked));
+    // A claim now finds nothing to expire: w has not waited long.
+    let leases = q.claim(10, LEASE).await?;
+    assert_eq!(leases.len(), 1);
+    assert_eq!(state(&q, "w").await?, Some(TaskState::Blocked));
+    // w's due time 24 hours and a minute ago; the next claim sweeps at once.
+    let long_ago = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis(),
+    )? - dlm::queue::UNKNOWN_DEPENDENCY_WAIT.as_millis() as u64
+        - 60_000;
+    let blocked = "dlm:queue:{ghosts}:blocked";
+    let _: i64 = redis::cmd("ZADD")
+        .arg(blocked)
+        .arg("XX")
+        .arg(long_ago)
+        .arg("w")
+        .query_async(&mut raw)
+        .await?;
+    let _: i64 = redis::cmd("HDEL")
+        .arg("dlm:queue:{ghosts}:config")
+        .arg("deps_sweep_at")
+        .query_async(&mut raw)
+        .await?;
+    assert!(q.claim(10, LEASE).await?.is_empty());
+    let w = q.task("w").await?.ok_or("w is there")?;
+    assert_eq!(w.state, TaskState::Dead, "{w:?}");
+    assert_eq!(
+        w.error.as_deref(),
+        Some("dependency 'ghost' was never enqueued")
+    );
+    assert_eq!(state(&q, "next").await?, Some(TaskState::Dead));
+    let children: Vec<String> = redis::cmd("HKEYS")
+        .arg("dlm:queue:{ghosts}:children")
+        .query_async(&mut raw)
+        .await?;
+    assert!(children.is_empty(), "edges left: {children:?}");
+    for l in leases {
+        l.ack().await?;
+    }
+    Ok(())
+}

@@ -129,6 +129,7 @@ pub use types::{
     MAX_PAYLOAD_LIMIT, MAX_PRIORITY, MAX_PROGRESS_MESSAGE, MAX_REMEMBERED_RESULTS,
     MAX_RESULT_BYTES, MAX_RESULT_BYTES_TOTAL, MAX_RESULT_TTL, MAX_TASK_TIMEOUT, Nacked, NewTask,
     OnDuplicate, QueueSettings, QueueStats, RateLimit, Removed, Task, TaskProgress,
+    UNKNOWN_DEPENDENCY_WAIT,
 };
 pub use worker::{TaskOutput, Worker, WorkerOptions, WorkerReport};
 

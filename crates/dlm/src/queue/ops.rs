@@ -807,6 +807,14 @@ mod tests {
 
     decoder_tests!(fuzz_queue_replies, DECODERS);
 
+    /// claim.lua's bound on dependencies never enqueued is the documented one.
+    #[test]
+    fn the_unknown_dependency_wait_is_the_documented_one() {
+        let ms = crate::queue::UNKNOWN_DEPENDENCY_WAIT.as_millis();
+        let line = format!("local UNKNOWN_DEP_WAIT_MS = {ms} ");
+        assert!(include_str!("scripts/claim.lua").contains(&line), "{line}");
+    }
+
     #[test]
     fn well_formed_replies_decode() -> Result<()> {
         let claimed = claim_reply(Value::Array(vec![

@@ -56,6 +56,13 @@ pub const MAX_REMEMBERED_RESULTS: usize = 100_000;
 pub const DEFAULT_RESULT_BYTES: u64 = 64 * 1024 * 1024;
 /// The largest [`QueueSettings::keep_results_bytes`]: 64 GiB.
 pub const MAX_RESULT_BYTES_TOTAL: u64 = 64 * 1024 * 1024 * 1024;
+/// How long a task waits for a dependency that is not known yet
+/// ([`NewTask::deps_may_come_later`]): once its due time is this far past
+/// and the id has still never been enqueued, it dies ("dependency 'ID' was
+/// never enqueued") and its edges go, so an id that never comes holds
+/// nothing for ever. Claims of the queue look for such tasks about every
+/// 10 seconds.
+pub const UNKNOWN_DEPENDENCY_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// The longest progress message ([`crate::queue::Lease::progress`]), in bytes.
 pub const MAX_PROGRESS_MESSAGE: usize = 1024;
 
@@ -148,6 +155,9 @@ impl NewTask {
     /// Let a dependency be an id that is not known yet (enqueued later):
     /// the task waits until a task with that id is enqueued and completes.
     /// Without it, enqueue refuses unknown dependencies, which catches typos.
+    /// The wait is bounded: an id still never enqueued
+    /// [`UNKNOWN_DEPENDENCY_WAIT`] (24 hours) past the task's due time
+    /// makes the task die ("dependency 'ID' was never enqueued").
     ///
     /// ```
     /// let t = dlm::queue::NewTask::new("b").after(["a"]).deps_may_come_later(true);

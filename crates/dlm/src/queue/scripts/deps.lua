@@ -122,6 +122,19 @@ if #KEYS >= 31 then
       end
       return released
     end
+    -- The blocked task c dies (`why`): out of its dependencies' children
+    -- too (drop_edges), into the dead set. Its dependents are the caller's.
+    local function kill_blocked(c, why, now)
+      drop_edges(c)
+      redis.call('ZREM', KEYS[26], c)
+      redis.call('HDEL', KEYS[27], c)
+      redis.call('ZADD', KEYS[6], now, c)
+      redis.call('HSET', KEYS[7], c, why)
+      redis.call('HDEL', KEYS[28], c)
+      redis.call('HDEL', KEYS[30], c)
+      event('dead', c, why)
+      redis.call('HINCRBY', KEYS[9], 'failed', 1)
+    end
     -- Task p died (dead set, or written dead at enqueue): each of its blocked
     -- dependents follows its policy, 'ignore' (the dependency counts as done)
     -- or 'fail' (it dies too, naming the dependency, and so on down the graph).
@@ -139,16 +152,7 @@ if #KEYS >= 31 then
               if redis.call('HGET', KEYS[30], c) == 'ignore' then
                 if one_dep_done(c, parent, now) then released = released + 1 end
               else
-                -- c dies: out of its other dependencies' children too.
-                drop_edges(c)
-                redis.call('ZREM', KEYS[26], c)
-                redis.call('HDEL', KEYS[27], c)
-                redis.call('ZADD', KEYS[6], now, c)
-                redis.call('HSET', KEYS[7], c, "dependency '" .. parent .. "' died")
-                redis.call('HDEL', KEYS[28], c)
-                redis.call('HDEL', KEYS[30], c)
-                event('dead', c, "dependency '" .. parent .. "' died")
-                redis.call('HINCRBY', KEYS[9], 'failed', 1)
+                kill_blocked(c, "dependency '" .. parent .. "' died", now)
                 died = died + 1
                 todo[#todo + 1] = c
               end
@@ -185,9 +189,42 @@ if #KEYS >= 31 then
       redis.call('HDEL', KEYS[30], id)
       return dependents_fail(id, now)
     end
+    -- Issue 31: the bound on dependencies not known yet (flag 'l'). A task
+    -- blocked since more than `wait` ms past its due time on an id that is
+    -- still not known (never enqueued: not alive, dead or remembered as
+    -- done) dies, "dependency 'ID' was never enqueued", and leaves the graph
+    -- (its dependents follow their policies). One call looks at up to 20
+    -- such tasks, from the score `from` on (exclusive; a cursor: claims
+    -- sweep now and then, see claim.lua). Returns {next cursor (nil: start
+    -- again from the lowest), released, died}.
+    local function expire_unknown(now, wait, from)
+      local list = redis.call('ZRANGEBYSCORE', KEYS[26], from and ('(' .. from) or '-inf',
+        now - wait, 'WITHSCORES', 'LIMIT', 0, 20)
+      local released, died = 0, 0
+      for i = 1, #list, 2 do
+        local c = list[i]
+        for _, d in ipairs(split_ids(redis.call('HGET', KEYS[28], c))) do
+          local kids = redis.call('HGET', KEYS[29], d)
+          local waits_for = kids and (string.sub(kids, 1, #c + 1) == c .. '\0'
+            or string.find(kids, '\0' .. c .. '\0', 1, true) ~= nil)
+          if waits_for and not alive(d) and not redis.call('ZSCORE', KEYS[6], d)
+              and not known_done(d, now) then
+            kill_blocked(c, "dependency '" .. d .. "' was never enqueued", now)
+            died = died + 1
+            local r = dependents_fail(c, now)
+            released, died = released + r[1], died + r[2]
+            break
+          end
+        end
+      end
+      local next_from = nil
+      if #list == 40 then next_from = list[#list] end
+      return {next_from, released, died}
+    end
     dag_made = {
       in_use = dag_in_use, split_ids = split_ids, known_done = known_done, alive = alive,
       completed = dag_completed, died = dag_died, add_edges = add_edges,
+      expire_unknown = expire_unknown,
     }
     return dag_made
   end
