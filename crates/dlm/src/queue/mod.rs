@@ -31,8 +31,10 @@
 //! 1 hour by default). Bounds, exactly: a result is at most
 //! [`MAX_RESULT_BYTES`] (1 MiB; a worker fails a task whose handler returns
 //! more, `Lease::ack_with` refuses it); at most [`MAX_REMEMBERED_RESULTS`]
-//! (100,000) ids are remembered, and an ack beyond it evicts those to be
-//! forgotten soonest; every ack of a queue with results, and every read,
+//! (100,000) ids are remembered and their results add up to at most
+//! [`QueueSettings::keep_results_bytes`] (64 MiB by default), and an ack
+//! beyond either evicts those to be forgotten soonest (counted in
+//! [`QueueStats::results_evicted`]); every ack of a queue with results, and every read,
 //! removes up to 100 expired ones; and both keys expire as a whole at the
 //! last forget time, so an idle queue's results go away by themselves. A
 //! task that returns nothing writes nothing (in a queue that has results,
@@ -352,7 +354,11 @@ impl Queue {
     /// `dlm bench queue --payload-bytes 11` by about a quarter on 2 cores
     /// (BENCHMARKS.md, issue 16). Readers find a payload wherever it is, so
     /// handles with either setting share a queue. Id-only tasks and larger
-    /// payloads are stored the same either way.
+    /// payloads are stored the same either way. Every bucket a script
+    /// touches is declared in its KEYS (issue 31): once a queue has payloads
+    /// in buckets, its calls send the buckets of their ids, and claims, pops
+    /// and listings all 4096 bucket keys, which costs each such call more
+    /// (see BENCHMARKS.md, issue 31).
     ///
     /// ```no_run
     /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
