@@ -193,7 +193,9 @@ if #KEYS >= 31 then
     -- blocked since more than `wait` ms past its due time on an id that is
     -- still not known (never enqueued: not alive, dead or remembered as
     -- done) dies, "dependency 'ID' was never enqueued", and leaves the graph
-    -- (its dependents follow their policies). One call looks at up to 20
+    -- (its dependents follow their policies); one that ignores a
+    -- dependency's death counts that dependency as done instead, as it
+    -- would a death. One call looks at up to 20
     -- such tasks, from the score `from` on (exclusive; a cursor: claims
     -- sweep now and then, see claim.lua). Returns {next cursor (nil: start
     -- again from the lowest), released, died}.
@@ -209,11 +211,27 @@ if #KEYS >= 31 then
             or string.find(kids, '\0' .. c .. '\0', 1, true) ~= nil)
           if waits_for and not alive(d) and not redis.call('ZSCORE', KEYS[6], d)
               and not known_done(d, now) then
-            kill_blocked(c, "dependency '" .. d .. "' was never enqueued", now)
-            died = died + 1
-            local r = dependents_fail(c, now)
-            released, died = released + r[1], died + r[2]
-            break
+            if redis.call('HGET', KEYS[30], c) == 'ignore' then
+              local keep = {}
+              for _, k in ipairs(split_ids(kids)) do
+                if k ~= c then keep[#keep + 1] = k .. '\0' end
+              end
+              if #keep == 0 then
+                redis.call('HDEL', KEYS[29], d)
+              else
+                redis.call('HSET', KEYS[29], d, table.concat(keep))
+              end
+              if one_dep_done(c, d, now) then
+                released = released + 1
+                break
+              end
+            else
+              kill_blocked(c, "dependency '" .. d .. "' was never enqueued", now)
+              died = died + 1
+              local r = dependents_fail(c, now)
+              released, died = released + r[1], died + r[2]
+              break
+            end
           end
         end
       end
