@@ -157,7 +157,8 @@ impl NewTask {
     /// Without it, enqueue refuses unknown dependencies, which catches typos.
     /// The wait is bounded: an id still never enqueued
     /// [`UNKNOWN_DEPENDENCY_WAIT`] (24 hours) past the task's due time
-    /// makes the task die ("dependency 'ID' was never enqueued").
+    /// makes the task die ("dependency 'ID' was never enqueued"), or, with
+    /// [`DependencyFailure::Ignore`], counts as done, as a death would.
     ///
     /// ```
     /// let t = dlm::queue::NewTask::new("b").after(["a"]).deps_may_come_later(true);
