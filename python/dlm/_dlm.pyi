@@ -39,6 +39,8 @@ class QueueStats(TypedDict):
     processed: int
     failed: int
     blocked: int
+    result_bytes: int
+    results_evicted: int
     paused: bool
     oldest_due: float
 
@@ -60,6 +62,7 @@ class QueueSettings(TypedDict):
     keep_completed: Optional[int]
     events: Optional[int]
     keep_results: float
+    keep_results_bytes: int
 
 class Schedule(TypedDict):
     """A repeating task (`Queue.schedules()`); next_tick in ms since the epoch."""
@@ -294,6 +297,7 @@ class Queue:
         keep_completed: Optional[int] = None,
         events: Optional[int] = None,
         keep_results: Optional[float] = None,
+        keep_results_bytes: Optional[int] = None,
     ) -> QueueSettings: ...
     def settings(self) -> QueueSettings: ...
     def schedule(
@@ -354,6 +358,7 @@ class AsyncQueue:
         keep_completed: Optional[int] = None,
         events: Optional[int] = None,
         keep_results: Optional[float] = None,
+        keep_results_bytes: Optional[int] = None,
     ) -> "asyncio.Future[QueueSettings]": ...
     def settings(self) -> "asyncio.Future[QueueSettings]": ...
     def schedule(

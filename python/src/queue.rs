@@ -147,6 +147,7 @@ fn settings_change(
     keep_completed: Option<u32>,
     events: Option<u32>,
     keep_results: Option<f64>,
+    keep_results_bytes: Option<u64>,
 ) -> Result<dlm::queue::QueueSettings, dlm::Error> {
     let nonzero = |n: u32| (n > 0).then_some(n);
     let mut s = dlm::queue::QueueSettings::default();
@@ -169,6 +170,9 @@ fn settings_change(
     }
     if let Some(t) = keep_results {
         s = s.keep_results(secs("keep_results", t)?);
+    }
+    if let Some(b) = keep_results_bytes {
+        s = s.keep_results_bytes(b);
     }
     Ok(s)
 }
@@ -221,6 +225,7 @@ fn settings_record(s: dlm::queue::QueueSettings) -> Record {
         .with("keep_completed", s.get_keep_completed())
         .with("events", s.get_events())
         .with("keep_results", s.get_keep_results())
+        .with("keep_results_bytes", s.get_keep_results_bytes())
 }
 
 /// `push_many`'s items: ids or (id, payload) pairs.
@@ -323,6 +328,8 @@ impl Core {
                 .with("processed", s.processed)
                 .with("failed", s.failed)
                 .with("blocked", s.blocked)
+                .with("result_bytes", s.result_bytes)
+                .with("results_evicted", s.results_evicted)
                 .with("paused", s.paused)
                 .with("oldest_due", s.oldest_due))
         }
@@ -861,8 +868,9 @@ macro_rules! queue_methods {
         /// (0: no limit); rate: (n, period seconds) claims at most (n=0: no
         /// limit); keep_completed: ids of acked tasks kept (0: none);
         /// events: the event log's cap (0: off); keep_results: seconds
-        /// results are kept.
-        #[pyo3(signature = (*, group_concurrency=None, rate=None, keep_completed=None, events=None, keep_results=None))]
+        /// results are kept; keep_results_bytes: the most bytes of results
+        /// kept in all (default 64 MiB; the oldest are evicted first).
+        #[pyo3(signature = (*, group_concurrency=None, rate=None, keep_completed=None, events=None, keep_results=None, keep_results_bytes=None))]
         fn configure<'py>(
             &self,
             py: Python<'py>,
@@ -871,8 +879,9 @@ macro_rules! queue_methods {
             keep_completed: Option<u32>,
             events: Option<u32>,
             keep_results: Option<f64>,
+            keep_results_bytes: Option<u64>,
         ) -> PyResult<$run!(py, Record)> {
-            let change = settings_change(group_concurrency, rate, keep_completed, events, keep_results).map_err(err)?;
+            let change = settings_change(group_concurrency, rate, keep_completed, events, keep_results, keep_results_bytes).map_err(err)?;
             let q = self.core.0.clone();
             $run(py, async move { q.configure(&change).await.map(settings_record).map_err(err) })
         }

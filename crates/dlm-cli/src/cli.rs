@@ -428,7 +428,8 @@ pub enum QueueCommand {
     /// Show the queue's settings, stored in Redis and followed by every
     /// worker: group concurrency, rate limit, completed history, how long
     /// results are kept (JSON with --json: {"queue","group_concurrency",
-    /// "rate":{"n","period_ms"}|null,"keep_completed","keep_results_ms"}).
+    /// "rate":{"n","period_ms"}|null,"keep_completed","keep_results_ms",
+    /// "keep_results_bytes"}).
     /// With flags, change them first: --group-concurrency 0, --rate off,
     /// --keep-completed 0 and --keep-results 0 remove one; --clear removes
     /// them all.

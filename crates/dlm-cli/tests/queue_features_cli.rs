@@ -264,7 +264,7 @@ fn bad_priorities_groups_and_rates_exit_2_and_write_nothing() -> TestResult {
     let config: serde_json::Value = serde_json::from_str(r.stdout.trim())?;
     assert_eq!(
         config,
-        serde_json::json!({"queue": "bq", "group_concurrency": null, "rate": null, "keep_completed": null, "keep_results_ms": 3_600_000, "events": null})
+        serde_json::json!({"queue": "bq", "group_concurrency": null, "rate": null, "keep_completed": null, "keep_results_ms": 3_600_000, "keep_results_bytes": 67_108_864, "events": null})
     );
     Ok(())
 }
@@ -292,7 +292,7 @@ fn config_shows_changes_and_clears_the_settings() -> TestResult {
     let v: serde_json::Value = serde_json::from_str(set.stdout.trim())?;
     assert_eq!(
         v,
-        serde_json::json!({"queue": "cq", "group_concurrency": 2, "rate": {"n": 5, "period_ms": 250}, "keep_completed": 10, "keep_results_ms": 3_600_000, "events": null})
+        serde_json::json!({"queue": "cq", "group_concurrency": 2, "rate": {"n": 5, "period_ms": 250}, "keep_completed": 10, "keep_results_ms": 3_600_000, "keep_results_bytes": 67_108_864, "events": null})
     );
     let off = run_on(
         &server,
@@ -320,7 +320,7 @@ fn config_shows_changes_and_clears_the_settings() -> TestResult {
     assert_eq!(cleared.code(), 0, "{}", cleared.stderr);
     assert_eq!(
         cleared.stdout.trim(),
-        "cq: group concurrency none, rate none, keep completed none, keep results 1h, events none"
+        "cq: group concurrency none, rate none, keep completed none, keep results 1h (at most 67108864 bytes), events none"
     );
     Ok(())
 }

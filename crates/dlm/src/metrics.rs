@@ -36,6 +36,7 @@
 //! | `dlm_queue_task_run_seconds` | histogram | `queue` | In the worker runtime: from the claim to the handler's end (when its ack or nack is sent). |
 //! | `dlm_queue_depth` | gauge | `queue`, `state` | Tasks per `state`: `waiting` (due now), `delayed` (due later), `in_flight` (leased), `dead`. Set by [`crate::queue::Queue::stats`]. |
 //! | `dlm_queue_oldest_task_age_seconds` | gauge | `queue` | How long the oldest due waiting task has been due (0 when none is). Set by [`crate::queue::Queue::stats`]. |
+//! | `dlm_queue_results_evicted_total` | counter | `queue` | Results evicted before their time to keep the queue within [`crate::queue::QueueSettings::keep_results_bytes`] (default 64 MiB) or [`crate::queue::MAX_REMEMBERED_RESULTS`], oldest first. Counted by Redis; set to its total by [`crate::queue::Queue::stats`]. |
 //! | `dlm_redis_errors_total` | counter | `kind` | Failed calls to Redis. `timeout` (no answer within the deadline), `connection` (dropped, I/O), `refused`, `cluster_moved` (MOVED/ASK), `cluster` (CLUSTERDOWN, TRYAGAIN, CROSSSLOT, MASTERDOWN), `readonly`, `loading`, `auth`, `server` (any other error reply, e.g. a script error), `protocol` (an unexpected reply), `other`. |
 //!
 //! The queue gauges are sampled, not kept up to date: the library does not
@@ -78,6 +79,8 @@ pub const QUEUE_TASK_RUN_SECONDS: &str = "dlm_queue_task_run_seconds";
 pub const QUEUE_DEPTH: &str = "dlm_queue_depth";
 /// Queue: how long the oldest due task has waited (sampled by `Queue::stats`).
 pub const QUEUE_OLDEST_TASK_AGE_SECONDS: &str = "dlm_queue_oldest_task_age_seconds";
+/// Queue: results evicted before their time (sampled by `Queue::stats`).
+pub const QUEUE_RESULTS_EVICTED_TOTAL: &str = "dlm_queue_results_evicted_total";
 /// Redis: failed calls, by `kind`.
 pub const REDIS_ERRORS_TOTAL: &str = "dlm_redis_errors_total";
 

@@ -88,6 +88,12 @@ pub struct SettingsArgs {
     /// days; when never set: 1h).
     #[arg(long, value_name = "D", value_parser = parse_keep_results, allow_hyphen_values = true)]
     pub keep_results: Option<std::time::Duration>,
+    /// Store for the queue: keep at most BYTES of results in all (1048576
+    /// to 68719476736; when never set: 64 MiB); beyond it the oldest
+    /// results are evicted first.
+    #[arg(long, value_name = "BYTES",
+          value_parser = clap::value_parser!(u64).range(dlm::queue::MAX_RESULT_BYTES as u64..=dlm::queue::MAX_RESULT_BYTES_TOTAL))]
+    pub keep_results_bytes: Option<u64>,
 }
 
 impl SettingsArgs {
@@ -109,6 +115,9 @@ impl SettingsArgs {
         if let Some(ttl) = self.keep_results {
             s = s.keep_results(ttl);
         }
+        if let Some(b) = self.keep_results_bytes {
+            s = s.keep_results_bytes(b);
+        }
         s
     }
 
@@ -119,5 +128,6 @@ impl SettingsArgs {
             || self.keep_completed.is_some()
             || self.events.is_some()
             || self.keep_results.is_some()
+            || self.keep_results_bytes.is_some()
     }
 }

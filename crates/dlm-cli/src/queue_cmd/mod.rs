@@ -417,6 +417,8 @@ struct ConfigLine<'a> {
     /// The event log's cap (`null`: no log).
     events: Option<u32>,
     keep_results_ms: u128,
+    /// The bound on the results' total bytes.
+    keep_results_bytes: u64,
 }
 
 /// Print a queue's settings (one line; JSON with --json).
@@ -431,11 +433,12 @@ pub fn print_settings(global: &Global, queue: &str, s: &QueueSettings) -> Result
         keep_completed: s.get_keep_completed(),
         events: s.get_events(),
         keep_results_ms: s.get_keep_results().as_millis(),
+        keep_results_bytes: s.get_keep_results_bytes(),
     };
     output::emit(global.json, &line, || {
         let or_none = |v: Option<u32>| v.map_or("none".to_string(), |v| v.to_string());
         format!(
-            "{queue}: group concurrency {}, rate {}, keep completed {}, keep results {}, events {}",
+            "{queue}: group concurrency {}, rate {}, keep completed {}, keep results {} (at most {} bytes), events {}",
             or_none(line.group_concurrency),
             line.rate.as_ref().map_or("none".to_string(), |r| format!(
                 "{}/{}",
@@ -449,6 +452,7 @@ pub fn print_settings(global: &Global, queue: &str, s: &QueueSettings) -> Result
                 d if d.is_zero() => "none".to_string(),
                 d => humantime::format_duration(d).to_string(),
             },
+            line.keep_results_bytes,
             or_none(line.events)
         )
     })

@@ -74,6 +74,11 @@ pub fn describe() {
         "How long the oldest due task of a queue has waited, as last sampled."
     );
     describe_counter!(
+        QUEUE_RESULTS_EVICTED_TOTAL,
+        Unit::Count,
+        "Results of a queue evicted before their time (its byte or count bound), as last sampled."
+    );
+    describe_counter!(
         REDIS_ERRORS_TOTAL,
         Unit::Count,
         "Failed calls to Redis, by kind."
@@ -216,6 +221,7 @@ pub(crate) struct QueueMetrics {
     run: Key,
     depth: [Key; 4],
     oldest: Key,
+    evicted: Key,
 }
 
 impl QueueMetrics {
@@ -234,6 +240,7 @@ impl QueueMetrics {
             run: key(QUEUE_TASK_RUN_SECONDS, None),
             depth: STATES.map(|s| key(QUEUE_DEPTH, Some(("state", s)))),
             oldest: key(QUEUE_OLDEST_TASK_AGE_SECONDS, None),
+            evicted: key(QUEUE_RESULTS_EVICTED_TOTAL, None),
         }
     }
 
@@ -266,14 +273,18 @@ impl QueueMetrics {
     }
 
     /// `dlm_queue_depth{queue,state}` (waiting, delayed, in_flight, dead) and
-    /// `dlm_queue_oldest_task_age_seconds{queue}`.
-    pub(crate) fn sampled(&self, depth: [u64; 4], oldest: Duration) {
+    /// `dlm_queue_oldest_task_age_seconds{queue}`, and the counter
+    /// `dlm_queue_results_evicted_total{queue}` (kept by Redis, set to its
+    /// total).
+    pub(crate) fn sampled(&self, depth: [u64; 4], oldest: Duration, evicted: u64) {
         with_recorder(|r| {
             for (key, n) in self.depth.iter().zip(depth) {
                 r.register_gauge(key, &METADATA).set(n as f64);
             }
             r.register_gauge(&self.oldest, &METADATA)
                 .set(oldest.as_secs_f64());
+            r.register_counter(&self.evicted, &METADATA)
+                .absolute(evicted);
         });
     }
 }

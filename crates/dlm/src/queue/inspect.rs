@@ -13,6 +13,7 @@ use crate::backend::{Backend, glob_escape};
 use crate::error::{Error, Result};
 use crate::keys::DEFAULT_QUEUE_PREFIX;
 use crate::queue::Queue;
+use crate::queue::keyset::{Buckets, eval_all};
 use crate::queue::ops::{array, bytes, int, invocation, split_ids, text, unsigned};
 use crate::token::Fence;
 
@@ -187,13 +188,16 @@ impl Queue {
                 format!("{limit} is outside 1 ..= {MAX_PAGE}"),
             ));
         }
-        let (backend, keys) = self.ready()?;
-        let mut inv = invocation(&TASKS, keys);
-        inv.arg(state.script_arg())
-            .arg(offset)
-            .arg(limit)
-            .arg(preview.min(MAX_PREVIEW));
-        let reply = array(backend.eval(&inv).await?)?;
+        let (backend, keys) = self.ready_hot()?;
+        let build = |keys: &[String]| {
+            let mut inv = invocation(&TASKS, keys);
+            inv.arg(state.script_arg())
+                .arg(offset)
+                .arg(limit)
+                .arg(preview.min(MAX_PREVIEW));
+            inv
+        };
+        let reply = array(eval_all(backend, keys, Buckets::Any, build).await?)?;
         let (head, rest) = reply.split_at(reply.len().min(2));
         let [now, total] = head else {
             return Err(Error::protocol("short tasks reply"));
@@ -235,10 +239,13 @@ impl Queue {
     /// ```
     pub async fn task(&self, id: &str) -> Result<Option<TaskDetail>> {
         crate::queue::check_id(id)?;
-        let (backend, keys) = self.ready()?;
-        let mut inv = invocation(&TASK, keys);
-        inv.arg(id);
-        let v = array(backend.eval(&inv).await?)?;
+        let (backend, keys) = self.ready_hot()?;
+        let build = |keys: &[String]| {
+            let mut inv = invocation(&TASK, keys);
+            inv.arg(id);
+            inv
+        };
+        let v = array(eval_all(backend, keys, Buckets::Of(&[id], false), build).await?)?;
         let [
             state,
             score,

@@ -31,8 +31,10 @@
 //! 1 hour by default). Bounds, exactly: a result is at most
 //! [`MAX_RESULT_BYTES`] (1 MiB; a worker fails a task whose handler returns
 //! more, `Lease::ack_with` refuses it); at most [`MAX_REMEMBERED_RESULTS`]
-//! (100,000) ids are remembered, and an ack beyond it evicts those to be
-//! forgotten soonest; every ack of a queue with results, and every read,
+//! (100,000) ids are remembered and their results add up to at most
+//! [`QueueSettings::keep_results_bytes`] (64 MiB by default), and an ack
+//! beyond either evicts those to be forgotten soonest (counted in
+//! [`QueueStats::results_evicted`]); every ack of a queue with results, and every read,
 //! removes up to 100 expired ones; and both keys expire as a whole at the
 //! last forget time, so an idle queue's results go away by themselves. A
 //! task that returns nothing writes nothing (in a queue that has results,
@@ -123,12 +125,13 @@ pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskDetail, TaskInfo, TaskPage, TaskSta
 pub use lease::Lease;
 pub use schedule::{MAX_SCHEDULES, MIN_EVERY, Repeat, ScheduleInfo, ScheduleRun, Scheduled};
 pub use types::{
-    Backoff, Completed, DEFAULT_EVENTS, DEFAULT_MAX_PAYLOAD, DEFAULT_RESULT_TTL, DeadTask,
-    DependencyFailure, Enqueued, Entry, MAX_BATCH, MAX_DELAY, MAX_DEPS, MAX_ERROR_LEN, MAX_EVENTS,
-    MAX_GROUP_CONCURRENCY, MAX_GROUP_LEN, MAX_KEEP_COMPLETED, MAX_PAYLOAD_LIMIT, MAX_PRIORITY,
-    MAX_PROGRESS_MESSAGE, MAX_REMEMBERED_RESULTS, MAX_RESULT_BYTES, MAX_RESULT_TTL,
-    MAX_TASK_TIMEOUT, Nacked, NewTask, OnDuplicate, QueueSettings, QueueStats, RateLimit, Removed,
-    Task, TaskProgress,
+    Backoff, Completed, DEFAULT_EVENTS, DEFAULT_MAX_PAYLOAD, DEFAULT_RESULT_BYTES,
+    DEFAULT_RESULT_TTL, DeadTask, DependencyFailure, Enqueued, Entry, MAX_BATCH, MAX_DELAY,
+    MAX_DEPS, MAX_ERROR_LEN, MAX_EVENTS, MAX_GROUP_CONCURRENCY, MAX_GROUP_LEN, MAX_KEEP_COMPLETED,
+    MAX_PAYLOAD_LIMIT, MAX_PRIORITY, MAX_PROGRESS_MESSAGE, MAX_REMEMBERED_RESULTS,
+    MAX_RESULT_BYTES, MAX_RESULT_BYTES_TOTAL, MAX_RESULT_TTL, MAX_TASK_TIMEOUT, Nacked, NewTask,
+    OnDuplicate, QueueSettings, QueueStats, RateLimit, Removed, Task, TaskProgress,
+    UNKNOWN_DEPENDENCY_WAIT,
 };
 pub use worker::{TaskOutput, Worker, WorkerOptions, WorkerReport};
 
@@ -351,7 +354,11 @@ impl Queue {
     /// `dlm bench queue --payload-bytes 11` by about a quarter on 2 cores
     /// (BENCHMARKS.md, issue 16). Readers find a payload wherever it is, so
     /// handles with either setting share a queue. Id-only tasks and larger
-    /// payloads are stored the same either way.
+    /// payloads are stored the same either way. Every bucket a script
+    /// touches is declared in its KEYS (issue 31): once a queue has payloads
+    /// in buckets, its calls send the buckets of their ids, and claims, pops
+    /// and listings all 4096 bucket keys, which costs each such call more
+    /// (see BENCHMARKS.md, issue 31).
     ///
     /// ```no_run
     /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
@@ -481,7 +488,7 @@ impl Queue {
     /// ```
     pub async fn top(&self, count: usize) -> Result<Vec<Entry>> {
         check_count(count)?;
-        let (backend, keys) = self.ready()?;
+        let (backend, keys) = self.ready_hot()?;
         ops::entries(backend, keys, ops::Peek::Top, count).await
     }
 
@@ -493,7 +500,7 @@ impl Queue {
     /// is gone; use [`Queue::claim`] for at-least-once processing.)
     pub async fn pop(&self, count: usize) -> Result<Vec<Entry>> {
         check_count(count)?;
-        let (backend, keys) = self.ready()?;
+        let (backend, keys) = self.ready_hot()?;
         ops::entries(backend, keys, ops::Peek::Pop, count).await
     }
 
@@ -508,7 +515,7 @@ impl Queue {
                 format!("{score} is above 2^53, so it is no due time dlm wrote"),
             ));
         }
-        let (backend, keys) = self.ready()?;
+        let (backend, keys) = self.ready_hot()?;
         ops::remove_if_score(backend, keys, id, score).await
     }
 
@@ -650,6 +657,7 @@ impl Queue {
         self.metrics.sampled(
             [stats.waiting, stats.delayed, stats.inflight, stats.dead],
             stats.oldest_due,
+            stats.results_evicted,
         );
         Ok(stats)
     }
@@ -657,7 +665,7 @@ impl Queue {
     /// Up to `count` dead tasks, oldest death first.
     pub async fn dead(&self, count: usize) -> Result<Vec<DeadTask>> {
         check_count(count)?;
-        let (backend, keys) = self.ready()?;
+        let (backend, keys) = self.ready_hot()?;
         ops::dead(backend, keys, count).await
     }
 
@@ -676,7 +684,7 @@ impl Queue {
 
     /// Delete every dead task; how many were deleted.
     pub async fn purge_dead(&self) -> Result<usize> {
-        let (backend, keys) = self.ready()?;
+        let (backend, keys) = self.ready_hot()?;
         ops::purge_dead(backend, keys).await
     }
 

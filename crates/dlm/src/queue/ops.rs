@@ -8,7 +8,7 @@ use redis::{Script, Value};
 use crate::backend::Backend;
 use crate::backend::millis;
 use crate::error::{Error, Result};
-use crate::queue::keyset::{KeySet, eval_hot};
+use crate::queue::keyset::{Buckets, KeySet, eval_all, eval_hot};
 use crate::queue::{
     Completed, DeadTask, Enqueued, Entry, NewTask, OnDuplicate, QueueSettings, QueueStats,
     RateLimit, Removed, Task, TaskProgress,
@@ -174,7 +174,24 @@ pub(crate) async fn enqueue(
         }
         inv
     };
-    enqueue_reply(eval_hot(backend, keys, full, build).await?)
+    // The payload buckets of the call's ids: sent at once when this call
+    // writes small payloads to them (payload.lua), else once the queue is
+    // seen to use them (a replace deletes an old bucket entry).
+    let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
+    let writes_buckets = compact
+        && tasks
+            .iter()
+            .any(|t| t.id.len() <= 64 && t.payload.as_ref().is_some_and(|p| p.len() <= 64));
+    enqueue_reply(
+        eval_hot(
+            backend,
+            keys,
+            full,
+            Buckets::Of(&ids, writes_buckets),
+            build,
+        )
+        .await?,
+    )
 }
 
 /// Dependencies as enqueue.lua takes them: each id followed by a NUL byte.
@@ -266,7 +283,7 @@ pub(crate) enum Peek {
 
 pub(crate) async fn entries(
     backend: &Backend,
-    keys: &[String],
+    keys: &KeySet,
     which: Peek,
     count: usize,
 ) -> Result<Vec<Entry>> {
@@ -274,9 +291,12 @@ pub(crate) async fn entries(
         Peek::Top => &*TOP,
         Peek::Pop => &*POP,
     };
-    let mut inv = invocation(script, keys);
-    inv.arg(count);
-    entries_reply(backend.eval(&inv).await?)
+    let build = |keys: &[String]| {
+        let mut inv = invocation(script, keys);
+        inv.arg(count);
+        inv
+    };
+    entries_reply(eval_all(backend, keys, Buckets::Any, build).await?)
 }
 
 /// top.lua and pop.lua: per task an id, a due time and a payload.
@@ -296,13 +316,16 @@ fn entries_reply(v: Value) -> Result<Vec<Entry>> {
 
 pub(crate) async fn remove_if_score(
     backend: &Backend,
-    keys: &[String],
+    keys: &KeySet,
     id: &str,
     score: u64,
 ) -> Result<Removed> {
-    let mut inv = invocation(&REMOVE_IF_SCORE, keys);
-    inv.arg(id).arg(score);
-    removed_reply(backend.eval(&inv).await?)
+    let build = |keys: &[String]| {
+        let mut inv = invocation(&REMOVE_IF_SCORE, keys);
+        inv.arg(id).arg(score);
+        inv
+    };
+    removed_reply(eval_all(backend, keys, Buckets::Of(&[id], false), build).await?)
 }
 
 /// remove_if_score.lua: a code and the current due time.
@@ -345,7 +368,7 @@ pub(crate) async fn claim(
             .arg(REAP_PER_CLAIM);
         inv
     };
-    claim_reply(eval_hot(backend, keys, false, build).await?)
+    claim_reply(eval_hot(backend, keys, false, Buckets::Any, build).await?)
 }
 
 /// claim.lua: expired leases returned, time to the next due task, the
@@ -437,7 +460,8 @@ pub(crate) async fn ack(
         }
         inv
     };
-    codes_reply(eval_hot(backend, keys, with_results, build).await?)
+    let ids: Vec<&str> = leases.iter().map(|(id, _, _)| *id).collect();
+    codes_reply(eval_hot(backend, keys, with_results, Buckets::Of(&ids, false), build).await?)
 }
 
 /// result.lua: the result of `id`, marking a waiter for `wait` when there is none.
@@ -538,6 +562,8 @@ fn stats_reply(v: Value) -> Result<QueueStats> {
         oldest_due: Duration::from_millis(get(6)),
         paused: get(7) == 1,
         blocked: get(8),
+        result_bytes: get(9),
+        results_evicted: get(10),
     })
 }
 
@@ -549,14 +575,13 @@ pub(crate) async fn pause(backend: &Backend, keys: &[String], pause: bool) -> Re
     Ok(was == 1)
 }
 
-pub(crate) async fn dead(
-    backend: &Backend,
-    keys: &[String],
-    count: usize,
-) -> Result<Vec<DeadTask>> {
-    let mut inv = invocation(&DEAD, keys);
-    inv.arg(count);
-    dead_reply(backend.eval(&inv).await?)
+pub(crate) async fn dead(backend: &Backend, keys: &KeySet, count: usize) -> Result<Vec<DeadTask>> {
+    let build = |keys: &[String]| {
+        let mut inv = invocation(&DEAD, keys);
+        inv.arg(count);
+        inv
+    };
+    dead_reply(eval_all(backend, keys, Buckets::Any, build).await?)
 }
 
 /// dead.lua: per task an id, when it died, its error and its payload.
@@ -602,12 +627,15 @@ pub(crate) async fn retry_dead(
     }
 }
 
-pub(crate) async fn purge_dead(backend: &Backend, keys: &[String]) -> Result<usize> {
+pub(crate) async fn purge_dead(backend: &Backend, keys: &KeySet) -> Result<usize> {
     let mut total = 0;
     loop {
-        let mut inv = invocation(&PURGE_DEAD, keys);
-        inv.arg(1000);
-        let n = count_reply(backend.eval(&inv).await?)?;
+        let build = |keys: &[String]| {
+            let mut inv = invocation(&PURGE_DEAD, keys);
+            inv.arg(1000);
+            inv
+        };
+        let n = count_reply(eval_all(backend, keys, Buckets::Any, build).await?)?;
         total += n;
         if n == 0 {
             return Ok(total);
@@ -641,6 +669,12 @@ fn settings_args(change: &QueueSettings) -> Vec<(&'static str, String)> {
             ttl.map_or(String::new(), |t| millis(t).to_string()),
         ));
     }
+    if let Some(bytes) = change.keep_results_bytes {
+        args.push((
+            "keep_results_bytes",
+            bytes.map_or(String::new(), |b| b.to_string()),
+        ));
+    }
     args
 }
 
@@ -672,7 +706,7 @@ pub(crate) async fn config(
     settings_reply(backend.eval(&inv).await?)
 }
 
-/// config.lua: the six settings, nil when not set. A stored value out of
+/// config.lua: the seven settings, nil when not set. A stored value out of
 /// range (written by hand) reads as not set.
 fn settings_reply(v: Value) -> Result<QueueSettings> {
     let v = array(v)?;
@@ -683,8 +717,8 @@ fn settings_reply(v: Value) -> Result<QueueSettings> {
             _ => None,
         }
     };
-    if v.len() != 6 {
-        return Err(Error::protocol("config reply is not six values"));
+    if v.len() != 7 {
+        return Err(Error::protocol("config reply is not seven values"));
     }
     let keep_results = match v.get(4) {
         Some(Value::BulkString(b)) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()),
@@ -705,6 +739,16 @@ fn settings_reply(v: Value) -> Result<QueueSettings> {
         // Not stored: left out (`get_keep_results` gives the default), so
         // settings read back equal those built without it.
         keep_results: keep_results.map(Some),
+        keep_results_bytes: match v.get(6) {
+            Some(Value::BulkString(b)) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()),
+            Some(Value::Int(n)) => u64::try_from(*n).ok(),
+            _ => None,
+        }
+        .filter(|b| {
+            (crate::queue::MAX_RESULT_BYTES as u64..=crate::queue::MAX_RESULT_BYTES_TOTAL)
+                .contains(b)
+        })
+        .map(Some),
     })
 }
 
@@ -762,6 +806,14 @@ mod tests {
     ];
 
     decoder_tests!(fuzz_queue_replies, DECODERS);
+
+    /// claim.lua's bound on dependencies never enqueued is the documented one.
+    #[test]
+    fn the_unknown_dependency_wait_is_the_documented_one() {
+        let ms = crate::queue::UNKNOWN_DEPENDENCY_WAIT.as_millis();
+        let line = format!("local UNKNOWN_DEP_WAIT_MS = {ms} ");
+        assert!(include_str!("scripts/claim.lua").contains(&line), "{line}");
+    }
 
     #[test]
     fn well_formed_replies_decode() -> Result<()> {

@@ -49,6 +49,20 @@ pub const MAX_RESULT_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// beyond it the ones due to be forgotten first go first. With
 /// [`MAX_RESULT_BYTES`] this bounds a queue's result memory.
 pub const MAX_REMEMBERED_RESULTS: usize = 100_000;
+/// How many bytes of results a queue keeps at most when its
+/// [`QueueSettings::keep_results_bytes`] is not set: 64 MiB, which a small
+/// Redis survives. Beyond it the oldest results are evicted first (counted
+/// in [`QueueStats::results_evicted`]).
+pub const DEFAULT_RESULT_BYTES: u64 = 64 * 1024 * 1024;
+/// The largest [`QueueSettings::keep_results_bytes`]: 64 GiB.
+pub const MAX_RESULT_BYTES_TOTAL: u64 = 64 * 1024 * 1024 * 1024;
+/// How long a task waits for a dependency that is not known yet
+/// ([`NewTask::deps_may_come_later`]): once its due time is this far past
+/// and the id has still never been enqueued, it dies ("dependency 'ID' was
+/// never enqueued") and its edges go, so an id that never comes holds
+/// nothing for ever. Claims of the queue look for such tasks about every
+/// 10 seconds.
+pub const UNKNOWN_DEPENDENCY_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// The longest progress message ([`crate::queue::Lease::progress`]), in bytes.
 pub const MAX_PROGRESS_MESSAGE: usize = 1024;
 
@@ -141,6 +155,10 @@ impl NewTask {
     /// Let a dependency be an id that is not known yet (enqueued later):
     /// the task waits until a task with that id is enqueued and completes.
     /// Without it, enqueue refuses unknown dependencies, which catches typos.
+    /// The wait is bounded: an id still never enqueued
+    /// [`UNKNOWN_DEPENDENCY_WAIT`] (24 hours) past the task's due time
+    /// makes the task die ("dependency 'ID' was never enqueued"), or, with
+    /// [`DependencyFailure::Ignore`], counts as done, as a death would.
     ///
     /// ```
     /// let t = dlm::queue::NewTask::new("b").after(["a"]).deps_may_come_later(true);
@@ -352,6 +370,13 @@ pub struct QueueStats {
     pub paused: bool,
     /// Blocked: waiting for dependencies ([`NewTask::after`]) to complete.
     pub blocked: u64,
+    /// The bytes of the results kept now (at most
+    /// [`QueueSettings::keep_results_bytes`]).
+    pub result_bytes: u64,
+    /// Results evicted before their time since the queue was created, to
+    /// stay within [`QueueSettings::keep_results_bytes`] or
+    /// [`MAX_REMEMBERED_RESULTS`] (oldest first).
+    pub results_evicted: u64,
 }
 
 impl QueueStats {
@@ -456,6 +481,7 @@ pub struct QueueSettings {
     pub(crate) keep_completed: Option<Option<u32>>,
     pub(crate) events: Option<Option<u32>>,
     pub(crate) keep_results: Option<Option<Duration>>,
+    pub(crate) keep_results_bytes: Option<Option<u64>>,
 }
 
 /// The most entries a queue's event log may be capped at ([`QueueSettings::events`]).
@@ -540,6 +566,36 @@ impl QueueSettings {
         self.keep_results.flatten().unwrap_or(DEFAULT_RESULT_TTL)
     }
 
+    /// How many bytes of results the queue keeps at most, all results
+    /// together ([`MAX_RESULT_BYTES`] ..= [`MAX_RESULT_BYTES_TOTAL`];
+    /// default when never set: [`DEFAULT_RESULT_BYTES`], 64 MiB). Storing a
+    /// result beyond it evicts the oldest results first (the completion of
+    /// a task in a dependency graph stays remembered; only its result
+    /// goes), counted in [`QueueStats::results_evicted`] and the metric
+    /// `dlm_queue_results_evicted_total`.
+    ///
+    /// ```
+    /// let s = dlm::queue::QueueSettings::default().keep_results_bytes(16 << 20);
+    /// assert_eq!(s.get_keep_results_bytes(), 16 << 20);
+    /// ```
+    pub fn keep_results_bytes(mut self, bytes: u64) -> Self {
+        self.keep_results_bytes = Some(Some(bytes));
+        self
+    }
+
+    /// How many bytes of results are kept at most ([`DEFAULT_RESULT_BYTES`]
+    /// when not set).
+    ///
+    /// ```
+    /// let s = dlm::queue::QueueSettings::default();
+    /// assert_eq!(s.get_keep_results_bytes(), dlm::queue::DEFAULT_RESULT_BYTES);
+    /// ```
+    pub fn get_keep_results_bytes(&self) -> u64 {
+        self.keep_results_bytes
+            .flatten()
+            .unwrap_or(DEFAULT_RESULT_BYTES)
+    }
+
     /// The group concurrency set.
     pub fn get_group_concurrency(&self) -> Option<u32> {
         self.group_concurrency.flatten()
@@ -586,6 +642,17 @@ impl QueueSettings {
             return Err(crate::error::Error::invalid(
                 "keep results",
                 format!("{ttl:?} is longer than 30 days"),
+            ));
+        }
+        if let Some(Some(b)) = self.keep_results_bytes
+            && !(MAX_RESULT_BYTES as u64..=MAX_RESULT_BYTES_TOTAL).contains(&b)
+        {
+            return Err(crate::error::Error::invalid(
+                "keep results bytes",
+                format!(
+                    "{b} is outside {MAX_RESULT_BYTES} ..= {MAX_RESULT_BYTES_TOTAL} (one result \
+                     must fit)"
+                ),
             ));
         }
         if let Some(Some(r)) = self.rate {

@@ -42,8 +42,11 @@
 -- ARGV[2..] per task: id, lease fencing token (and with 3 the result: bytes;
 --          '': none). A result is kept in `results` with its forget time in `done`
 --          (see results.lua) and published to `wait_result` callers.
+-- KEYS[32..] the payload buckets of the acked ids, once the queue uses them (payload.lua; keyset.rs)
 -- Returns  the status WIDE, writing nothing, on a narrow call that needs all
---          the keys (the client retries with them; keyset.rs); otherwise
+--          the keys (the client retries with them; keyset.rs); the status
+--          BUCKETS, writing nothing, on a call that needs payload buckets it
+--          was not given (payload.lua); otherwise
 --          per task: 1 acked, 0 not in flight any more (lease expired and
 --          returned), -1 leased to another worker now (re-claimed)
 -- Needs ZMSCORE (Redis 6.2 or newer).
@@ -91,6 +94,8 @@ for i, id in ipairs(ids) do
   end
   seen[id] = true
 end
+-- Issue 31: the payload buckets it may delete from are declared (payload.lua).
+if #done > 0 and needs_buckets(done) then return redis.status_reply('BUCKETS') end
 if #done > 0 then
   chunked('ZREM', KEYS[3], done)
   chunked('HDEL', KEYS[4], done)
@@ -135,7 +140,7 @@ if #done > 0 then
         end
       end
     end
-    if #plain > 0 then chunked('HDEL', KEYS[23], plain) end
+    if #plain > 0 then R.drop(plain) end -- issue 31: counting their bytes off
     R.trim(now)
     if #stored > 0 then R.publish(stored, now) end
   end

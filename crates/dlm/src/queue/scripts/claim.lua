@@ -48,8 +48,11 @@
 -- lowest scores of `ready` are scanned, at most 4 * count + 64 of them: a
 -- task of a group at its limit is parked (held aside until a slot of its
 -- group frees), so a busy group never holds back the others.
+-- KEYS[32..] all 4096 payload buckets, once the queue uses them (payload.lua; keyset.rs)
 -- Returns  the status WIDE, writing nothing, on a narrow call that needs all
---          the keys (the client retries with them; keyset.rs); otherwise
+--          the keys (the client retries with them; keyset.rs); the status
+--          BUCKETS, writing nothing, on a call that needs payload buckets it
+--          was not given (payload.lua); otherwise
 --          {expired_returned, ms_until_next_due (-1: nothing waiting), now (ms),
 --           died (how many of the expired moved to the dead set),
 --           ms until the rate limit allows the next claim (-1: not limited now),
@@ -62,7 +65,7 @@
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
-local cfg = redis.call('HMGET', KEYS[11], 'group_concurrency', 'rate_n', 'rate_period_ms', 'paused', 'extras', 'events_maxlen')
+local cfg = redis.call('HMGET', KEYS[11], 'group_concurrency', 'rate_n', 'rate_period_ms', 'paused', 'extras', 'events_maxlen', 'deps_sweep_at')
 local extras = cfg[5] == '1' -- issue 24's keys in use (see results.lua)
 -- A narrow call (the first 19 keys, see keyset.rs) for a queue that uses
 -- issue 24's keys or its event log: nothing done, the client calls again
@@ -70,6 +73,8 @@ local extras = cfg[5] == '1' -- issue 24's keys in use (see results.lua)
 if #KEYS < 31 and (extras or tonumber(cfg[6] or '0') > 0) then
   return redis.status_reply('WIDE')
 end
+-- Issue 31: the payload buckets it may read are declared (payload.lua).
+if tonumber(ARGV[1]) > 0 and needs_buckets() then return redis.status_reply('BUCKETS') end
 events_preset(cfg[6])
 local limit = tonumber(cfg[1] or '0')
 local rate_n, rate_p = tonumber(cfg[2] or '0'), tonumber(cfg[3] or '0')
@@ -102,6 +107,23 @@ for _, id in ipairs(expired) do
     redis.call('ZADD', KEYS[1], 'NX', now, id)
     event('failed', id, 'lease expired')
   end
+end
+-- Issue 31: every UNKNOWN_DEP_SWEEP_MS at most, a claim of a queue with
+-- dependencies looks for tasks blocked on an id never enqueued, longer than
+-- UNKNOWN_DEP_WAIT_MS past their due time (deps.lua's expire_unknown; the
+-- time and the cursor are kept in `config`, read above with the settings).
+local UNKNOWN_DEP_WAIT_MS = 86400000 -- 24 hours: dlm::queue::UNKNOWN_DEPENDENCY_WAIT
+local UNKNOWN_DEP_SWEEP_MS = 10000
+if extras and now >= tonumber(cfg[7] or '0') and DAG().in_use() then
+  local from = redis.call('HGET', KEYS[11], 'deps_sweep_from')
+  local r = DAG().expire_unknown(now, UNKNOWN_DEP_WAIT_MS, from and tonumber(from))
+  redis.call('HSET', KEYS[11], 'deps_sweep_at', now + UNKNOWN_DEP_SWEEP_MS)
+  if r[1] then
+    redis.call('HSET', KEYS[11], 'deps_sweep_from', r[1])
+  else
+    redis.call('HDEL', KEYS[11], 'deps_sweep_from')
+  end
+  if r[2] > 0 then wake(r[2]) end
 end
 local out = {#expired, -1, now, died, -1, extras and 9 or 7}
 local want = tonumber(ARGV[1])

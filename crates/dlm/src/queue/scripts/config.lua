@@ -36,10 +36,12 @@
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
 -- ARGV[1]  'get', 'set' or 'clear'
 -- ARGV[2..] with 'set': field, value pairs (fields: group_concurrency, rate_n,
---          rate_period_ms, keep_completed, keep_results_ms, events_maxlen; value
---          '': remove the setting). keep_results_ms: how long results are kept
---          (0: not at all; not set: 1 hour). Results kept so far stay until
---          their time. Turning the event log off (events_maxlen '') deletes it.
+--          rate_period_ms, keep_completed, keep_results_ms, events_maxlen,
+--          keep_results_bytes; value '': remove the setting). keep_results_ms:
+--          how long results are kept (0: not at all; not set: 1 hour). Results
+--          kept so far stay until their time. keep_results_bytes: how many
+--          bytes of results are kept at most (not set: 64 MiB; see results.lua),
+--          applied from the next result stored. Turning the event log off (events_maxlen '') deletes it.
 -- Not settings, kept by 'clear': paused (pause.lua), result_waiters (ms
 -- until which a `wait_result` may wait, see result.lua) and extras (issue
 -- 24's keys in use, see results.lua).
@@ -48,8 +50,8 @@
 -- A new group concurrency (or none) moves every parked task back to `ready`:
 -- the next claims apply the new limit to them.
 -- Returns  {group_concurrency, rate_n, rate_period_ms, keep_completed,
---          keep_results_ms, events_maxlen} (nil: not set)
-local fields = {'group_concurrency', 'rate_n', 'rate_period_ms', 'keep_completed', 'keep_results_ms', 'events_maxlen'}
+--          keep_results_ms, events_maxlen, keep_results_bytes} (nil: not set)
+local fields = {'group_concurrency', 'rate_n', 'rate_period_ms', 'keep_completed', 'keep_results_ms', 'events_maxlen', 'keep_results_bytes'}
 local function unpark_all()
   local parked = redis.call('ZRANGE', KEYS[16], 0, -1)
   for _, m in ipairs(parked) do

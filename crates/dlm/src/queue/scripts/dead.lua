@@ -33,8 +33,12 @@
 --  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
+-- KEYS[32..] the payload buckets (all 4096) once the queue uses them; without
+--          them such a queue gets the status BUCKETS (payload.lua; keyset.rs)
 -- ARGV[1]  how many at most
 -- Returns  per task four values: id, time it died (ms), last error (nil: none), payload (nil: none)
+-- Issue 31: the payload buckets it may touch are declared (payload.lua).
+if needs_buckets() then return redis.status_reply('BUCKETS') end
 local r = redis.call('ZRANGE', KEYS[6], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
 local ids = {}
 for i = 1, #r, 2 do ids[#ids + 1] = r[i] end

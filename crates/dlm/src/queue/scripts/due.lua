@@ -89,20 +89,29 @@ local function due_tasks(count, now)
   return out
 end
 -- A task taken out of the queue for good (popped or removed): forget its
--- attempts, priority, group and payload unless it is also in flight (an id
--- enqueued again while its earlier run holds a lease).
+-- attempts, last error, priority, group, payload, run-time limit and
+-- progress unless it is also in flight (an id enqueued again while its
+-- earlier run holds a lease: that run goes on and keeps them). Returns the
+-- ids that are gone for good (not in flight): only these count as completed
+-- for their dependents (issue 31: a pop beside a lease is no completion; the
+-- run in flight completes the id when it is acked).
 local function forget_unless_flying(ids)
   local gone = {}
-  -- Issue 24: run-time limits exist only once `extras` is set (results.lua).
+  -- Issue 24: run-time limits and progress exist only once `extras` is set (results.lua).
   local extras = #ids > 0 and redis.call('HGET', KEYS[11], 'extras')
   for _, id in ipairs(ids) do
     if not redis.call('ZSCORE', KEYS[3], id) then
       gone[#gone + 1] = id
       redis.call('HDEL', KEYS[5], id)
+      redis.call('HDEL', KEYS[7], id) -- issue 31: its last error goes with it
       redis.call('HDEL', KEYS[12], id)
       redis.call('HDEL', KEYS[13], id)
-      if extras then redis.call('HDEL', KEYS[22], id) end -- issue 24: its run-time limit
+      if extras then
+        redis.call('HDEL', KEYS[22], id) -- issue 24: its run-time limit
+        redis.call('HDEL', KEYS[25], id) -- issue 31: and its last progress
+      end
     end
   end
   drop_payloads(gone)
+  return gone
 end

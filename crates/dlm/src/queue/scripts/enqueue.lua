@@ -55,8 +55,12 @@
 -- is given, and no dependency may lead back to the task: otherwise nothing is
 -- written and the reply is {'unknown', id of the dependency, task id} or
 -- {'cycle', task id, dependency id}.
+-- KEYS[32..] the payload buckets of the call's ids, once the queue uses them
+--          (payload.lua; keyset.rs)
 -- Returns  the status WIDE, writing nothing, on a narrow call that needs all
---          the keys (the client retries with them; keyset.rs); otherwise
+--          the keys (the client retries with them; keyset.rs); the status
+--          BUCKETS, writing nothing, on a call that needs payload buckets it
+--          was not given (payload.lua); otherwise
 --          per task two values: status (1 added, 0 kept as it was, 2 replaced,
 --          3 blocked by dependencies, 4 dead: a dependency died), and the
 --          task's due time (ms; -1 for a kept task that is in flight)
@@ -84,11 +88,24 @@ local ecfg = redis.call('HMGET', KEYS[11], 'extras', 'events_maxlen')
 if #KEYS < 31 and (FULL or ecfg[1] == '1' or tonumber(ecfg[2] or '0') > 0) then
   return redis.status_reply('WIDE')
 end
+-- Issue 31: the payload buckets this call may touch are declared (payload.lua):
+-- a call without them for a queue that has bucket entries, or that writes
+-- some (compact small payloads), writes nothing and answers BUCKETS.
+if #KEYS <= 31 and (ARGV[3] == '1' or small_count() > 0) then
+  local ids, writes = {}, false
+  for i = 5, #ARGV, STRIDE do
+    ids[#ids + 1] = ARGV[i]
+    if ARGV[3] == '1' and ARGV[i + 1] == '1' and #ARGV[i + 2] <= SMALL_PAYLOAD and #ARGV[i] <= SMALL_PAYLOAD then
+      writes = true
+    end
+  end
+  if needs_buckets(ids, writes) then return redis.status_reply('BUCKETS') end
+end
 events_preset(ecfg[2])
 local dag = any_deps or (ecfg[1] == '1' and redis.call('EXISTS', KEYS[26]) == 1)
 -- Tables only for calls with dependencies: a plain call makes none.
 -- new_kids[d]: the tasks of this batch that wait for d (written at the end);
--- edges[d]: the new tasks that wait for d (NUL-terminated), written at the end
+-- edges[d]: the new tasks that wait for d (a list of ids), written at the end
 local in_batch, died_here, edges
 if any_deps then
   local new_kids, is_new = {}, {}
@@ -207,17 +224,28 @@ for i = 5, #ARGV, STRIDE do
     local waits, doomed, status = 0, false, 0
     if deps ~= '' then
       local ignore = string.find(ARGV[i + 7], 'i', 1, true)
-      local counted = {}
+      local counted, mine = {}, {}
       for _, d in ipairs(DAG().split_ids(deps)) do
         if counted[d] then
           -- listed twice: counted once
-        elseif in_batch[d] or (not redis.call('ZSCORE', KEYS[6], d) and not DAG().known_done(d, now)) then
+        elseif in_batch[d] or DAG().alive(d)
+            or (not redis.call('ZSCORE', KEYS[6], d) and not DAG().known_done(d, now)) then
+          -- Waited for: in this call, alive (waiting, delayed, in flight or
+          -- blocked: enqueued again, whatever an earlier run left in `done`;
+          -- issue 31), or not known yet (flag 'l').
           counted[d] = true
           waits = waits + 1
-          edges[d] = edges[d] or {}
-          table.insert(edges[d], id .. '\0')
+          mine[#mine + 1] = d
         elseif not ignore and redis.call('ZSCORE', KEYS[6], d) then
           doomed = doomed or d
+        end
+      end
+      -- The edges of a task that waits; none for one written dead (issue 31:
+      -- its edges would outlive it).
+      if not doomed then
+        for _, d in ipairs(mine) do
+          edges[d] = edges[d] or {}
+          table.insert(edges[d], id)
         end
       end
       redis.call('HSET', KEYS[28], id, deps)
@@ -272,10 +300,9 @@ for i = 5, #ARGV, STRIDE do
   end
 end
 if any_deps then
-  -- The new edges, one append per dependency for the whole batch.
-  for d, kids in pairs(edges) do
-    redis.call('HSET', KEYS[29], d, (redis.call('HGET', KEYS[29], d) or '') .. table.concat(kids))
-  end
+  -- The new edges, one write per dependency for the whole batch; a set:
+  -- a dependent already listed is not listed again (deps.lua).
+  for d, kids in pairs(edges) do DAG().add_edges(d, kids) end
   -- Tasks written dead (a dependency had died): their dependents follow.
   for _, id in ipairs(died_here) do
     local r = DAG().died(id, now)

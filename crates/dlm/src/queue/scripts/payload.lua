@@ -20,14 +20,51 @@
 --     KEYS[2] itself (id -> payload). Readers look there first.
 -- KEYS[9] field `small` counts the bucket entries, so a queue with none
 -- (id-only tasks, or large payloads only) never computes a bucket.
+-- The buckets are declared (issue 31: every key a script touches is in
+-- KEYS): KEYS[32..] hold either all 4096 buckets in order (:000 .. :fff;
+-- scripts that pick their tasks: claim, pop, top, tasks, dead, purge_dead)
+-- or those of the call's ids (enqueue, ack, remove_if_score, task), as
+-- queue/keyset.rs sends them. A call without them for a queue that has
+-- bucket entries writes nothing and answers the status BUCKETS
+-- (needs_buckets); the client calls again with them.
 local SMALL_PAYLOAD = 64
+local declared_buckets
 local function bucket_of(id)
   local h, b = 0, {string.byte(id, 1, -1)}
   for i = 1, #b do h = (h * 31 + b[i]) % 1000003 end
-  return KEYS[2] .. ':' .. string.format('%03x', h % 4096)
+  local n = h % 4096
+  local key = KEYS[2] .. ':' .. string.format('%03x', n)
+  if #KEYS == 31 + 4096 then
+    if KEYS[32 + n] == key then return key end
+  else
+    if not declared_buckets then
+      declared_buckets = {}
+      for i = 32, #KEYS do declared_buckets[KEYS[i]] = true end
+    end
+    if declared_buckets[key] then return key end
+  end
+  -- A client that sent the wrong buckets: refuse rather than touch an undeclared key.
+  error('dlm: payload bucket ' .. key .. ' is not declared in KEYS')
 end
+local small_read
+-- How many payloads are in buckets (read once per call: no script reads it
+-- again after changing it).
 local function small_count()
-  return tonumber(redis.call('HGET', KEYS[9], 'small') or '0')
+  if not small_read then small_read = tonumber(redis.call('HGET', KEYS[9], 'small') or '0') end
+  return small_read
+end
+-- Whether this call must answer BUCKETS before it touches anything: no
+-- bucket keys were sent, the queue has bucket entries (or `writes`: the
+-- call writes some) and `ids` (a list; nil: any task, the script picks
+-- them) has one that may be in a bucket (at most 64 bytes).
+local function needs_buckets(ids, writes)
+  if #KEYS > 31 then return false end
+  if not writes and small_count() == 0 then return false end
+  if not ids then return true end
+  for _, id in ipairs(ids) do
+    if #id <= SMALL_PAYLOAD then return true end
+  end
+  return false
 end
 -- The payloads of `ids` (a list; false: none), in order. `small`: whether
 -- the queue has payloads in buckets (small_count() > 0).

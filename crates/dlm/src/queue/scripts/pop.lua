@@ -35,8 +35,12 @@
 --  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
+-- KEYS[32..] the payload buckets (all 4096) once the queue uses them; without
+--          them such a queue gets the status BUCKETS (payload.lua; keyset.rs)
 -- ARGV[1]  how many at most
 -- Returns  per task three values: id, due time (ms), payload (nil: none)
+-- Issue 31: the payload buckets it may touch are declared (payload.lua).
+if needs_buckets() then return redis.status_reply('BUCKETS') end
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tasks = due_tasks(tonumber(ARGV[1]), now)
@@ -50,10 +54,11 @@ for k, task in ipairs(tasks) do
   out[#out + 1] = payloads[k]
   unwait(task.id, task.place, task.member)
 end
-forget_unless_flying(ids)
--- Taken out to be processed: for dependencies, that is done (deps.lua).
-if #ids > 0 and DAG().in_use() then
-  local released = DAG().completed(ids, now)
+local gone = forget_unless_flying(ids)
+-- Taken out to be processed: for dependencies, that is done (deps.lua),
+-- unless a run of the id is in flight: then its ack is (issue 31).
+if #gone > 0 and DAG().in_use() then
+  local released = DAG().completed(gone, now)
   if released > 0 then wake(released) end
 end
 event_many('completed', ids)

@@ -35,11 +35,15 @@
 --  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
+-- KEYS[32..] the payload buckets (the one of ARGV[1]) once the queue uses them; without
+--          them such a queue gets the status BUCKETS (payload.lua; keyset.rs)
 -- ARGV[1]  id
 -- ARGV[2]  the due time read (ms)
 -- Returns  {1, score}   removed
 --          {0, -1}      not waiting
 --          {-1, score}  waiting with another due time (score = the current one)
+-- Issue 31: the payload bucket it may touch is declared (payload.lua).
+if needs_buckets({ARGV[1]}) then return redis.status_reply('BUCKETS') end
 local place, due, member = where_waits(ARGV[1])
 if not place then
   return {0, -1}
@@ -48,10 +52,11 @@ if due ~= tonumber(ARGV[2]) then
   return {-1, due}
 end
 unwait(ARGV[1], place, member)
-forget_unless_flying({ARGV[1]})
+local gone = forget_unless_flying({ARGV[1]})
 -- Taken out to be processed (the source documents' dequeue): for
--- dependencies, that is done (deps.lua).
-if DAG().in_use() then
+-- dependencies, that is done (deps.lua), unless a run of the id is in
+-- flight: then its ack is (issue 31).
+if #gone > 0 and DAG().in_use() then
   local t = redis.call("TIME")
   local released = DAG().completed({ARGV[1]}, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   if released > 0 then wake(released) end

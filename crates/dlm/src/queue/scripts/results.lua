@@ -1,12 +1,18 @@
 -- results: helpers prepended (by ops.rs) to the scripts that finish tasks
--- (ack) or read what they left (result). They use KEYS 11 (config), 23
--- (results: id -> bytes), 24 (done: id -> ms when it is forgotten) of the
--- headers of those scripts, and return nothing to the caller by themselves.
+-- (ack) or read what they left (result). They use KEYS 9 (stats), 11
+-- (config), 23 (results: id -> bytes), 24 (done: id -> ms when it is
+-- forgotten) of the headers of those scripts, and return nothing to the
+-- caller by themselves.
 -- Bounds: a result is at most 1 MiB (checked by the caller), at most
--- MAX_REMEMBERED ids are remembered (the soonest forgotten go first), and
--- each call forgets at most EXPIRE_PER_CALL expired ids (lazy expiry); both
--- keys expire as a whole at the latest forget time, so an idle queue's
--- results go away by themselves.
+-- MAX_REMEMBERED ids are remembered, the results kept add up to at most
+-- the setting keep_results_bytes (default 64 MiB; issue 31) - beyond
+-- either the soonest forgotten (the oldest) go first, with their results,
+-- counted in stats `results_evicted` - and each call forgets at most
+-- EXPIRE_PER_CALL expired ids (lazy expiry); both keys expire as a whole
+-- at the latest forget time, so an idle queue's results go away by
+-- themselves. Stats `result_bytes` is the bytes of the results kept; it
+-- counts only while `results` exists (a result stored into a `results`
+-- key that expired as a whole starts again from 0).
 -- The field `extras` of `config` ('1') marks a queue that has used issue
 -- 24's keys (a time limit, a result, a completion, progress): claim and
 -- ack read it with the settings they read anyway, so a queue that never
@@ -20,22 +26,59 @@ if #KEYS >= 31 then
     if results_made then return results_made end
     local R = {}
     local DEFAULT_RESULT_TTL_MS = 3600000 -- keep_results not set: 1 hour
+    local DEFAULT_RESULT_BYTES = 67108864 -- keep_results_bytes not set: 64 MiB
     local MAX_REMEMBERED = 100000
     local EXPIRE_PER_CALL = 100
     local cfg, marked
+    -- The bytes of the results kept (stats `result_bytes`), read once per
+    -- call and written back by R.trim when `dirty`; evicted: results evicted
+    -- by this call.
+    local total, dirty, evicted = nil, false, 0
     function R.now()
       local t = redis.call('TIME')
       return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     end
     -- The queue's keep_results setting in ms (0: results are not kept) and
-    -- the time until which a `wait_result` may wait (0: nobody waits), read once.
+    -- the time until which a `wait_result` may wait (0: nobody waits), read
+    -- once, with keep_results_bytes (cfg[3]).
     function R.config()
       if not cfg then
-        local c = redis.call('HMGET', KEYS[11], 'keep_results_ms', 'result_waiters', 'extras')
-        cfg = {tonumber(c[1] or DEFAULT_RESULT_TTL_MS), tonumber(c[2] or '0')}
+        local c = redis.call('HMGET', KEYS[11], 'keep_results_ms', 'result_waiters', 'extras', 'keep_results_bytes')
+        cfg = {tonumber(c[1] or DEFAULT_RESULT_TTL_MS), tonumber(c[2] or '0'), tonumber(c[4] or DEFAULT_RESULT_BYTES)}
         marked = c[3] == '1'
       end
       return cfg[1], cfg[2]
+    end
+    -- (A `results` key that is gone, e.g. expired as a whole, holds 0
+    -- bytes, whatever stats says: the next result stored writes it anew.)
+    local present
+    local function bytes_kept()
+      if not total then
+        present = redis.call('EXISTS', KEYS[23]) == 1
+        total = 0
+        if present then total = tonumber(redis.call('HGET', KEYS[9], 'result_bytes') or '0') end
+      end
+      return total
+    end
+    -- Delete the results of `ids` (a list), counting their bytes off;
+    -- returns how many had one.
+    function R.drop(ids)
+      if #ids == 0 then return 0 end
+      bytes_kept()
+      if not present then return 0 end
+      local had = {}
+      for _, id in ipairs(ids) do
+        local len = redis.call('HSTRLEN', KEYS[23], id)
+        if len > 0 then
+          had[#had + 1] = id
+          total = total - len
+        end
+      end
+      for i = 1, #had, 2000 do
+        redis.call('HDEL', KEYS[23], unpack(had, i, math.min(i + 1999, #had)))
+      end
+      if #had > 0 then dirty = true end
+      return #had
     end
     -- Set `extras` (once per call).
     function R.mark()
@@ -56,6 +99,8 @@ if #KEYS >= 31 then
     function R.remember_result(id, now, bytes)
       local keep = R.config()
       if keep <= 0 then return false end
+      total = bytes_kept() - redis.call('HSTRLEN', KEYS[23], id) + #bytes
+      dirty, present = true, true
       redis.call('HSET', KEYS[23], id, bytes)
       redis.call('ZADD', KEYS[24], now + keep, id)
       R.mark()
@@ -66,21 +111,38 @@ if #KEYS >= 31 then
       local old = redis.call('ZRANGEBYSCORE', KEYS[24], '-inf', now, 'LIMIT', 0, EXPIRE_PER_CALL)
       if #old > 0 then
         redis.call('ZREM', KEYS[24], unpack(old))
-        redis.call('HDEL', KEYS[23], unpack(old))
+        R.drop(old)
       end
     end
-    -- After remembering: expire, evict beyond MAX_REMEMBERED (soonest
-    -- forgotten first) and let both keys expire at the latest forget time.
+    -- After remembering: expire, evict beyond MAX_REMEMBERED and beyond
+    -- keep_results_bytes (soonest forgotten first, i.e. the oldest), write
+    -- the byte count back and let both keys expire at the latest forget time.
     function R.trim(now)
       R.expire(now)
       local over = redis.call('ZCARD', KEYS[24]) - MAX_REMEMBERED
       if over > 0 then
-        local evicted = redis.call('ZRANGE', KEYS[24], 0, over - 1)
+        local gone = redis.call('ZRANGE', KEYS[24], 0, over - 1)
         redis.call('ZREMRANGEBYRANK', KEYS[24], 0, over - 1)
-        for i = 1, #evicted, 2000 do
-          redis.call('HDEL', KEYS[23], unpack(evicted, i, math.min(i + 1999, #evicted)))
-        end
+        evicted = evicted + R.drop(gone)
       end
+      R.config()
+      -- Issue 31: the bytes bound. Each round forgets a prefix of `done`, so
+      -- the loop ends (at the latest when `done` is empty).
+      while total and total > cfg[3] do
+        local page = redis.call('ZRANGE', KEYS[24], 0, 99)
+        if #page == 0 then break end
+        local take, left = {}, total
+        for _, id in ipairs(page) do
+          if left <= cfg[3] then break end
+          take[#take + 1] = id
+          left = left - redis.call('HSTRLEN', KEYS[23], id)
+        end
+        redis.call('ZREMRANGEBYRANK', KEYS[24], 0, #take - 1)
+        evicted = evicted + R.drop(take) -- counts their bytes off `total`
+      end
+      if dirty then redis.call('HSET', KEYS[9], 'result_bytes', math.max(0, total or 0)) end
+      if evicted > 0 then redis.call('HINCRBY', KEYS[9], 'results_evicted', evicted) end
+      dirty, evicted = false, 0
       local last = redis.call('ZRANGE', KEYS[24], -1, -1, 'WITHSCORES')
       if last[2] then
         local at = tonumber(last[2]) + 1

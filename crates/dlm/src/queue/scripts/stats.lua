@@ -36,6 +36,9 @@
 -- ARGV     none
 -- Returns  (then 1 when paused, see pause.lua; then how many tasks are blocked by dependencies) {due now (with the tasks in `ready` and the parked ones), delayed (due later), in flight, dead, processed total, failed total,
 --           ms the oldest due task has been due (0: none is due)}
+--          then the bytes of the results kept (0 once `results` expired as a
+--          whole, see results.lua) and how many results were evicted before
+--          their time (issue 31)
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -53,4 +56,6 @@ return {
   oldest,
   redis.call('HEXISTS', KEYS[11], 'paused'),
   redis.call('ZCARD', KEYS[26]),
+  redis.call('EXISTS', KEYS[23]) == 1 and tonumber(redis.call('HGET', KEYS[9], 'result_bytes') or '0') or 0,
+  tonumber(redis.call('HGET', KEYS[9], 'results_evicted') or '0'),
 }

@@ -6,6 +6,8 @@
 -- 12 prio, 13 group, 14 ready, 17 parkedid, 19 completed, 22 timeout,
 -- 23 results, 24 done, 25 progress, 26 blocked, 27 pending, 28 deps,
 -- 29 children, 30 depfail.
+-- KEYS[32..] the payload buckets (the one of ARGV[1]) once the queue uses them; without
+--          them such a queue gets the status BUCKETS (payload.lua; keyset.rs)
 -- ARGV[1]  the task id
 -- Returns  {state ('in_flight', 'waiting', 'delayed', 'blocked', 'dead',
 --           'completed' or 'unknown'), score (due time, lease deadline, time it
@@ -16,6 +18,8 @@
 --           result length (-1: none), payload length (-1: none), priority,
 --           group (nil), 'ignore' when a dependency's death is ignored (nil),
 --           run-time limit in ms (0: none), now (ms)}
+-- Issue 31: the payload bucket it may touch is declared (payload.lua).
+if needs_buckets({ARGV[1]}) then return redis.status_reply('BUCKETS') end
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = ARGV[1]

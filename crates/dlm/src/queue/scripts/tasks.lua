@@ -33,6 +33,8 @@
 --  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
+-- KEYS[32..] the payload buckets (all 4096) once the queue uses them; without
+--          them such a queue gets the status BUCKETS (payload.lua; keyset.rs)
 -- ARGV[1]  the state: 'waiting' (due now, with the priority set and parked tasks), 'delayed' (due later), 'inflight',
 --          'dead', 'blocked' (waiting for dependencies) or 'completed' (remembered in `done`)
 -- ARGV[2]  offset: how many tasks of that state to skip, in order
@@ -43,6 +45,8 @@
 --           died), attempts (times claimed), lease fencing token (nil: none),
 --           payload length (-1: no payload), payload preview (nil: none),
 --           last error (nil: none)}
+-- Issue 31: the payload buckets it may touch are declared (payload.lua).
+if needs_buckets() then return redis.status_reply('BUCKETS') end
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local state, offset, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])

@@ -34,8 +34,12 @@
 --  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
+-- KEYS[32..] the payload buckets (all 4096) once the queue uses them; without
+--          them such a queue gets the status BUCKETS (payload.lua; keyset.rs)
 -- ARGV[1]  how many at most
 -- Returns  per task three values: id, due time (ms), payload (nil: none)
+-- Issue 31: the payload buckets it may touch are declared (payload.lua).
+if needs_buckets() then return redis.status_reply('BUCKETS') end
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tasks = due_tasks(tonumber(ARGV[1]), now)
