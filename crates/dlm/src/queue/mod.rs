@@ -103,6 +103,7 @@
 //! ```
 
 mod beat;
+mod check;
 mod events;
 mod idle;
 mod inspect;
@@ -117,6 +118,10 @@ mod worker_options;
 use std::time::Duration;
 
 pub use beat::{DROP_PER_BEAT, MAX_IN_FLIGHT_IDS, MAX_WORKERS, TTL_TICKS, WorkerInfo};
+pub use check::{
+    DEFAULT_CHECK_IDS, Invariant, InvariantReport, MAX_CHECK_IDS, MAX_VIOLATIONS, StateCounts,
+    Violation,
+};
 pub use events::{Event, EventKind, EventsFrom, MAX_EVENTS_PAGE};
 pub(crate) use inspect::queue_names;
 pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskDetail, TaskInfo, TaskPage, TaskState};
