@@ -370,6 +370,18 @@ impl Queue {
         self
     }
 
+    /// Test switch: this handle's enqueue, claim and ack always send all 31
+    /// keys (*wide*), as if the queue used the keys of results, time limits,
+    /// dependencies or events, instead of the first 19 (*narrow*) until it
+    /// does (see ARCHITECTURE.md, "the fast path beside its safe path").
+    /// The state a queue reaches is the same either way; a test runs one
+    /// scenario through both to show it (`tests/queue_narrow_wide.rs`).
+    #[doc(hidden)]
+    pub fn always_wide(mut self) -> Self {
+        self.keys = Arc::new(keyset::KeySet::new_wide(&self.name));
+        self
+    }
+
     /// The pause between attempts of a failed task (default 1 s doubling up to 5 min).
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
