@@ -376,3 +376,25 @@ async fn a_bounded_check_says_it_is_incomplete() -> TestResult {
     assert_eq!(names(&part, Invariant::Orphan), ["nobody"], "{part:#?}");
     Ok(())
 }
+
+/// The payload buckets are read only when one exists: a counter that says
+/// otherwise, or an entry nobody counted, is found either way.
+#[tokio::test]
+async fn the_bucket_count_is_checked_with_and_without_buckets() -> TestResult {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let mut raw = common::raw(&server).await;
+    let q = client.queue("plain");
+    q.push(NewTask::new("a").payload("tiny")).await?; // in `payload`, not a bucket
+    assert!(q.check_invariants().await?.is_ok());
+    let _: i64 = raw.hincr(key("plain", "stats"), "small", 1).await?;
+    let r = q.check_invariants().await?;
+    assert_eq!(names(&r, Invariant::SmallCount), [""], "{r:#?}");
+    let _: i64 = raw.hincr(key("plain", "stats"), "small", -1).await?;
+    let bucket = dlm::keys::queue_payload_bucket("plain", "stray")?;
+    let _: i64 = raw.hset(&bucket, "stray", "p").await?;
+    let r = q.check_invariants().await?;
+    assert_eq!(names(&r, Invariant::SmallCount), [""], "{r:#?}");
+    assert_eq!(names(&r, Invariant::Orphan), ["stray"], "{r:#?}");
+    Ok(())
+}

@@ -295,14 +295,21 @@ orphans(KEYS[30], 'dependency policy', 'remembered')
 orphans(KEYS[23], 'result', 'done')
 
 -- small_count and the buckets' orphans (KEYS[32..]).
-if #KEYS > 31 then
-  local total, budget, all_buckets = 0, CAP, true
+-- Which buckets exist, in a few EXISTS calls (most queues have none).
+local buckets = 0
+for i = 32, #KEYS, 1000 do
+  buckets = buckets + redis.call('EXISTS', unpack(KEYS, i, math.min(i + 999, #KEYS)))
+end
+local small = tonumber(redis.call('HGET', KEYS[9], 'small') or '0') or 0
+if buckets == 0 and small ~= 0 then
+  violation('small_count', '', 'stats small is ' .. small .. ', but the buckets hold 0 payloads')
+elseif buckets > 0 then
+  local total, budget = 0, CAP
   for b = 32, #KEYS do
     local n = redis.call('HLEN', KEYS[b])
     total = total + n
     if n > 0 then
       if n > budget then
-        all_buckets = false
         complete = false
       else
         budget = budget - n
@@ -315,7 +322,6 @@ if #KEYS > 31 then
       end
     end
   end
-  local small = tonumber(redis.call('HGET', KEYS[9], 'small') or '0') or 0
   if small ~= total then
     violation('small_count', '', 'stats small is ' .. small .. ', but the buckets hold ' .. total .. ' payloads')
   end
