@@ -561,7 +561,6 @@ static SCENARIOS: &[Scenario] = &[
 /// One failed step.
 #[derive(Debug)]
 struct Failure {
-    topology: &'static str,
     flavour: &'static str,
     scenario: &'static str,
     step: usize,
@@ -576,7 +575,6 @@ struct Run<'a> {
     leases: HashMap<&'static str, Vec<Lease>>,
     seen: BTreeSet<(String, String, String)>,
     failures: &'a mut Vec<Failure>,
-    topology: &'static str,
     scenario: &'static str,
 }
 
@@ -855,7 +853,6 @@ impl Run<'_> {
             }
             if !what.is_empty() {
                 self.failures.push(Failure {
-                    topology: self.topology,
                     flavour: self.flavour.name,
                     scenario: self.scenario,
                     step: i,
@@ -905,8 +902,8 @@ fn step_id(step: &Step) -> Option<&'static str> {
 
 /// Every scenario in every flavour on `client`'s deployment (the flavours
 /// at once, each on its own queues); the failures.
-async fn walk(client: &dlm::Client, topology: &'static str) -> dlm::Result<Vec<Failure>> {
-    let runs = FLAVOURS.map(|flavour| walk_flavour(client, topology, flavour));
+async fn walk(client: &dlm::Client) -> dlm::Result<Vec<Failure>> {
+    let runs = FLAVOURS.map(|flavour| walk_flavour(client, flavour));
     let mut failures = Vec::new();
     for r in futures_util::future::join_all(runs).await {
         failures.extend(r?);
@@ -914,11 +911,7 @@ async fn walk(client: &dlm::Client, topology: &'static str) -> dlm::Result<Vec<F
     Ok(failures)
 }
 
-async fn walk_flavour(
-    client: &dlm::Client,
-    topology: &'static str,
-    flavour: Flavour,
-) -> dlm::Result<Vec<Failure>> {
+async fn walk_flavour(client: &dlm::Client, flavour: Flavour) -> dlm::Result<Vec<Failure>> {
     let mut failures = Vec::new();
     {
         for s in SCENARIOS {
@@ -939,7 +932,6 @@ async fn walk_flavour(
                 leases: HashMap::new(),
                 seen: BTreeSet::new(),
                 failures: &mut failures,
-                topology,
                 scenario: s.name,
             };
             run.scenario(s.steps).await;
@@ -959,8 +951,8 @@ fn verdict(failures: &[Failure]) -> TestResult {
             None => "UNEXPECTED".to_string(),
         };
         text += &format!(
-            "[{tag}] {} / {} / {} step {}: {}\n",
-            f.topology, f.flavour, f.scenario, f.step, f.what
+            "[{tag}] {} / {} step {}: {}\n",
+            f.flavour, f.scenario, f.step, f.what
         );
     }
     let mut defects: Vec<u8> = failures.iter().filter_map(|f| f.known).collect();
@@ -974,35 +966,14 @@ fn verdict(failures: &[Failure]) -> TestResult {
     .into())
 }
 
-async fn cases(client: &dlm::Client, topology: &'static str) -> TestResult {
-    let failures = walk(client, topology).await?;
+async fn cases(client: &dlm::Client) -> TestResult {
+    let failures = walk(client).await?;
     verdict(&failures)
 }
 
-#[tokio::test]
-async fn combinations_on_one_server() -> TestResult {
-    let s = dlm_testkit::RedisServer::start()?;
-    cases(&dlm::Client::connect(&s.url()).await?, "standalone").await
-}
-
-#[tokio::test]
-async fn combinations_as_the_acl_user() -> TestResult {
-    let s = dlm_testkit::RedisServer::builder()
-        .acl_user("dlm", "s3cret", dlm::keys::ACL_RULES)
-        .start()?;
-    cases(
-        &dlm::Client::connect(&s.url_as("dlm", "s3cret")).await?,
-        "acl",
-    )
-    .await
-}
-
-#[tokio::test]
-async fn combinations_on_a_cluster() -> TestResult {
-    let cluster = dlm_testkit::Cluster::start()?;
-    let c = dlm::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .connect_cluster(&cluster.urls())
-        .await?;
-    cases(&c, "cluster").await
-}
+on_queue_topologies!(
+    combinations_on_one_server,
+    combinations_as_the_acl_user,
+    combinations_on_a_cluster,
+    cases
+);
