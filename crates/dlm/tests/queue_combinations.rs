@@ -7,7 +7,8 @@
 //! The scenarios are data ([`SCENARIOS`]: steps, each with its expected
 //! outcome where it is obvious), run once per feature of the queue
 //! ([`FLAVOURS`]: plain, priorities, groups with a concurrency limit,
-//! results, the event log; delays and dependencies are steps), on one
+//! results, the event log, payloads in the compact buckets with a completed
+//! history; delays, dependencies and pause are steps), on one
 //! server, as the least-privilege ACL user and on a Redis Cluster. After
 //! each step `Queue::check_invariants` reads the Redis state, and a
 //! violation that was not there before the step fails it.
@@ -42,6 +43,9 @@ struct Flavour {
     result: bool,
     /// The event log is on.
     events: bool,
+    /// Every task has a small payload, kept in the compact buckets, and the
+    /// queue keeps a completed history.
+    payloads: bool,
 }
 
 const PLAIN: Flavour = Flavour {
@@ -50,9 +54,10 @@ const PLAIN: Flavour = Flavour {
     group: None,
     result: false,
     events: false,
+    payloads: false,
 };
 
-const FLAVOURS: [Flavour; 5] = [
+const FLAVOURS: [Flavour; 6] = [
     PLAIN,
     Flavour {
         name: "priorities",
@@ -72,6 +77,11 @@ const FLAVOURS: [Flavour; 5] = [
     Flavour {
         name: "events",
         events: true,
+        ..PLAIN
+    },
+    Flavour {
+        name: "payloads",
+        payloads: true,
         ..PLAIN
     },
 ];
@@ -643,6 +653,9 @@ impl Run<'_> {
         match step {
             Push(id, p) => {
                 let mut t = NewTask::new(*id).priority(self.flavour.priority);
+                if self.flavour.payloads {
+                    t = t.payload(format!("payload of {id}"));
+                }
                 if let Some(g) = self.flavour.group {
                     t = t.group(g);
                 }
@@ -917,13 +930,17 @@ async fn walk_flavour(client: &dlm::Client, flavour: Flavour) -> dlm::Result<Vec
         for s in SCENARIOS {
             let q = client
                 .queue(format!("combo:{}:{}", flavour.name, s.name))
-                .max_attempts(MAX_ATTEMPTS);
+                .max_attempts(MAX_ATTEMPTS)
+                .compact_payloads(flavour.payloads);
             let mut settings = QueueSettings::default();
             if flavour.group.is_some() {
                 settings = settings.group_concurrency(Some(2));
             }
             if flavour.events {
                 settings = settings.events(Some(1000));
+            }
+            if flavour.payloads {
+                settings = settings.keep_completed(Some(5));
             }
             q.configure(&settings).await?;
             let mut run = Run {
