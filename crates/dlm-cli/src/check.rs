@@ -9,7 +9,9 @@
 //! violation. Each holder also writes its fencing token into a register that
 //! refuses stale tokens: what was refused is what the fence saved.
 //! Queue: every task enqueued must be handled to a successful ack; a
-//! duplicate must follow a lease that did not end in an ack.
+//! duplicate must follow a lease that did not end in an ack; with
+//! `--invariants`, the state the workload left must keep the queue's
+//! invariants ([`dlm::queue::Queue::check_invariants`]).
 //!
 //! Keys: the lock lives under `dlm:check:` (`dlm:check:lock:{NAME}` and its
 //! fencing counters); the queue is `dlm:queue:{check:ID}`; both are removed at
@@ -43,7 +45,9 @@ pub enum CheckCommand {
     /// queue order). Holds are mostly a few milliseconds, so a run makes
     /// thousands of acquisitions; the distribution is printed.
     Lock(CheckLockArgs),
-    /// Check the queue: every task handled to an ack, duplicates explained.
+    /// Check the queue: every task handled to an ack, duplicates explained;
+    /// with --invariants also the queue's Redis state afterwards (as `dlm
+    /// queue check`).
     Queue(CheckQueueArgs),
 }
 
@@ -120,6 +124,10 @@ pub struct CheckQueueArgs {
     /// report lost tasks.
     #[arg(long, hide = true)]
     pub break_queue: bool,
+    /// After the workload, also check the queue's invariants against its
+    /// Redis state (as `dlm queue check`); each violation counts.
+    #[arg(long)]
+    pub invariants: bool,
 }
 
 /// The lock check's verdict (one JSON object).
@@ -158,6 +166,10 @@ struct QueueReport {
     /// delivered again before the workers went idle, so the ack took effect.
     acks_unknown: u64,
     errors: u64,
+    /// With --invariants: the queue's invariant check after the workload
+    /// (as `dlm queue check --json` prints it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    invariants: Option<output::InvariantsLine>,
 }
 
 fn progress(json: bool, len: Duration, label: &str) -> Option<indicatif::ProgressBar> {
@@ -666,6 +678,15 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
     for w in workers {
         let _ = w.await;
     }
+    // The state the workload left, before the dead are purged and the keys go.
+    let invariants = if args.invariants {
+        Some(output::InvariantsLine::new(
+            &name,
+            &queue.check_invariants().await?,
+        ))
+    } else {
+        None
+    };
     let _ = queue.purge_dead().await;
     // (Behind Sentinel the URLs are the Sentinels': the keys stay.)
     if !matches!(global.topology, Topology::Sentinel(_))
@@ -674,8 +695,17 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
         delete_queue_keys(&mut raw, &name).await;
     }
     let verdict = history.check();
-    let violations =
-        verdict.lost.len() + verdict.unexplained_duplicates.len() + verdict.acked_twice.len();
+    let broken = invariants.as_ref().map_or(0, |i| i.violations.len());
+    let violations = verdict.lost.len()
+        + verdict.unexplained_duplicates.len()
+        + verdict.acked_twice.len()
+        + broken;
+    for v in invariants.iter().flat_map(|i| &i.violations).take(20) {
+        output::error_line(&format!(
+            "invariant {} {:?}: {}",
+            v.invariant, v.id, v.detail
+        ));
+    }
     for id in verdict.lost.iter().take(20) {
         output::error_line(&format!("lost: task {id} was enqueued and never acked"));
     }
@@ -693,14 +723,19 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
         duplicates: verdict.duplicates as u64,
         acks_unknown: verdict.ack_unknown.len() as u64,
         errors: errors.load(std::sync::atomic::Ordering::Relaxed),
+        invariants,
     };
     output::emit(global.json, &report, || {
         format!(
-            "check queue: {} tasks by {} workers: {} lost, {} duplicates, {} violations, errors {}",
+            "check queue: {} tasks by {} workers: {} lost, {} duplicates, {}{} violations, errors {}",
             report.tasks,
             args.workers,
             report.lost,
             report.duplicates,
+            match &report.invariants {
+                Some(i) => format!("{} invariants broken, ", i.violations.len()),
+                None => String::new(),
+            },
             report.violations,
             report.errors
         )

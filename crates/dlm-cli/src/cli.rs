@@ -21,8 +21,8 @@ use crate::global::{Global, QueueArg, Topology};
 use crate::id_cmd::IdCommand;
 use crate::lock_cmd::{AcquireArgs, ExtendArgs, ReleaseArgs, StatusArgs};
 use crate::queue_cmd::{
-    ConfigArgs, DeadArgs, EventsArgs, ListArgs, ProgressArgs, PurgeArgs, PushArgs, RemoveArgs,
-    ResultArgs, RetryArgs, ScheduleArgs, TaskArgs, UnscheduleArgs,
+    CheckArgs, ConfigArgs, DeadArgs, EventsArgs, ListArgs, ProgressArgs, PurgeArgs, PushArgs,
+    RemoveArgs, ResultArgs, RetryArgs, ScheduleArgs, TaskArgs, UnscheduleArgs,
 };
 use crate::run_cmd::RunArgs;
 use crate::rwlock_cmd::{RwRunArgs, RwStatusArgs};
@@ -35,7 +35,8 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0  success
   1  a normal \"no\": not acquired before the deadline, not the holder, expired,
-     a queue task not removed (its score changed or it is not waiting)
+     a queue task not removed (its score changed or it is not waiting),
+     a queue check (`queue check`, `check`) that found a violation
   2  usage error or invalid input
   3  Redis unavailable, backend or environment failure
   4  the lock (permits) was lost while `lock run`'s (`semaphore run`'s) command ran
@@ -401,6 +402,15 @@ pub enum QueueCommand {
     /// "progress","message","deps","dependents","result_bytes","error",...}).
     /// Exit 1 when the queue has no such task.
     Task(TaskArgs),
+    /// Check the queue's invariants against its Redis state (read only):
+    /// every task in one state, group in-flight counts, dependency counts
+    /// and edges, leases, attempts, no orphaned data. Prints one line per
+    /// violation (`INVARIANT "ID": DETAIL`) and a summary line; with --json
+    /// one object {"queue","ok","complete","violations":[{"invariant","id",
+    /// "detail"}],"counts":{"waiting","delayed","parked","in_flight",
+    /// "blocked","dead","done"}}. Exit 0 when no violation was found, 1
+    /// when any was.
+    Check(CheckArgs),
     /// Print the queue's event log, one line per task event (added, claimed,
     /// progress, completed, failed, dead, released); with --follow, go on as
     /// they happen (woken, not polling). JSON lines with --json:

@@ -114,6 +114,7 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Queue(QueueCommand::Remove(a)) => queue_cmd::remove(global, &a).await,
         Command::Queue(QueueCommand::Stats(a)) => queue_cmd::stats(global, &a).await,
         Command::Queue(QueueCommand::Task(a)) => queue_cmd::task(global, &a).await,
+        Command::Queue(QueueCommand::Check(a)) => queue_cmd::check(global, &a).await,
         Command::Queue(QueueCommand::Events(a)) => queue_cmd::events(global, &a).await,
         Command::Queue(QueueCommand::Workers(a)) => queue_cmd::workers(global, &a).await,
         Command::Queue(QueueCommand::Pause(a)) => queue_cmd::pause(global, &a, true).await,

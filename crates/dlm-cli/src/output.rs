@@ -230,3 +230,107 @@ mod tests {
         assert_eq!(cell_us(None), "-");
     }
 }
+
+/// One violation in [`InvariantsLine`].
+#[derive(Debug, Serialize)]
+pub struct ViolationLine {
+    /// The invariant's name ([`dlm::queue::Invariant::as_str`]).
+    pub invariant: &'static str,
+    /// The task id (a group's name for `group_count`, empty for `small_count`).
+    pub id: String,
+    /// What was found.
+    pub detail: String,
+}
+
+/// The tasks per state in [`InvariantsLine`].
+#[derive(Debug, Serialize)]
+pub struct CountsLine {
+    /// Due now and claimable.
+    pub waiting: u64,
+    /// Due later.
+    pub delayed: u64,
+    /// Held aside while their group is at its limit.
+    pub parked: u64,
+    /// Leased to a worker.
+    pub in_flight: u64,
+    /// Waiting for dependencies.
+    pub blocked: u64,
+    /// Dead.
+    pub dead: u64,
+    /// Completions remembered.
+    pub done: u64,
+}
+
+/// A queue's invariant check as `dlm queue check --json` (and `dlm check
+/// queue --invariants`) print it.
+#[derive(Debug, Serialize)]
+pub struct InvariantsLine {
+    /// The queue's name.
+    pub queue: String,
+    /// No violation.
+    pub ok: bool,
+    /// Every key read whole and every violation listed.
+    pub complete: bool,
+    /// Every violation found.
+    pub violations: Vec<ViolationLine>,
+    /// The tasks per state.
+    pub counts: CountsLine,
+}
+
+impl InvariantsLine {
+    /// The line of `report`, a check of queue `queue`.
+    pub fn new(queue: &str, report: &dlm::queue::InvariantReport) -> Self {
+        let c = &report.counts;
+        InvariantsLine {
+            queue: queue.to_string(),
+            ok: report.is_ok(),
+            complete: report.complete,
+            violations: report
+                .violations
+                .iter()
+                .map(|v| ViolationLine {
+                    invariant: v.invariant.as_str(),
+                    id: v.id.clone(),
+                    detail: v.detail.clone(),
+                })
+                .collect(),
+            counts: CountsLine {
+                waiting: c.waiting,
+                delayed: c.delayed,
+                parked: c.parked,
+                in_flight: c.in_flight,
+                blocked: c.blocked,
+                dead: c.dead,
+                done: c.done,
+            },
+        }
+    }
+
+    /// Plain text: one line per violation (`INVARIANT ID: DETAIL`), then a
+    /// summary line.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for v in &self.violations {
+            out.push_str(&format!("{} {:?}: {}\n", v.invariant, v.id, v.detail));
+        }
+        let c = &self.counts;
+        out.push_str(&format!(
+            "queue {}: {} violation(s){}; waiting {}, delayed {}, parked {}, in flight {}, blocked {}, dead {}, done {}",
+            self.queue,
+            self.violations.len(),
+            if self.complete {
+                ""
+            } else {
+                " (checked in part: see --max-ids)"
+            },
+            c.waiting,
+            c.delayed,
+            c.parked,
+            c.in_flight,
+            c.blocked,
+            c.dead,
+            c.done
+        ));
+        out
+    }
+}

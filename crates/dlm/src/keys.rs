@@ -56,7 +56,7 @@ pub const ACL_RULES: &str = "resetkeys ~dlm:* resetchannels &dlm:* -@all \
 +hget +hmget +hset +hsetnx +hdel +hincrby +hexists +hlen +llen +lpush +ltrim +blpop +zadd +zcard +zcount \
 +zmscore +zrange +zrangebyscore +zrangebylex +zrevrange +zrem +zremrangebyrank +zremrangebyscore +zscore \
 +pexpireat +rpush +lpop +lindex +lpos +lrem +exists +time +wait +publish +scan \
-+xadd +xrange +xrevrange +xread +xlen +hgetall +hkeys +hstrlen \
++xadd +xrange +xrevrange +xread +xlen +hgetall +hkeys +hstrlen +hscan \
 +subscribe +unsubscribe +ping +hello +cluster|slots \
 +cluster|shards +asking +info";
 

@@ -1,7 +1,7 @@
 //! `dlm queue push | peek | pop | remove | stats | config | dead | retry | purge`
 //! (and `schedule | schedules | unschedule`, in [`mod@schedule`]; `workers`,
 //! in [`mod@workers`]; `result | progress`, in [`mod@results`]; `task`, in
-//! [`mod@task`]; `events`, in [`mod@events`]):
+//! [`mod@task`]; `events`, in [`mod@events`]; `check`, in [`mod@check`]):
 //! one library call each (`queue work` is in [`crate::work_cmd`]).
 
 use std::time::Duration;
@@ -17,6 +17,7 @@ use crate::global::parse::{
 use crate::global::{Global, QueueArg, SettingsArgs};
 use crate::output;
 
+mod check;
 mod events;
 mod payload;
 mod results;
@@ -24,6 +25,7 @@ mod schedule;
 mod task;
 mod workers;
 
+pub use check::{CheckArgs, check};
 pub use events::{EventsArgs, events};
 pub use results::{ProgressArgs, ResultArgs, progress, result};
 pub use schedule::{ScheduleArgs, UnscheduleArgs, schedule, schedules, unschedule};

@@ -105,6 +105,7 @@
 //! ```
 
 mod beat;
+mod check;
 mod events;
 mod idle;
 mod inspect;
@@ -119,6 +120,10 @@ mod worker_options;
 use std::time::Duration;
 
 pub use beat::{DROP_PER_BEAT, MAX_IN_FLIGHT_IDS, MAX_WORKERS, TTL_TICKS, WorkerInfo};
+pub use check::{
+    DEFAULT_CHECK_IDS, Invariant, InvariantReport, MAX_CHECK_IDS, MAX_VIOLATIONS, StateCounts,
+    Violation,
+};
 pub use events::{Event, EventKind, EventsFrom, MAX_EVENTS_PAGE};
 pub(crate) use inspect::queue_names;
 pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskDetail, TaskInfo, TaskPage, TaskState};
@@ -369,6 +374,18 @@ impl Queue {
     /// ```
     pub fn compact_payloads(mut self, on: bool) -> Self {
         self.compact_payloads = on;
+        self
+    }
+
+    /// Test switch: this handle's enqueue, claim and ack always send all 31
+    /// keys (*wide*), as if the queue used the keys of results, time limits,
+    /// dependencies or events, instead of the first 19 (*narrow*) until it
+    /// does (see ARCHITECTURE.md, "the fast path beside its safe path").
+    /// The state a queue reaches is the same either way; a test runs one
+    /// scenario through both to show it (`tests/queue_narrow_wide.rs`).
+    #[doc(hidden)]
+    pub fn always_wide(mut self) -> Self {
+        self.keys = Arc::new(keyset::KeySet::new_wide(&self.name));
         self
     }
 
