@@ -537,6 +537,11 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
     // is the check's own), the other primitives' keys.
     let mut own = primitive_keys(args.primitive, &name);
     if let Ok(fence_key) = probe.lock(&name).fence_key() {
+        // And the marker of its counter's layout (`PREFIXfence:layout`),
+        // which the check's first lock operation wrote under its own prefix.
+        if fence_key.ends_with(":fence") {
+            own.push(format!("{fence_key}:layout"));
+        }
         own.push(fence_key);
     }
     if !matches!(global.topology, Topology::Sentinel(_))

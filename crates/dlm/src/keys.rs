@@ -220,8 +220,8 @@ pub(crate) struct FenceLayoutKeys {
     pub shared: String,
     pub marker: String,
     pub elsewhere: String,
-    /// The per-slot counters' common start (`PREFIXfence:{`).
-    pub per_slot_start: String,
+    /// Every per-slot counter name of the prefix, one per hash slot.
+    pub per_slot: Vec<String>,
 }
 
 pub(crate) fn fence_layout_keys(prefix: &str) -> FenceLayoutKeys {
@@ -231,7 +231,9 @@ pub(crate) fn fence_layout_keys(prefix: &str) -> FenceLayoutKeys {
     FenceLayoutKeys {
         elsewhere: concat(&[prefix, "fence:{", tag.as_str(), "}"]),
         marker: concat(&[prefix, "fence:layout"]),
-        per_slot_start: concat(&[prefix, "fence:{"]),
+        per_slot: (0..16384u16)
+            .map(|s| concat(&[prefix, "fence:{", slot_tag(s).as_str(), "}"]))
+            .collect(),
         shared,
     }
 }

@@ -134,12 +134,11 @@ async fn acquire_scenario(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_acquire_transaction_and_the_script_decide_alike() -> TestResult {
     let mut runs = Vec::new();
-    for rules in [
-        dlm::keys::ACL_RULES.to_string(),
-        dlm::keys::ACL_RULES
-            .replace(" +mget", "")
-            .replace(" +multi +exec", ""),
-    ] {
+    let older = dlm::keys::ACL_RULES
+        .replace(" +mget", "")
+        .replace(" +multi +exec", "");
+    assert!(!older.contains("+multi"), "the older rules have no MULTI");
+    for rules in [dlm::keys::ACL_RULES.to_string(), older] {
         let s = RedisServer::builder()
             .acl_user("dlm", "s3cret", &rules)
             .start()?;
@@ -153,10 +152,27 @@ async fn the_acquire_transaction_and_the_script_decide_alike() -> TestResult {
             .arg("commandstats")
             .query_async(&mut raw(&s).await)
             .await?;
-        runs.push((outcomes, state, command_calls(&stats, "multi")));
+        let rejected: u64 = stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_multi:"))
+            .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("rejected_calls=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        runs.push((outcomes, state, command_calls(&stats, "multi"), rejected));
     }
     let (fast, safe) = (&runs[0], &runs[1]);
     assert!(fast.2 > 0, "the fast run used transactions");
+    assert!(
+        safe.3 > 0,
+        "the safe run's MULTI was refused (the script path ran)"
+    );
+    assert!(
+        fast.0
+            .iter()
+            .any(|o| o == "fences in grant order true, above the floor true"),
+        "{:?}",
+        fast.0
+    );
     assert!(
         safe.0.iter().all(|o| !o.contains("unexpected")),
         "{:?}",

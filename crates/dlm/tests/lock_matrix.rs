@@ -30,9 +30,11 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The ACL rules of dlm before the transaction path (no MULTI/EXEC, no MGET).
 fn older_rules() -> String {
-    dlm::keys::ACL_RULES
+    let older = dlm::keys::ACL_RULES
         .replace(" +mget", "")
-        .replace(" +multi +exec", "")
+        .replace(" +multi +exec", "");
+    assert!(!older.contains("+multi"), "the older rules have no MULTI");
+    older
 }
 
 /// A client on `url` built from an existing connection.

@@ -113,6 +113,7 @@ async fn try_locks_of_free_locks_succeed_for_a_user_without_multi() -> TestResul
     let older = dlm::keys::ACL_RULES
         .replace(" +mget", "")
         .replace(" +multi +exec", "");
+    assert!(!older.contains("+multi"), "the older rules have no MULTI");
     let s = dlm_testkit::RedisServer::builder()
         .acl_user("dlm", "s3cret", &older)
         .start()?;

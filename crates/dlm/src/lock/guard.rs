@@ -336,6 +336,7 @@ async fn extend_held(held: &Held, ttl: Duration) -> Result<()> {
         // may have held the lock in the gap. Lost, whatever Redis holds now.
         tracing::debug!(name = %held.name, "the lease ran out before the extend's reply");
         held.lost(LostReason::RenewFailed);
+        held.release_in_background();
         return Outcome::Expired.into_result(&held.name);
     }
     tracing::debug!(name = %held.name, ?outcome, "extend found the lock gone");

@@ -128,6 +128,17 @@ impl Locks {
         }
     }
 
+    /// The deadline of one call to these nodes.
+    pub(crate) fn call_timeout(&self) -> std::time::Duration {
+        match &self.nodes {
+            Nodes::Single(node) => node.backend.timeout(),
+            Nodes::Quorum(q) => q
+                .backends
+                .first()
+                .map_or(std::time::Duration::from_secs(1), |n| n.backend.timeout()),
+        }
+    }
+
     /// Whether [`Locks::prepare`] has nothing left to do.
     pub(crate) fn is_prepared(&self) -> bool {
         self.prepared.initialized() || !matches!(self.nodes, Nodes::Single(_))
@@ -234,6 +245,21 @@ impl Held {
         }
         self.label.hold(self.granted.elapsed());
         true
+    }
+
+    /// A token-checked release on every node, in the background: for a
+    /// lease found lost after an extension or renewal that did land (it ran
+    /// out on the local clock before the replies came back), so that the
+    /// lock is not held for nobody until the new TTL.
+    pub(crate) fn release_in_background(&self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let locks = self.locks.clone();
+        let (name, keys, token) = (self.name.clone(), self.keys.clone(), self.token.clone());
+        rt.spawn(self.locks.background.clone().track_future(async move {
+            let _ = locks.nodes.release(&name, &keys, &token).await;
+        }));
     }
 
     /// The lock was found lost while held: count it (once) and end the hold.

@@ -225,8 +225,18 @@ impl Lock {
             self.keys()?;
             // Redis unreachable: tried again within the acquisition's wait.
             let deadline = Instant::now() + opts.wait;
+            // Each try within what is left of the wait plus one call's
+            // deadline (tasks that start their first lock operation together
+            // take turns at it, and must not queue past their own bound).
+            let call = self.locks.call_timeout();
             loop {
-                match self.locks.prepare().await {
+                let tried = tokio::time::timeout_at(
+                    deadline.max(Instant::now()) + call,
+                    self.locks.prepare(),
+                )
+                .await
+                .unwrap_or(Err(Error::Timeout(call)));
+                match tried {
                     Ok(()) => break,
                     Err(e) if e.is_retryable() && Instant::now() < deadline => {
                         let pause = jittered(opts.retry_interval);
@@ -353,17 +363,29 @@ impl Lock {
             pending.armed = pending.unsure;
             let mut split = false;
             let (err, holder_ttl) = match attempt {
-                Ok(Try::Acquired(grant)) => match self.replicated(&keys, &token, opts).await {
-                    Ok(()) => {
-                        pending.armed = false;
-                        if waited || attempts > 1 {
-                            self.label.wait(started.elapsed());
+                Ok(Try::Acquired(grant)) => {
+                    // The grant is in Redis until it is ours: armed while
+                    // the replicas are waited for (this future may be
+                    // dropped meanwhile), and after any failure of that wait
+                    // (its reply lost, an error; `replicated` released a
+                    // grant too few replicas had, and a second token-checked
+                    // release of it is harmless).
+                    pending.armed = true;
+                    match self.replicated(&keys, &token, opts).await {
+                        Err(e) => {
+                            pending.unsure = true;
+                            (e, None)
                         }
-                        tracing::debug!(fence = ?grant.fence, attempts, "acquired");
-                        return Ok(self.guard(keys, token, grant, opts));
+                        Ok(()) => {
+                            pending.armed = false;
+                            if waited || attempts > 1 {
+                                self.label.wait(started.elapsed());
+                            }
+                            tracing::debug!(fence = ?grant.fence, attempts, "acquired");
+                            return Ok(self.guard(keys, token, grant, opts));
+                        }
                     }
-                    Err(e) => (e, None),
-                },
+                }
                 Ok(Try::Busy(ttl)) => (
                     Error::Busy {
                         name: self.name.to_string(),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use crate::backend::{Backend, glob_escape, millis};
+use crate::backend::{Backend, millis};
 use crate::error::{Error, Result};
 use crate::keys::{FenceLayout, LockKeys, fence_layout_keys};
 use crate::lock::Outcome;
@@ -31,10 +31,6 @@ static FENCE_LAYOUT: LazyLock<Script> =
 pub(crate) const MOVED_COUNTER: &str =
     "dlm: fences moved to the shared counter PREFIXfence; stop dlm clients older than 0.2";
 
-/// The most per-slot counters there can be (one per hash slot), and so the
-/// most the layout check raises past.
-const SLOTS: usize = 16384;
-
 /// Where the fences of the locks under `prefix` come from on this one Redis
 /// (a client built on a connection the application passed in learns here
 /// whether it talks to a Redis Cluster), after raising the shared counter
@@ -49,32 +45,45 @@ pub(crate) async fn fence_layout(
         return Ok(FenceLayout::PerSlot);
     }
     let keys = fence_layout_keys(prefix);
-    let call = |mode: &str, found: &[String]| {
+    let call = |mode: &str, all: bool| {
         let mut inv = FENCE_LAYOUT.prepare_invoke();
         inv.key(&keys.shared).key(&keys.marker).key(&keys.elsewhere);
-        for k in found {
-            inv.key(k);
+        if all {
+            for k in &keys.per_slot {
+                inv.key(k);
+            }
         }
         inv.arg(mode).arg(MOVED_COUNTER);
         inv
     };
-    let done: i64 = match backend.eval(&call("check", &[])).await {
+    let done: i64 = match backend.eval(&call("check", false)).await {
         Ok(done) => done,
-        Err(e) if cluster.is_none() && crossslot(&e) => return Ok(FenceLayout::PerSlot),
+        Err(e) if crossslot(&e) => {
+            if cluster.is_none() {
+                return Ok(FenceLayout::PerSlot);
+            }
+            // A client that dlm connected as to one server, answered by a
+            // Redis Cluster node.
+            return Err(Error::protocol(format!(
+                "{e} (this is a Redis Cluster node: connect with \
+                 Client::builder().connect_cluster(..), or `dlm --cluster`)"
+            )));
+        }
         Err(e) => return Err(e),
     };
     if done == 1 {
         return Ok(FenceLayout::Shared);
     }
-    let pattern = format!("{}*}}", glob_escape(&keys.per_slot_start));
-    let found = backend.scan(&pattern, SLOTS).await?;
-    let moved: i64 = backend.eval(&call("migrate", &found)).await?;
+    // Every per-slot name, read in one script: ~16k key lookups, once per
+    // deployment (the marker), never a SCAN that a large keyspace cuts short.
+    let moved: i64 = backend.eval(&call("migrate", true)).await?;
     if moved > 0 {
         tracing::warn!(
             moved,
             counter = %keys.shared,
             "raised the shared fencing counter past the per-slot counters an older dlm left on \
-             this Redis; clients older than 0.2 built with connection() now fail to lock here"
+             this Redis; clients older than 0.2 built with connection() now fail to lock in \
+             those slots"
         );
     }
     Ok(FenceLayout::Shared)

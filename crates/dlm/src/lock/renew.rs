@@ -82,6 +82,7 @@ fn lost(h: &Held, reason: LostReason) -> Renewal {
 fn renewed(h: &Held, valid_until: Instant, sent: Instant) -> Renewal {
     if !h.lease.renewed(valid_until) {
         tracing::debug!(name = %h.name, "the lease ran out before the renewal's reply");
+        h.release_in_background();
         return lost(h, LostReason::RenewFailed);
     }
     h.label.renewal(RenewalOutcome::Ok);

@@ -12,34 +12,50 @@
 -- KEYS[3]   a per-slot counter of a slot other than KEYS[1]'s: never read or written; it makes a
 --           Redis Cluster refuse the call (CROSSSLOT), which is how a client built on a
 --           connection the application passed in learns that it talks to a cluster
--- KEYS[4..] with ARGV[1] = 'migrate': the per-slot counters found by the client's SCAN
+-- KEYS[4..] with ARGV[1] = 'migrate': every per-slot counter name of this prefix (one per hash
+--           slot, 16384; the client knows them all, so no SCAN can miss one)
 -- ARGV[1]   'check' or 'migrate'
 -- ARGV[2]   'migrate': the text written over each per-slot counter raised past
--- Returns   'check': 1 when the marker exists (nothing to do), else 0 (SCAN, then 'migrate')
+-- Returns   'check': 1 when the marker exists (nothing to do), else 0 (then 'migrate')
 --           'migrate': how many per-slot counters were raised past (0 if the marker existed)
+-- Only keys that hold a plain decimal integer count (what dlm's INCR leaves); they are compared
+-- as decimal strings (by length, then by digits), never as Lua numbers, which are doubles.
 if ARGV[1] == 'check' then
   return redis.call('EXISTS', KEYS[2])
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
-local top, moved = 0, 0
+-- `v` without leading zeros if it is a decimal integer, else nil.
+local function digits(v)
+  if type(v) ~= 'string' or not string.find(v, '^%d+$') then
+    return nil
+  end
+  local d = string.gsub(v, '^0+', '')
+  if d == '' then
+    d = '0'
+  end
+  return d
+end
+local function above(a, b)
+  return #a > #b or (#a == #b and a > b)
+end
+local top, moved = '0', 0
 for i = 4, #KEYS do
-  local v = redis.pcall('GET', KEYS[i])
-  local n = type(v) == 'string' and tonumber(v) or nil
-  if n then
-    if n > top then
-      top = n
+  local d = digits(redis.pcall('GET', KEYS[i]))
+  if d then
+    if above(d, top) then
+      top = d
     end
     redis.call('SET', KEYS[i], ARGV[2])
     moved = moved + 1
   end
 end
 local current = redis.pcall('GET', KEYS[1])
-local now = type(current) == 'string' and tonumber(current) or (current == false and 0 or nil)
+local now = current == false and '0' or digits(current)
 -- A shared counter that is not an integer is left alone: the next grant names it in its error.
-if now and top > now then
-  redis.call('SET', KEYS[1], string.format('%.0f', top))
+if now and above(top, now) then
+  redis.call('SET', KEYS[1], top)
 end
 redis.call('SET', KEYS[2], 'shared')
 return moved
