@@ -222,6 +222,10 @@ pub(crate) struct FenceLayoutKeys {
     pub elsewhere: String,
     /// Every per-slot counter name of the prefix, one per hash slot.
     pub per_slot: Vec<String>,
+    /// A `SCAN MATCH` pattern that finds them (the prefix's glob characters
+    /// escaped; it may match other keys too, which the script skips unless
+    /// they hold a decimal integer and have a per-slot counter's name).
+    pub per_slot_pattern: String,
 }
 
 pub(crate) fn fence_layout_keys(prefix: &str) -> FenceLayoutKeys {
@@ -231,6 +235,17 @@ pub(crate) fn fence_layout_keys(prefix: &str) -> FenceLayoutKeys {
     FenceLayoutKeys {
         elsewhere: concat(&[prefix, "fence:{", tag.as_str(), "}"]),
         marker: concat(&[prefix, "fence:layout"]),
+        per_slot_pattern: {
+            let mut p = String::with_capacity(prefix.len() + 10);
+            for c in prefix.chars() {
+                if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                    p.push('\\');
+                }
+                p.push(c);
+            }
+            p.push_str("fence:{*}");
+            p
+        },
         per_slot: (0..16384u16)
             .map(|s| concat(&[prefix, "fence:{", slot_tag(s).as_str(), "}"]))
             .collect(),

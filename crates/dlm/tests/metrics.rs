@@ -91,6 +91,15 @@ async fn lock_outcomes_are_labelled() -> TestResult {
                 .await
         })
     };
+    // It waits once its busy attempt left the waiters marker (and a moment
+    // more for it to queue for the hand-over), however loaded the machine.
+    let mut conn = raw(&s).await;
+    for _ in 0..500 {
+        if redis::AsyncCommands::exists::<_, bool>(&mut conn, "dlm:lock:{m:a}:waiters").await? {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     tokio::time::sleep(Duration::from_millis(150)).await;
     g.release().await?;
     waiter.await??.release().await?;

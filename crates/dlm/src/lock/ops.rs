@@ -45,18 +45,18 @@ pub(crate) async fn fence_layout(
         return Ok(FenceLayout::PerSlot);
     }
     let keys = fence_layout_keys(prefix);
-    let call = |mode: &str, all: bool| {
+    let call = |mode: &str, found: &[String], last: bool| {
         let mut inv = FENCE_LAYOUT.prepare_invoke();
         inv.key(&keys.shared).key(&keys.marker).key(&keys.elsewhere);
-        if all {
-            for k in &keys.per_slot {
-                inv.key(k);
-            }
+        for k in found {
+            inv.key(k);
         }
-        inv.arg(mode).arg(MOVED_COUNTER);
+        inv.arg(mode)
+            .arg(MOVED_COUNTER)
+            .arg(if last { "1" } else { "0" });
         inv
     };
-    let done: i64 = match backend.eval(&call("check", false)).await {
+    let done: i64 = match backend.eval(&call("check", &[], false)).await {
         Ok(done) => done,
         Err(e) if crossslot(&e) => {
             if cluster.is_none() {
@@ -74,9 +74,33 @@ pub(crate) async fn fence_layout(
     if done == 1 {
         return Ok(FenceLayout::Shared);
     }
-    // Every per-slot name, read in one script: ~16k key lookups, once per
-    // deployment (the marker), never a SCAN that a large keyspace cuts short.
-    let moved: i64 = backend.eval(&call("migrate", true)).await?;
+    // The per-slot counters an older dlm left: a SCAN finds them when it
+    // completes within its bound (any keyspace up to about a million keys);
+    // past that, every one of the 16384 names is read, in chunks, so that
+    // none is missed. The marker is set by the last call only.
+    let moved: i64 = match scan_all(backend, &keys.per_slot_pattern).await? {
+        Some(found) => {
+            // Only exact per-slot counter names: another key the pattern
+            // matches (under a short prefix) is never touched.
+            let names: std::collections::HashSet<&str> =
+                keys.per_slot.iter().map(String::as_str).collect();
+            let found: Vec<String> = found
+                .into_iter()
+                .filter(|k| names.contains(k.as_str()))
+                .collect();
+            backend.eval(&call("migrate", &found, true)).await?
+        }
+        None => {
+            let mut moved = 0;
+            let chunks: Vec<&[String]> = keys.per_slot.chunks(MIGRATE_CHUNK).collect();
+            for (i, chunk) in chunks.iter().enumerate() {
+                let last = i + 1 == chunks.len();
+                let n: i64 = backend.eval(&call("migrate", chunk, last)).await?;
+                moved += n;
+            }
+            moved
+        }
+    };
     if moved > 0 {
         tracing::warn!(
             moved,
@@ -87,6 +111,39 @@ pub(crate) async fn fence_layout(
         );
     }
     Ok(FenceLayout::Shared)
+}
+
+/// How many per-slot counter names one migrate call carries when they are
+/// all sent (about 20 KB of keys).
+const MIGRATE_CHUNK: usize = 1024;
+
+/// The most `SCAN` calls [`scan_all`] makes before it gives up.
+const SCAN_CALLS: usize = 1000;
+
+/// Every key matching `pattern`, or `None` when the `SCAN` did not complete
+/// within [`SCAN_CALLS`] calls (a keyspace of over about a million keys).
+async fn scan_all(backend: &Backend, pattern: &str) -> Result<Option<Vec<String>>> {
+    let mut found = Vec::new();
+    let mut cursor: u64 = 0;
+    for _ in 0..SCAN_CALLS {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000);
+        let (next, keys): (u64, Vec<String>) = backend.query(&cmd).await?;
+        found.extend(keys);
+        if found.len() > 16384 {
+            // More than there are slots: not (only) dlm's counters.
+            return Ok(None);
+        }
+        cursor = next;
+        if cursor == 0 {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
 }
 
 /// A Redis Cluster's refusal of keys in different hash slots.

@@ -12,10 +12,12 @@
 -- KEYS[3]   a per-slot counter of a slot other than KEYS[1]'s: never read or written; it makes a
 --           Redis Cluster refuse the call (CROSSSLOT), which is how a client built on a
 --           connection the application passed in learns that it talks to a cluster
--- KEYS[4..] with ARGV[1] = 'migrate': every per-slot counter name of this prefix (one per hash
---           slot, 16384; the client knows them all, so no SCAN can miss one)
+-- KEYS[4..] with ARGV[1] = 'migrate': per-slot counters of this prefix: those a complete SCAN
+--           found, or, when the keyspace is too large to scan, every per-slot name (one per hash
+--           slot, 16384, which the client knows), sent in chunks
 -- ARGV[1]   'check' or 'migrate'
 -- ARGV[2]   'migrate': the text written over each per-slot counter raised past
+-- ARGV[3]   'migrate': '1' on the last (or only) call, which sets the marker; '0' before it
 -- Returns   'check': 1 when the marker exists (nothing to do), else 0 (then 'migrate')
 --           'migrate': how many per-slot counters were raised past (0 if the marker existed)
 -- Only keys that hold a plain decimal integer count (what dlm's INCR leaves); they are compared
@@ -57,5 +59,7 @@ local now = current == false and '0' or digits(current)
 if now and above(top, now) then
   redis.call('SET', KEYS[1], top)
 end
-redis.call('SET', KEYS[2], 'shared')
+if ARGV[3] == '1' then
+  redis.call('SET', KEYS[2], 'shared')
+end
 return moved
