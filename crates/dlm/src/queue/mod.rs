@@ -408,8 +408,9 @@ impl Queue {
     }
 
     /// Add tasks due `delay` from now, in one round trip. An id already waiting
-    /// or in flight is kept or replaced as `on_duplicate` says. Returns what
-    /// happened to each task, in order.
+    /// or in flight is kept or replaced as `on_duplicate` says (a replacement
+    /// of a task in flight waits until its current run settles: see
+    /// [`OnDuplicate::Replace`]). Returns what happened to each task, in order.
     pub async fn enqueue<T: Into<NewTask>>(
         &self,
         tasks: impl IntoIterator<Item = T>,

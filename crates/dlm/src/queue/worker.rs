@@ -24,7 +24,6 @@ use crate::token::Fence;
 /// A running task's lease, as the heartbeat sees it.
 #[derive(Debug, Clone, Copy)]
 struct RunningLease {
-    fence: Fence,
     /// Its ack or nack is on its way: the heartbeat still renews the lease
     /// (a settle retried through a blip must not let it run out), but a
     /// renewal that finds it gone is no loss, as the settle may have been
@@ -32,7 +31,11 @@ struct RunningLease {
     settling: bool,
 }
 
-type Running = Arc<Mutex<HashMap<String, RunningLease>>>;
+/// The running tasks by lease: (id, fence), not the id alone. The same id
+/// may run twice in one worker (its first lease ran out while the handler
+/// went on, and a claim leased it again); the first run's end must leave
+/// the second's entry, and so its renewals, alone (issue 31).
+type Running = Arc<Mutex<HashMap<(String, Fence), RunningLease>>>;
 
 /// What a [`Worker`]'s handler may return on success: nothing (`()`), or a
 /// result that the ack stores for [`Queue::result`] and
@@ -115,7 +118,7 @@ pub struct Worker {
     opts: WorkerOptions,
 }
 
-fn lock_running(r: &Running) -> std::sync::MutexGuard<'_, HashMap<String, RunningLease>> {
+fn lock_running(r: &Running) -> std::sync::MutexGuard<'_, HashMap<(String, Fence), RunningLease>> {
     match r.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -199,7 +202,7 @@ impl Worker {
                     lock_running(&running)
                         .iter()
                         .filter(|(_, l)| !l.settling)
-                        .map(|(id, _)| id.clone())
+                        .map(|((id, _), _)| id.clone())
                         .collect()
                 }
             },
@@ -245,11 +248,8 @@ impl Worker {
                 let Ok(permit) = permits.clone().try_acquire_owned() else {
                     break;
                 };
-                let lease = RunningLease {
-                    fence: task.fence,
-                    settling: false,
-                };
-                lock_running(&running).insert(task.id.clone(), lease);
+                let lease = RunningLease { settling: false };
+                lock_running(&running).insert((task.id.clone(), task.fence), lease);
                 let (queue, handler, running) =
                     (self.queue.clone(), handler.clone(), running.clone());
                 let tally = beating.tally();
@@ -330,10 +330,8 @@ impl Worker {
         let _ = heartbeat.await;
         drop(acks);
         let _ = acker.await;
-        let left: Vec<(String, Fence)> = lock_running(&running)
-            .drain()
-            .map(|(id, l)| (id, l.fence))
-            .collect();
+        let left: Vec<(String, Fence)> =
+            lock_running(&running).drain().map(|(run, _)| run).collect();
         if !left.is_empty() {
             let refs: Vec<(&str, Fence)> = left.iter().map(|(id, f)| (id.as_str(), *f)).collect();
             match self.queue.abandon_many(&refs).await {
@@ -430,11 +428,12 @@ where
     // The handler is done: its slot can take the next task while the ack
     // is on its way (claims and acks overlap instead of taking turns).
     drop(permit);
-    if let Some(l) = lock_running(&running).get_mut(&task.id) {
+    let run = (task.id.clone(), task.fence);
+    if let Some(l) = lock_running(&running).get_mut(&run) {
         l.settling = true;
     }
     let outcome = settle(&queue, &acks, &task, result, error.as_deref()).await;
-    lock_running(&running).remove(&task.id);
+    lock_running(&running).remove(&run);
     tally.settled(matches!(outcome, Outcome::Acked));
     outcome
 }
@@ -573,10 +572,7 @@ async fn heartbeat(
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        let leases: Vec<(String, Fence)> = lock_running(&running)
-            .iter()
-            .map(|(id, l)| (id.clone(), l.fence))
-            .collect();
+        let leases: Vec<(String, Fence)> = lock_running(&running).keys().cloned().collect();
         for chunk in leases.chunks(1000) {
             let refs: Vec<(&str, Fence)> = chunk.iter().map(|(id, f)| (id.as_str(), *f)).collect();
             match queue.extend_many(&refs, lease).await {
@@ -590,9 +586,8 @@ async fn heartbeat(
                     let lost = chunk
                         .iter()
                         .zip(&codes)
-                        .filter(|((id, f), code)| {
-                            **code != 1
-                                && still.get(id).is_some_and(|l| l.fence == *f && !l.settling)
+                        .filter(|(run, code)| {
+                            **code != 1 && still.get(*run).is_some_and(|l| !l.settling)
                         })
                         .count();
                     if lost > 0 {

@@ -84,12 +84,14 @@ for i, id in ipairs(ids) do
     done[#done + 1] = id
     out[i] = 1
     if S == 3 and ARGV[3 * i + 1] ~= '' then any_result = true end
+    -- Only an ack that took the lease marks the id: a stale fence of the
+    -- same id earlier in the batch must not refuse the current one (issue 31).
+    seen[id] = true
   elseif lease then
     out[i] = -1
   else
     out[i] = 0
   end
-  seen[id] = true
 end
 if #done > 0 then
   chunked('ZREM', KEYS[3], done)
@@ -105,7 +107,8 @@ if #done > 0 then
   end
   local gone = {}
   for i, id in ipairs(done) do
-    if not waiting[i] and not ready[i] and not parked[i] then gone[#gone + 1] = id end
+    -- unhold (groups.lua): a replacement held while this run went on is due now.
+    if not unhold(id, waiting[i]) and not ready[i] and not parked[i] then gone[#gone + 1] = id end
   end
   if #gone > 0 then
     drop_payloads(gone)
