@@ -195,6 +195,11 @@ fn task_record(d: dlm::queue::TaskDetail) -> Record {
         .with("deps", Val::Strs(d.deps))
         .with("pending_deps", d.pending_deps)
         .with("timeout", d.timeout)
+        // Issue 31: what a completed task was (kept with its result).
+        .with("dependents", Val::Strs(d.dependents))
+        .with("started_at", d.started_at.map_or(Val::None, Val::Int))
+        .with("finished_at", d.finished_at.map_or(Val::None, Val::Int))
+        .with("worker", d.worker)
 }
 
 fn worker_record(w: dlm::queue::WorkerInfo) -> Record {

@@ -418,3 +418,89 @@ async fn worker_keeps_renewing_the_current_run_of_an_id() -> TestResult {
     assert_eq!((r.acked, r.lost), (1, 1), "{r:?}");
     Ok(())
 }
+
+/// Defect 9: a finished task's view keeps what it was while its completion
+/// is remembered: attempts, dependencies and dependents, its last progress
+/// and message, when it started and finished, the worker that ran it and
+/// its result's size. Before the fix the completed task read `deps: []`,
+/// `attempts: 0` and `progress: None` (the first assertion failed with
+/// `left: []`, `right: ["A", "B"]`).
+#[tokio::test]
+async fn a_finished_task_keeps_what_it_was() -> TestResult {
+    let server = common::server();
+    let c = common::client(&server).await;
+    let q = c.queue("d9");
+    q.enqueue(
+        [
+            NewTask::new("A"),
+            NewTask::new("B"),
+            NewTask::new("C").after(["A", "B"]),
+            NewTask::new("D").after(["C"]),
+        ],
+        NOW,
+        OnDuplicate::Keep,
+    )
+    .await?;
+    for _ in 0..2 {
+        claim_one(&q, LEASE).await?.ack().await?;
+    }
+    let before = q.task("A").await?.ok_or("A is remembered")?;
+    let stop = CancellationToken::new();
+    let report = {
+        let q2 = q.clone();
+        let opts = dlm::queue::WorkerOptions::new()
+            .id("worker-9")
+            .idle_wait(Duration::from_millis(20))
+            .exit_when_empty(true);
+        q.worker(opts)
+            .run(
+                move |task| {
+                    let q2 = q2.clone();
+                    async move {
+                        if task.id == "C" {
+                            q2.report_progress(&task.id, task.fence, 50, "half way")
+                                .await
+                                .map_err(|e| e.to_string())?;
+                            return Ok(Some(b"report.pdf".to_vec()));
+                        }
+                        Ok::<_, String>(None)
+                    }
+                },
+                stop,
+            )
+            .await?
+    };
+    assert_eq!(report.acked, 2, "{report:?}");
+    let t = q.task("C").await?.ok_or("C is remembered")?;
+    assert_eq!(t.state, TaskState::Completed);
+    assert_eq!(t.deps, ["A", "B"]);
+    assert_eq!(t.dependents, ["D"]);
+    assert_eq!(t.attempts, 1);
+    assert_eq!(t.progress, Some(50));
+    assert_eq!(t.message.as_deref(), Some("half way"));
+    assert_eq!(t.result_bytes, Some(b"report.pdf".len()));
+    assert_eq!(t.worker.as_deref(), Some("worker-9"));
+    let (started, finished) = (
+        t.started_at.ok_or("started")?,
+        t.finished_at.ok_or("finished")?,
+    );
+    assert!(started <= finished && finished <= t.now, "{t:?}");
+    assert!(started >= before.now, "{t:?}");
+    // The result reads back without the summary kept beside it.
+    assert_eq!(q.result("C").await?.as_deref(), Some(&b"report.pdf"[..]));
+    // A task acked by hand: what the queue knows (no worker, no start).
+    let a = q.task("A").await?.ok_or("A is remembered")?;
+    assert_eq!(
+        (a.attempts, a.dependents.clone()),
+        (1, vec!["C".to_string()])
+    );
+    assert_eq!(a.result_bytes, None);
+    assert_eq!(q.result("A").await?, None);
+    assert!(a.finished_at.is_some() && a.worker.is_none(), "{a:?}");
+    let d = q.task("D").await?.ok_or("D is remembered")?;
+    assert_eq!(
+        (d.state, d.deps.clone()),
+        (TaskState::Completed, vec!["C".to_string()])
+    );
+    Ok(())
+}

@@ -50,7 +50,7 @@ impl Lease {
         check_result(&self.task.id, &result)?;
         let codes = self
             .queue
-            .ack_many(&[(&self.task.id, self.task.fence, &result)])
+            .ack_many(&[(&self.task.id, self.task.fence, &result, None)])
             .await?;
         match codes.first() {
             Some(1) => Ok(()),
