@@ -166,8 +166,7 @@ pub struct TaskLine {
     pub payload_bytes: Option<usize>,
     /// Its run-time limit.
     pub timeout_ms: Option<u128>,
-    /// Completed: when its last run started (ms since the epoch, Redis
-    /// clock), when a worker ran it.
+    /// Completed: when its last run started (ms since the epoch, Redis clock).
     pub started_at: Option<u64>,
     /// Completed: when it was acked (ms since the epoch, Redis clock).
     pub finished_at: Option<u64>,

@@ -488,7 +488,7 @@ async fn a_finished_task_keeps_what_it_was() -> TestResult {
     assert!(started >= before.now, "{t:?}");
     // The result reads back without the summary kept beside it.
     assert_eq!(q.result("C").await?.as_deref(), Some(&b"report.pdf"[..]));
-    // A task acked by hand: what the queue knows (no worker, no start).
+    // A task acked by hand: what the queue knows (no worker).
     let a = q.task("A").await?.ok_or("A is remembered")?;
     assert_eq!(
         (a.attempts, a.dependents.clone()),
@@ -496,7 +496,8 @@ async fn a_finished_task_keeps_what_it_was() -> TestResult {
     );
     assert_eq!(a.result_bytes, None);
     assert_eq!(q.result("A").await?, None);
-    assert!(a.finished_at.is_some() && a.worker.is_none(), "{a:?}");
+    assert!(a.started_at <= a.finished_at && a.worker.is_none(), "{a:?}");
+    assert!(a.started_at.is_some(), "{a:?}");
     let d = q.task("D").await?.ok_or("D is remembered")?;
     assert_eq!(
         (d.state, d.deps.clone()),

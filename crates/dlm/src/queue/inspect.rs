@@ -46,8 +46,8 @@ pub struct TaskDetail {
     /// The tasks that wait for it (a completed task's: those that waited
     /// for it when it finished).
     pub dependents: Vec<String>,
-    /// Completed: when its last run started (ms since the epoch, Redis
-    /// clock), when a [`crate::queue::Worker`] ran it (`None`: not known).
+    /// Completed: when its last run started (its claim; ms since the
+    /// epoch, Redis clock; `None`: not known).
     pub started_at: Option<u64>,
     /// Completed: when it was acked (ms since the epoch, Redis clock).
     pub finished_at: Option<u64>,

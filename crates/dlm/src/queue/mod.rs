@@ -519,14 +519,15 @@ impl Queue {
     /// through its [`Lease`] before the lease runs out.
     pub async fn claim(&self, count: usize, lease: Duration) -> Result<Vec<Lease>> {
         check_count(count)?;
-        Ok(self
-            .claim_raw(count, lease)
-            .await?
+        let claimed = self.claim_raw(count, lease).await?;
+        let claimed_at = claimed.extras.then_some(claimed.now);
+        Ok(claimed
             .tasks
             .into_iter()
             .map(|task| Lease {
                 queue: self.clone(),
                 task,
+                claimed_at,
             })
             .collect())
     }
