@@ -239,7 +239,8 @@ impl<S: Into<String>> From<S> for NewTask {
 pub enum Enqueued {
     /// Added, due at this time (ms since the epoch, Redis clock).
     Added(u64),
-    /// The id was already there and was kept: its due time, or `None` while it is in flight.
+    /// The id was already there and was kept: its due time, or `None` while it is in flight
+    /// (with a replacement waiting for that run to settle: the replacement's due time).
     Kept(Option<u64>),
     /// The id was already there and was replaced; the new due time.
     Replaced(u64),

@@ -121,9 +121,10 @@ if #done > 0 then
   end
   -- Issue 31: the summaries of finished tasks that will be remembered (with
   -- a result, or a part in dependencies), read before their fields go; only
-  -- on a queue that uses issue 24's keys. heads[id]: the summary.
+  -- on a queue that uses issue 24's keys (or stores its first result now:
+  -- all keys are here then). heads[id]: the summary.
   local heads = {}
-  if cfg[2] and #gone > 0 then
+  if (cfg[2] or any_result) and #gone > 0 then
     local t = redis.call('TIME')
     local finished = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     local run, has_result = {}, {}
