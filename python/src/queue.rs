@@ -773,7 +773,8 @@ macro_rules! queue_methods {
         }
 
         /// Add a task (due after `delay` seconds). Returns False when a task
-        /// with this id is already queued (kept, unless replace=True).
+        /// with this id is already queued (kept, unless replace=True; a
+        /// replacement of a task in flight runs once that run has ended).
         /// after=[ids]: run only once those tasks completed.
         #[pyo3(signature = (id, payload=None, *, delay=0.0, priority=0, group=None, after=None, timeout=None, replace=false))]
         #[allow(clippy::too_many_arguments)]
