@@ -505,3 +505,25 @@ async fn a_finished_task_keeps_what_it_was() -> TestResult {
     );
     Ok(())
 }
+
+/// The summary a finished task keeps is bounded: at most 64 KiB of each of
+/// its lists of ids (its first ids, each whole).
+#[tokio::test]
+async fn a_finished_tasks_summary_is_bounded() -> TestResult {
+    let server = common::server();
+    let c = common::client(&server).await;
+    let q = c.queue("d9-bound");
+    q.push("root").await?;
+    // 6,000 dependents of 13 bytes each (with their NUL): 78,000 bytes.
+    let kids: Vec<NewTask> = (0..6000)
+        .map(|i| NewTask::new(format!("kid-{i:08}")).after(["root"]))
+        .collect();
+    q.enqueue(kids, NOW, OnDuplicate::Keep).await?;
+    claim_one(&q, LEASE).await?.ack().await?;
+    let t = q.task("root").await?.ok_or("root is remembered")?;
+    assert_eq!(t.state, TaskState::Completed);
+    assert_eq!(t.dependents.len(), 65536 / 13, "the first whole ids");
+    assert_eq!(t.dependents[0], "kid-00000000");
+    assert_eq!(q.stats().await?.waiting, 6000, "all released");
+    Ok(())
+}

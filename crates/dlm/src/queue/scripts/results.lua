@@ -20,14 +20,19 @@ local results_made, results_helpers, remember_done, trim_done
 -- its bytes: attempts, when its last run started (ms, Redis clock; '':
 -- unknown), when it finished (ms), the worker that ran it (''), its last
 -- progress ("pct NUL message", ''), its dependencies and its dependents
--- (ids each ending in NUL, ''). The result is what follows ('': none). A
--- value without the magic is a bare result (written before summaries).
+-- (ids each ending in NUL, ''; at most SUMMARY_LIST_MAX bytes of each:
+-- the first ids). The result is what follows ('': none). A value without
+-- the magic is a bare result (written before summaries).
 local SUMMARY_MAGIC = '\0dlm-summary-1\0'
-local SUMMARY_FIELDS = 7
+local SUMMARY_FIELDS, SUMMARY_LIST_MAX = 7, 65536
 local function summary_of(fields)
   local parts = {}
   for i = 1, SUMMARY_FIELDS do -- not ipairs: a field may be nil (none)
     local f = tostring(fields[i] or '')
+    if i >= 6 and #f > SUMMARY_LIST_MAX then
+      -- A long list of ids: its first ids, up to the last whole one.
+      f = string.match(string.sub(f, 1, SUMMARY_LIST_MAX), '^(.*%z)') or ''
+    end
     parts[i] = #f .. ':' .. f
   end
   local body = table.concat(parts)
