@@ -68,7 +68,7 @@ local ids = {}
 -- S values per task: id, fence (the result, when S >= 3; the run, when 4)
 local S = tonumber(ARGV[1])
 for i = 1, (#ARGV - 1) / S do ids[i] = ARGV[S * i - S + 2] end
--- Task i's result ('': none).
+-- Task i's result ('': none; S is 2 on a plain queue's hot path: no call).
 local function result_of(i)
   if S < 3 then return '' end
   return ARGV[S * i - S + 4]
@@ -92,7 +92,7 @@ for i, id in ipairs(ids) do
   elseif lease == ARGV[S * i - S + 3] then
     done[#done + 1] = id
     out[i] = 1
-    if result_of(i) ~= '' then any_result = true end
+    if S >= 3 and result_of(i) ~= '' then any_result = true end
     -- Only an ack that took the lease marks the id: a stale fence of the
     -- same id earlier in the batch must not refuse the current one (issue 31).
     seen[id] = true
@@ -116,15 +116,20 @@ if #done > 0 then
   end
   local gone = {}
   for i, id in ipairs(done) do
-    -- unhold (groups.lua): a replacement held while this run went on is due now.
-    if not unhold(id, waiting[i]) and not ready[i] and not parked[i] then gone[#gone + 1] = id end
+    if waiting[i] then
+      -- unhold (groups.lua): a replacement held while this run went on is due now.
+      unhold(id, waiting[i])
+    elseif not ready[i] and not parked[i] then
+      gone[#gone + 1] = id
+    end
   end
   -- Issue 31: the summaries of finished tasks that will be remembered (with
   -- a result, or a part in dependencies), read before their fields go; only
   -- on a queue that uses issue 24's keys (or stores its first result now:
   -- all keys are here then). heads[id]: the summary.
-  local heads = {}
+  local heads = false
   if (cfg[2] or any_result) and #gone > 0 then
+    heads = {}
     local t = redis.call('TIME')
     local finished = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     local run, has_result = {}, {}
@@ -176,7 +181,7 @@ if #done > 0 then
       if out[i] == 1 then
         -- The summary (issue 31) goes in front of the result; a task in a
         -- dependency graph without a result keeps its summary alone.
-        local r, head = result_of(i), heads[id]
+        local r, head = result_of(i), heads and heads[id]
         if (r ~= '' or head) and R.remember_result(id, now, (head or '') .. r) then
           if r ~= '' then stored[#stored + 1] = id end
         else

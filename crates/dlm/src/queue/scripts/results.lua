@@ -25,26 +25,31 @@ local results_made, results_helpers, remember_done, trim_done
 -- the magic is a bare result (written before summaries).
 local SUMMARY_MAGIC = '\0dlm-summary-1\0'
 local SUMMARY_FIELDS, SUMMARY_LIST_MAX = 7, 65536
-local function summary_of(fields)
-  local parts = {}
-  for i = 1, SUMMARY_FIELDS do -- not ipairs: a field may be nil (none)
-    local f = tostring(fields[i] or '')
-    if i >= 6 and #f > SUMMARY_LIST_MAX then
-      -- A long list of ids: its first ids, up to the last whole one.
-      f = string.match(string.sub(f, 1, SUMMARY_LIST_MAX), '^(.*%z)') or ''
+local summary_of, split_result
+-- Made only on a call with all keys (a plain queue's narrow hot calls
+-- never need them, and pay for no closure).
+if #KEYS >= 31 then
+  summary_of = function(fields)
+    local parts = {}
+    for i = 1, SUMMARY_FIELDS do -- not ipairs: a field may be nil (none)
+      local f = tostring(fields[i] or '')
+      if i >= 6 and #f > SUMMARY_LIST_MAX then
+        -- A long list of ids: its first ids, up to the last whole one.
+        f = string.match(string.sub(f, 1, SUMMARY_LIST_MAX), '^(.*%z)') or ''
+      end
+      parts[i] = #f .. ':' .. f
     end
-    parts[i] = #f .. ':' .. f
+    local body = table.concat(parts)
+    return SUMMARY_MAGIC .. #body .. ':' .. body
   end
-  local body = table.concat(parts)
-  return SUMMARY_MAGIC .. #body .. ':' .. body
-end
--- A stored value (nil/false: none) as its summary (nil: none) and result.
-local function split_result(v)
-  if not v or string.sub(v, 1, #SUMMARY_MAGIC) ~= SUMMARY_MAGIC then return nil, v end
-  local colon = string.find(v, ':', #SUMMARY_MAGIC + 1, true)
-  local n = colon and tonumber(string.sub(v, #SUMMARY_MAGIC + 1, colon - 1))
-  if not n then return nil, v end
-  return string.sub(v, colon + 1, colon + n), string.sub(v, colon + n + 1)
+  -- A stored value (nil/false: none) as its summary (nil: none) and result.
+  split_result = function(v)
+    if not v or string.sub(v, 1, #SUMMARY_MAGIC) ~= SUMMARY_MAGIC then return nil, v end
+    local colon = string.find(v, ':', #SUMMARY_MAGIC + 1, true)
+    local n = colon and tonumber(string.sub(v, #SUMMARY_MAGIC + 1, colon - 1))
+    if not n then return nil, v end
+    return string.sub(v, colon + 1, colon + n), string.sub(v, colon + n + 1)
+  end
 end
 -- Not made at all on a narrow call (19 keys: a queue that never used them).
 if #KEYS >= 31 then
