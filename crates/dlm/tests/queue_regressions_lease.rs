@@ -155,13 +155,37 @@ async fn replacement_waits_for_the_running_lease() -> TestResult {
     q.enqueue([NewTask::new("X").payload("v1")], NOW, OnDuplicate::Keep)
         .await?;
     let first = claim_one(&q, LEASE).await?;
-    q.enqueue([NewTask::new("X").payload("v2")], NOW, OnDuplicate::Replace)
+    let r = q
+        .enqueue([NewTask::new("X").payload("v2")], NOW, OnDuplicate::Replace)
         .await?;
+    let Enqueued::Replaced(due_x) = r[0] else {
+        return Err(format!("{r:?}").into());
+    };
     let again = q.claim(10, LEASE).await?;
     assert_eq!(ids(&again), Vec::<&str>::new(), "X is leased already");
     let t = q.task("X").await?.ok_or("X is known")?;
     assert_eq!(t.state, TaskState::InFlight);
-    assert_eq!(q.stats().await?.inflight, 1);
+    let s = q.stats().await?;
+    assert_eq!((s.inflight, s.delayed, s.waiting), (1, 1, 0), "held: {s:?}");
+    // Listed with its own due time; a keep sees it; the seeds' dequeue by
+    // that time removes it (then the replace again, for the rest).
+    let page = q.tasks(TaskState::Delayed, 0, 10, 0).await?;
+    assert_eq!(
+        page.tasks
+            .iter()
+            .map(|t| (t.id.as_str(), t.score))
+            .collect::<Vec<_>>(),
+        [("X", due_x)]
+    );
+    let kept = q.enqueue(["X"], NOW, OnDuplicate::Keep).await?;
+    assert_eq!(kept, [Enqueued::Kept(Some(due_x))]);
+    assert_eq!(
+        q.remove_if_score("X", due_x).await?,
+        dlm::queue::Removed::Removed
+    );
+    assert_eq!(q.stats().await?.delayed, 0);
+    q.enqueue([NewTask::new("X").payload("v2")], NOW, OnDuplicate::Replace)
+        .await?;
     first.ack().await?;
     let second = claim_one(&q, LEASE).await?;
     assert_eq!(second.task().payload.as_deref(), Some(&b"v2"[..]));
