@@ -89,6 +89,13 @@ class TaskInfo(TypedDict):
     deps: list[str]
     pending_deps: int
     timeout: Optional[float]
+    dependents: list[str]
+    started_at: Optional[int]
+    """Completed: when its last run started (ms since the epoch, Redis clock), if a worker ran it."""
+    finished_at: Optional[int]
+    """Completed: when it was acked (ms since the epoch, Redis clock)."""
+    worker: Optional[str]
+    """Completed: the id of the worker that ran it (None: acked by hand)."""
 
 class WorkerInfo(TypedDict):
     """A live worker of a queue (`Queue.workers()`)."""

@@ -199,6 +199,11 @@ fn task_record(d: dlm::queue::TaskDetail) -> Record {
         .with("deps", Val::Strs(d.deps))
         .with("pending_deps", d.pending_deps)
         .with("timeout", d.timeout)
+        // Issue 31: what a completed task was (kept with its result).
+        .with("dependents", Val::Strs(d.dependents))
+        .with("started_at", d.started_at.map_or(Val::None, Val::Int))
+        .with("finished_at", d.finished_at.map_or(Val::None, Val::Int))
+        .with("worker", d.worker)
 }
 
 fn worker_record(w: dlm::queue::WorkerInfo) -> Record {
@@ -775,7 +780,8 @@ macro_rules! queue_methods {
         }
 
         /// Add a task (due after `delay` seconds). Returns False when a task
-        /// with this id is already queued (kept, unless replace=True).
+        /// with this id is already queued (kept, unless replace=True; a
+        /// replacement of a task in flight runs once that run has ended).
         /// after=[ids]: run only once those tasks completed.
         #[pyo3(signature = (id, payload=None, *, delay=0.0, priority=0, group=None, after=None, timeout=None, replace=false))]
         #[allow(clippy::too_many_arguments)]

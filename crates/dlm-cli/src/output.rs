@@ -166,6 +166,12 @@ pub struct TaskLine {
     pub payload_bytes: Option<usize>,
     /// Its run-time limit.
     pub timeout_ms: Option<u128>,
+    /// Completed: when its last run started (ms since the epoch, Redis clock).
+    pub started_at: Option<u64>,
+    /// Completed: when it was acked (ms since the epoch, Redis clock).
+    pub finished_at: Option<u64>,
+    /// Completed: the worker that ran it (none: acked by hand).
+    pub worker: Option<String>,
 }
 
 impl TaskLine {
@@ -194,6 +200,9 @@ impl TaskLine {
                 group: t.group.clone(),
                 payload_bytes: t.payload_len,
                 timeout_ms: t.timeout.map(|d| d.as_millis()),
+                started_at: t.started_at,
+                finished_at: t.finished_at,
+                worker: t.worker.clone(),
             },
             None => TaskLine {
                 id: id.to_string(),
@@ -213,6 +222,9 @@ impl TaskLine {
                 group: None,
                 payload_bytes: None,
                 timeout_ms: None,
+                started_at: None,
+                finished_at: None,
+                worker: None,
             },
         }
     }

@@ -844,6 +844,20 @@ fn browser_shows_a_task_with_its_dependency_graph() -> Result<(), Error> {
         (&"completed".into(), &6.into()),
         "{a}"
     );
+    // A completed task keeps what it was (issue 31): its run and its links.
+    assert_eq!(a["worker"], "flow-1", "{a}");
+    assert_eq!(a["attempts"], 1, "{a}");
+    assert_eq!(a["dependents"], serde_json::json!(["b", "c"]), "{a}");
+    assert!(
+        a["started_at"].is_u64() && a["started_at"].as_u64() <= a["finished_at"].as_u64(),
+        "{a}"
+    );
+    let page_a = serve.get("/queues/flow/tasks/a")?.body;
+    assert!(
+        page_a.contains("<th>Worker</th>") && page_a.contains("flow-1"),
+        "{page_a}"
+    );
+    assert!(!page_a.contains("id=\"no-deps\""), "{page_a}");
     let d = serve.get_json("/api/queues/flow/tasks/d")?;
     assert_eq!(
         (&d["state"], &d["pending_deps"]),

@@ -53,7 +53,9 @@ pub struct PushArgs {
     #[arg(long, value_name = "F")]
     pub payload_file: Option<std::path::PathBuf>,
     /// Replace a task with the same id that is waiting or in flight (new due
-    /// time and payload); default: keep it.
+    /// time and payload); default: keep it. A replacement of a task in flight
+    /// runs once the current run ends (acked, failed, expired or given back),
+    /// never beside it.
     #[arg(long)]
     pub replace: bool,
     /// The tasks' priority: an integer, 0 ..= 1000, higher first (default 0).

@@ -48,6 +48,12 @@ pub async fn task(global: &Global, args: &TaskArgs) -> Result<u8, CliError> {
         if let Some(n) = line.result_bytes {
             text.push_str(&format!(", result {n} bytes"));
         }
+        if let Some(w) = &line.worker {
+            text.push_str(&format!(", ran on {w}"));
+        }
+        if let (Some(start), Some(end)) = (line.started_at, line.finished_at) {
+            text.push_str(&format!(", took {} ms", end.saturating_sub(start)));
+        }
         if let Some(e) = &line.error {
             text.push_str(&format!(", error: {e}"));
         }

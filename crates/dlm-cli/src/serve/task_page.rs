@@ -201,6 +201,45 @@ fn facts(view: &TaskView) -> String {
         );
     }
     fact(&mut out, "Attempts", &t.attempts.to_string());
+    // A completed task's run, kept with its result (issue 31).
+    if let Some(at) = t.started_at {
+        fact(
+            &mut out,
+            "Started",
+            &format!(
+                "{} <span class=\"muted\">{}</span>",
+                relative(at, t.now),
+                utc(at)
+            ),
+        );
+    }
+    if let Some(at) = t.finished_at {
+        let took = t
+            .started_at
+            .map(|s| {
+                format!(
+                    " <span class=\"muted\">(ran {})</span>",
+                    human(Duration::from_millis(at.saturating_sub(s)))
+                )
+            })
+            .unwrap_or_default();
+        fact(
+            &mut out,
+            "Finished",
+            &format!(
+                "{} <span class=\"muted\">{}</span>{took}",
+                relative(at, t.now),
+                utc(at)
+            ),
+        );
+    }
+    if let Some(w) = &t.worker {
+        fact(
+            &mut out,
+            "Worker",
+            &format!("<span class=\"mono worker\">{}</span>", esc(w)),
+        );
+    }
     if t.state == TaskState::Blocked {
         fact(
             &mut out,
@@ -356,8 +395,13 @@ pub fn task(queue: &str, view: &TaskView) -> String {
     }
     out.push_str("<section class=\"deps\"><h2>Dependencies</h2>");
     if t.deps.is_empty() && t.dependents.is_empty() {
-        let why = if matches!(t.state, TaskState::Completed | TaskState::Dead) {
-            "no dependencies known: a finished task does not keep its links"
+        let why = if t.state == TaskState::Dead {
+            "no dependencies known: a dead task does not keep its links"
+        } else if t.state == TaskState::Completed && t.finished_at.is_none() {
+            "no dependencies known: this completion is remembered without a summary \
+(a task that left no result and had no part in dependencies)"
+        } else if t.state == TaskState::Completed {
+            "no dependencies: it waited for no task and no task waited for it"
         } else {
             "no dependencies: it waits for no task and no task waits for it"
         };

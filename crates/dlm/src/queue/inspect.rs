@@ -18,7 +18,7 @@ use crate::queue::ops::{array, bytes, int, invocation, split_ids, text, unsigned
 use crate::token::Fence;
 
 crate::queue::ops::script!(TASKS, ["payload"], "tasks.lua");
-crate::queue::ops::script!(TASK, ["payload"], "task.lua");
+crate::queue::ops::script!(TASK, ["payload", "results"], "task.lua");
 
 /// Everything known about one task ([`Queue::task`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,10 +42,19 @@ pub struct TaskDetail {
     pub progress: Option<u8>,
     /// The message that came with it.
     pub message: Option<String>,
-    /// Its dependencies (kept until it finishes).
+    /// Its dependencies (a completed task's: those it ran after).
     pub deps: Vec<String>,
-    /// The tasks that wait for it.
+    /// The tasks that wait for it (a completed task's: those that waited
+    /// for it when it finished).
     pub dependents: Vec<String>,
+    /// Completed: when its last run started (its claim; ms since the
+    /// epoch, Redis clock; `None`: not known).
+    pub started_at: Option<u64>,
+    /// Completed: when it was acked (ms since the epoch, Redis clock).
+    pub finished_at: Option<u64>,
+    /// Completed: the id of the worker that ran it
+    /// ([`crate::queue::WorkerOptions::id`]; `None`: acked by hand).
+    pub worker: Option<String>,
     /// Blocked: how many of its dependencies are not done yet.
     pub pending_deps: u32,
     /// Whether it ignores a dependency's death ([`crate::queue::DependencyFailure::Ignore`]).
@@ -234,6 +243,9 @@ impl Queue {
     /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
     /// if let Some(t) = client.queue("etl").task("report").await? {
     ///     println!("{} is {}; waits for {:?}", t.id, t.state.as_str(), t.deps);
+    ///     if let (Some(w), Some(at)) = (&t.worker, t.finished_at) {
+    ///         println!("completed by {w} at {at} ms"); // kept while remembered
+    ///     }
     /// }
     /// # Ok(()) }
     /// ```
@@ -263,36 +275,34 @@ impl Queue {
             depfail,
             timeout,
             now,
+            summary,
         ] = v.as_slice()
         else {
-            return Err(Error::protocol("task reply is not sixteen values"));
+            return Err(Error::protocol("task reply is not seventeen values"));
         };
         let state = text(state)?;
         let Some(state) = TaskState::parse(&state) else {
             return Ok(None);
         };
         let text_of = |v: &Value| bytes(v).map(|b| String::from_utf8_lossy(&b).into_owned());
-        let (progress, message) = match bytes(progress) {
-            Some(raw) => {
-                let mut parts = raw.splitn(2, |b| *b == 0);
-                let pct = parts
-                    .next()
-                    .and_then(|p| std::str::from_utf8(p).ok())
-                    .and_then(|p| p.parse::<u8>().ok());
-                let msg = parts
-                    .next()
-                    .filter(|m| !m.is_empty())
-                    .map(|m| String::from_utf8_lossy(m).into_owned());
-                (pct, msg)
-            }
-            None => (None, None),
-        };
+        let (progress, message) = bytes(progress)
+            .map(|raw| progress_parts(&raw))
+            .unwrap_or_default();
         let ms = unsigned(int(timeout)?);
+        // A completed task: what it was, kept with its result (issue 31).
+        let kept = bytes(summary).and_then(|b| Summary::parse(&b));
+        let (progress, message) = match &kept {
+            Some(k) if progress.is_none() => progress_parts(&k.progress),
+            _ => (progress, message),
+        };
         Ok(Some(TaskDetail {
             id: id.to_string(),
             state,
             score: u64::try_from(int(score)?).ok(),
-            attempts: u32::try_from(int(attempts)?).unwrap_or(u32::MAX),
+            attempts: match (&kept, int(attempts)?) {
+                (Some(k), 0) => k.attempts,
+                (_, n) => u32::try_from(n).unwrap_or(u32::MAX),
+            },
             fence: bytes(fence)
                 .and_then(|b| String::from_utf8(b).ok())
                 .and_then(|s| s.parse::<u64>().ok())
@@ -300,8 +310,17 @@ impl Queue {
             error: text_of(error),
             progress,
             message,
-            deps: bytes(deps).map(|d| split_ids(&d)).unwrap_or_default(),
-            dependents: bytes(dependents).map(|d| split_ids(&d)).unwrap_or_default(),
+            deps: bytes(deps)
+                .or_else(|| kept.as_ref().map(|k| k.deps.clone()))
+                .map(|d| split_ids(&d))
+                .unwrap_or_default(),
+            dependents: bytes(dependents)
+                .or_else(|| kept.as_ref().map(|k| k.dependents.clone()))
+                .map(|d| split_ids(&d))
+                .unwrap_or_default(),
+            started_at: kept.as_ref().and_then(|k| k.started),
+            finished_at: kept.as_ref().and_then(|k| k.finished),
+            worker: kept.as_ref().and_then(|k| k.worker.clone()),
             pending_deps: u32::try_from(int(pending)?).unwrap_or(0),
             ignores_dependency_failure: bytes(depfail).is_some(),
             result_bytes: usize::try_from(int(result_len)?).ok(),
@@ -321,6 +340,76 @@ impl Queue {
             .tasks
             .first()
             .map(|t| Duration::from_millis(page.now.saturating_sub(t.score))))
+    }
+}
+
+/// A stored progress, "pct NUL message", as its percentage and message.
+fn progress_parts(raw: &[u8]) -> (Option<u8>, Option<String>) {
+    if raw.is_empty() {
+        return (None, None);
+    }
+    let mut parts = raw.splitn(2, |b| *b == 0);
+    let pct = parts
+        .next()
+        .and_then(|p| std::str::from_utf8(p).ok())
+        .and_then(|p| p.parse::<u8>().ok());
+    let msg = parts
+        .next()
+        .filter(|m| !m.is_empty())
+        .map(|m| String::from_utf8_lossy(m).into_owned());
+    (pct, msg)
+}
+
+/// What a finished task was, as ack.lua keeps it in front of its result
+/// (results.lua's `summary_of`): its fields, each as its length, `:` and
+/// its bytes.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Summary {
+    attempts: u32,
+    started: Option<u64>,
+    finished: Option<u64>,
+    worker: Option<String>,
+    /// "pct NUL message" (empty: none).
+    progress: Vec<u8>,
+    /// NUL-terminated ids.
+    deps: Vec<u8>,
+    dependents: Vec<u8>,
+}
+
+impl Summary {
+    /// `None`: not a summary this version writes.
+    fn parse(raw: &[u8]) -> Option<Summary> {
+        let mut fields = Vec::with_capacity(7);
+        let mut rest = raw;
+        while !rest.is_empty() {
+            let colon = rest.iter().position(|b| *b == b':')?;
+            let n: usize = std::str::from_utf8(&rest[..colon]).ok()?.parse().ok()?;
+            let value = rest.get(colon + 1..colon + 1 + n)?;
+            fields.push(value);
+            rest = &rest[colon + 1 + n..];
+        }
+        let [
+            attempts,
+            started,
+            finished,
+            worker,
+            progress,
+            deps,
+            dependents,
+        ] = fields.as_slice()
+        else {
+            return None;
+        };
+        let number = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u64>().ok();
+        Some(Summary {
+            attempts: number(attempts).map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            started: number(started),
+            finished: number(finished),
+            worker: Some(String::from_utf8_lossy(worker).into_owned()).filter(|w| !w.is_empty()),
+            progress: progress.to_vec(),
+            deps: deps.to_vec(),
+            dependents: dependents.to_vec(),
+        })
     }
 }
 
@@ -362,4 +451,33 @@ pub(crate) async fn queue_names(backend: &Backend, limit: usize) -> Result<Vec<S
         }
     }
     Ok(names.into_iter().take(limit).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summaries_parse_as_results_lua_writes_them() {
+        // attempts, started, finished, worker, progress, deps, dependents
+        let raw = b"1:23:1000:1:w4:50\x00h4:a\x00b\x000:";
+        let s = Summary::parse(raw);
+        assert_eq!(
+            s,
+            Some(Summary {
+                attempts: 2,
+                started: Some(100),
+                finished: None,
+                worker: Some("w".into()),
+                progress: b"50\0h".to_vec(),
+                deps: b"a\0b\0".to_vec(),
+                dependents: Vec::new(),
+            })
+        );
+        assert_eq!(Summary::parse(b"1:2"), None, "too short");
+        assert_eq!(Summary::parse(b"9:2"), None, "a length past the end");
+        assert_eq!(Summary::parse(b"x:2"), None, "no length");
+        assert_eq!(progress_parts(b"50\0half"), (Some(50), Some("half".into())));
+        assert_eq!(progress_parts(b""), (None, None));
+    }
 }

@@ -15,6 +15,9 @@ use crate::queue::{Nacked, Queue, Task, check_lease, check_result};
 pub struct Lease {
     pub(super) queue: Queue,
     pub(super) task: Task,
+    /// When it was claimed (ms, Redis clock), for the summary a finished
+    /// task keeps on a queue that uses issue 24's keys (`None`: not sent).
+    pub(super) claimed_at: Option<u64>,
 }
 
 impl Lease {
@@ -50,7 +53,13 @@ impl Lease {
         check_result(&self.task.id, &result)?;
         let codes = self
             .queue
-            .ack_many(&[(&self.task.id, self.task.fence, &result)])
+            // Acked by hand: when it started, but no worker id.
+            .ack_many(&[(
+                &self.task.id,
+                self.task.fence,
+                &result,
+                self.claimed_at.map(|at| (at, "")),
+            )])
             .await?;
         match codes.first() {
             Some(1) => Ok(()),

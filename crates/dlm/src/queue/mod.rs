@@ -432,8 +432,9 @@ impl Queue {
     }
 
     /// Add tasks due `delay` from now, in one round trip. An id already waiting
-    /// or in flight is kept or replaced as `on_duplicate` says. Returns what
-    /// happened to each task, in order.
+    /// or in flight is kept or replaced as `on_duplicate` says (a replacement
+    /// of a task in flight waits until its current run settles: see
+    /// [`OnDuplicate::Replace`]). Returns what happened to each task, in order.
     pub async fn enqueue<T: Into<NewTask>>(
         &self,
         tasks: impl IntoIterator<Item = T>,
@@ -542,14 +543,15 @@ impl Queue {
     /// through its [`Lease`] before the lease runs out.
     pub async fn claim(&self, count: usize, lease: Duration) -> Result<Vec<Lease>> {
         check_count(count)?;
-        Ok(self
-            .claim_raw(count, lease)
-            .await?
+        let claimed = self.claim_raw(count, lease).await?;
+        let claimed_at = claimed.extras.then_some(claimed.now);
+        Ok(claimed
             .tasks
             .into_iter()
             .map(|task| Lease {
                 queue: self.clone(),
                 task,
+                claimed_at,
             })
             .collect())
     }

@@ -350,6 +350,10 @@ pub(crate) struct Claimed {
     pub next_due: Option<Duration>,
     /// Time until the queue's rate limit allows the next claim (`None`: not limited now).
     pub rate_wait: Option<Duration>,
+    /// Whether the queue uses issue 24's keys (the claim sent nine values per
+    /// task): then a worker's acks say how each run went, for the summary
+    /// a finished task keeps (issue 31).
+    pub extras: bool,
     pub tasks: Vec<Task>,
 }
 
@@ -425,6 +429,7 @@ fn claim_reply(v: Value) -> Result<Claimed> {
     let (next_due, rate_wait) = (ms(next_due)?, ms(rate_wait)?);
     Ok(Claimed {
         rate_wait,
+        extras: per_task == 9,
         expired: usize::try_from(int(expired)?).unwrap_or(0),
         died: unsigned(int(died)?),
         now: unsigned(int(now)?),
@@ -439,23 +444,34 @@ fn with_leases<'a>(inv: &mut redis::ScriptInvocation<'a>, leases: &[(&str, Fence
     }
 }
 
-/// A lease to ack and the result its task leaves (empty: none).
-pub(crate) type Finished<'a> = (&'a str, Fence, &'a [u8]);
+/// A lease to ack, the result its task leaves (empty: none) and, from a
+/// worker of a queue that uses issue 24's keys, how the run went: when it
+/// started (ms, Redis clock) and the worker's id.
+pub(crate) type Finished<'a> = (&'a str, Fence, &'a [u8], Option<(u64, &'a str)>);
 
 pub(crate) async fn ack(
     backend: &Backend,
     keys: &KeySet,
     leases: &[Finished<'_>],
 ) -> Result<Vec<i64>> {
-    // Three values per task only when a task leaves a result.
-    let with_results = leases.iter().any(|(_, _, r)| !r.is_empty());
+    // Three values per task only when a task leaves a result, four when a
+    // worker says how its runs went (a queue that uses issue 24's keys).
+    let with_runs = leases.iter().any(|l| l.3.is_some());
+    let with_results = with_runs || leases.iter().any(|(_, _, r, _)| !r.is_empty());
     let build = |keys: &[String]| {
         let mut inv = invocation(&ACK, keys);
-        inv.arg(if with_results { 3 } else { 2 });
-        for (id, fence, result) in leases {
+        inv.arg(match (with_runs, with_results) {
+            (true, _) => 4,
+            (false, true) => 3,
+            (false, false) => 2,
+        });
+        for (id, fence, result, run) in leases {
             inv.arg(*id).arg(fence.get());
             if with_results {
                 inv.arg(*result);
+            }
+            if with_runs {
+                inv.arg(run.map_or(String::new(), |(at, worker)| format!("{at}:{worker}")));
             }
         }
         inv

@@ -73,6 +73,32 @@ pub enum OnDuplicate {
     #[default]
     Keep,
     /// Replace it: the new due time and payload win, as the seeds' text says.
+    ///
+    /// A task that is waiting or delayed is replaced at once. A task *in
+    /// flight* keeps its lease: the replacement waits (counted as delayed)
+    /// and becomes claimable at its due time once the current run settles
+    /// (ack, nack, lease expiry or abandon), so an id is never leased twice
+    /// at once and holds one slot of its group. The replacement runs even
+    /// when the current run is acked; a nack's retry is not scheduled (the
+    /// replacement runs instead). The task keeps its attempt count, like a
+    /// replaced waiting task: the running attempt still counts toward
+    /// `max_attempts`, and the replacement's claim is the next attempt.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// use std::time::Duration;
+    /// use dlm::queue::{NewTask, OnDuplicate};
+    /// let q = client.queue("thumbs");
+    /// q.push("img:7").await?;
+    /// let run = q.claim(1, Duration::from_secs(30)).await?;
+    /// q.enqueue([NewTask::new("img:7").payload("v2")], Duration::ZERO, OnDuplicate::Replace)
+    ///     .await?;
+    /// assert!(q.claim(1, Duration::from_secs(30)).await?.is_empty()); // img:7 runs already
+    /// for lease in run {
+    ///     lease.ack().await?; // now the replacement (payload "v2") is claimable
+    /// }
+    /// # Ok(()) }
+    /// ```
     Replace,
 }
 
@@ -231,7 +257,8 @@ impl<S: Into<String>> From<S> for NewTask {
 pub enum Enqueued {
     /// Added, due at this time (ms since the epoch, Redis clock).
     Added(u64),
-    /// The id was already there and was kept: its due time, or `None` while it is in flight.
+    /// The id was already there and was kept: its due time, or `None` while it is in flight
+    /// (with a replacement waiting for that run to settle: the replacement's due time).
     Kept(Option<u64>),
     /// The id was already there and was replaced; the new due time.
     Replaced(u64),

@@ -24,7 +24,6 @@ use crate::token::Fence;
 /// A running task's lease, as the heartbeat sees it.
 #[derive(Debug, Clone, Copy)]
 struct RunningLease {
-    fence: Fence,
     /// Its ack or nack is on its way: the heartbeat still renews the lease
     /// (a settle retried through a blip must not let it run out), but a
     /// renewal that finds it gone is no loss, as the settle may have been
@@ -32,7 +31,11 @@ struct RunningLease {
     settling: bool,
 }
 
-type Running = Arc<Mutex<HashMap<String, RunningLease>>>;
+/// The running tasks by lease: (id, fence), not the id alone. The same id
+/// may run twice in one worker (its first lease ran out while the handler
+/// went on, and a claim leased it again); the first run's end must leave
+/// the second's entry, and so its renewals, alone (issue 31).
+type Running = Arc<Mutex<HashMap<(String, Fence), RunningLease>>>;
 
 /// What a [`Worker`]'s handler may return on success: nothing (`()`), or a
 /// result that the ack stores for [`Queue::result`] and
@@ -115,7 +118,7 @@ pub struct Worker {
     opts: WorkerOptions,
 }
 
-fn lock_running(r: &Running) -> std::sync::MutexGuard<'_, HashMap<String, RunningLease>> {
+fn lock_running(r: &Running) -> std::sync::MutexGuard<'_, HashMap<(String, Fence), RunningLease>> {
     match r.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -185,10 +188,11 @@ impl Worker {
             stop_heartbeat.clone(),
         ));
         // The worker's record for `Queue::workers`: what its handlers run now.
+        let worker_id = self.opts.id.clone().unwrap_or_else(default_id);
         let beating = Beating::start(
             self.queue.clone(),
             Identity {
-                id: self.opts.id.clone().unwrap_or_else(default_id),
+                id: worker_id.clone(),
                 concurrency: self.opts.concurrency,
                 heartbeat: self.opts.heartbeat_every(),
             },
@@ -199,7 +203,7 @@ impl Worker {
                     lock_running(&running)
                         .iter()
                         .filter(|(_, l)| !l.settling)
-                        .map(|(id, _)| id.clone())
+                        .map(|((id, _), _)| id.clone())
                         .collect()
                 }
             },
@@ -207,7 +211,7 @@ impl Worker {
         let mut idle = Idle::new(&self.queue);
         // Repeating tasks: fire due ticks between claims (see schedule.rs).
         let mut schedules = crate::queue::schedule::Ticker::new();
-        let (acks, acker) = Acks::spawn(self.queue.clone());
+        let (acks, acker) = Acks::spawn(self.queue.clone(), worker_id);
         let mut error_pause = Duration::from_millis(50);
 
         while !shutdown.is_cancelled() {
@@ -241,15 +245,15 @@ impl Worker {
             };
             let got = claimed.tasks.len();
             let claimed_at = Instant::now();
+            // When the runs start on the Redis clock, for the summary a
+            // finished task keeps (only on a queue that keeps one).
+            let started = claimed.extras.then_some(claimed.now);
             for task in claimed.tasks {
                 let Ok(permit) = permits.clone().try_acquire_owned() else {
                     break;
                 };
-                let lease = RunningLease {
-                    fence: task.fence,
-                    settling: false,
-                };
-                lock_running(&running).insert(task.id.clone(), lease);
+                let lease = RunningLease { settling: false };
+                lock_running(&running).insert((task.id.clone(), task.fence), lease);
                 let (queue, handler, running) =
                     (self.queue.clone(), handler.clone(), running.clone());
                 let tally = beating.tally();
@@ -257,6 +261,7 @@ impl Worker {
                 let claim = Claim {
                     task,
                     at: claimed_at,
+                    started,
                     tally,
                     limit: self.opts.task_timeout,
                     grace: self.opts.timeout_grace,
@@ -330,10 +335,8 @@ impl Worker {
         let _ = heartbeat.await;
         drop(acks);
         let _ = acker.await;
-        let left: Vec<(String, Fence)> = lock_running(&running)
-            .drain()
-            .map(|(id, l)| (id, l.fence))
-            .collect();
+        let left: Vec<(String, Fence)> =
+            lock_running(&running).drain().map(|(run, _)| run).collect();
         if !left.is_empty() {
             let refs: Vec<(&str, Fence)> = left.iter().map(|(id, f)| (id.as_str(), *f)).collect();
             match self.queue.abandon_many(&refs).await {
@@ -364,6 +367,9 @@ fn count(report: &mut WorkerReport, done: std::result::Result<Outcome, tokio::ta
 struct Claim {
     task: Task,
     at: Instant,
+    /// When the claim was made (ms, Redis clock), for the acks of a queue
+    /// whose finished tasks keep a summary (`None`: not sent).
+    started: Option<u64>,
     tally: Arc<crate::queue::beat::Tally>,
     limit: Option<Duration>,
     grace: Duration,
@@ -377,6 +383,7 @@ async fn process<F, Fut, T, E>(
     Claim {
         mut task,
         at,
+        started,
         tally,
         limit,
         grace,
@@ -430,11 +437,12 @@ where
     // The handler is done: its slot can take the next task while the ack
     // is on its way (claims and acks overlap instead of taking turns).
     drop(permit);
-    if let Some(l) = lock_running(&running).get_mut(&task.id) {
+    let run = (task.id.clone(), task.fence);
+    if let Some(l) = lock_running(&running).get_mut(&run) {
         l.settling = true;
     }
-    let outcome = settle(&queue, &acks, &task, result, error.as_deref()).await;
-    lock_running(&running).remove(&task.id);
+    let outcome = settle(&queue, &acks, &task, started, result, error.as_deref()).await;
+    lock_running(&running).remove(&run);
     tally.settled(matches!(outcome, Outcome::Acked));
     outcome
 }
@@ -450,17 +458,26 @@ struct AckRequest {
     fence: Fence,
     /// The task's result (empty: none).
     result: Vec<u8>,
+    /// When its run started (ms, Redis clock; `None`: not sent).
+    started: Option<u64>,
     reply: tokio::sync::oneshot::Sender<std::result::Result<i64, String>>,
 }
 
 impl Acks {
-    fn spawn(queue: Queue) -> (Acks, tokio::task::JoinHandle<()>) {
+    /// The acker of the worker `worker_id`.
+    fn spawn(queue: Queue, worker_id: String) -> (Acks, tokio::task::JoinHandle<()>) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        (Acks(tx), tokio::spawn(ack_batches(queue, rx)))
+        (Acks(tx), tokio::spawn(ack_batches(queue, worker_id, rx)))
     }
 
     /// 1 acked, 0 / -1 lease lost (see ack.lua).
-    async fn ack(&self, id: &str, fence: Fence, result: Vec<u8>) -> Result<i64> {
+    async fn ack(
+        &self,
+        id: &str,
+        fence: Fence,
+        result: Vec<u8>,
+        started: Option<u64>,
+    ) -> Result<i64> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let unavailable = |why: String| Error::Unavailable { source: why.into() };
         self.0
@@ -468,6 +485,7 @@ impl Acks {
                 id: id.to_string(),
                 fence,
                 result,
+                started,
                 reply,
             })
             .map_err(|_| unavailable("the ack batcher stopped".into()))?;
@@ -479,7 +497,11 @@ impl Acks {
     }
 }
 
-async fn ack_batches(queue: Queue, mut rx: tokio::sync::mpsc::UnboundedReceiver<AckRequest>) {
+async fn ack_batches(
+    queue: Queue,
+    worker_id: String,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<AckRequest>,
+) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < 256 {
@@ -488,9 +510,12 @@ async fn ack_batches(queue: Queue, mut rx: tokio::sync::mpsc::UnboundedReceiver<
                 Err(_) => break,
             }
         }
-        let refs: Vec<(&str, Fence, &[u8])> = batch
+        let refs: Vec<crate::queue::ops::Finished<'_>> = batch
             .iter()
-            .map(|r| (r.id.as_str(), r.fence, r.result.as_slice()))
+            .map(|r| {
+                let run = r.started.map(|at| (at, worker_id.as_str()));
+                (r.id.as_str(), r.fence, r.result.as_slice(), run)
+            })
             .collect();
         match queue.ack_many(&refs).await {
             Ok(codes) if codes.len() == batch.len() => {
@@ -517,6 +542,7 @@ async fn settle(
     queue: &Queue,
     acks: &Acks,
     task: &Task,
+    started: Option<u64>,
     output: Vec<u8>,
     error: Option<&str>,
 ) -> Outcome {
@@ -524,7 +550,7 @@ async fn settle(
     loop {
         let result = match error {
             None => acks
-                .ack(&task.id, task.fence, output.clone())
+                .ack(&task.id, task.fence, output.clone(), started)
                 .await
                 .map(|c| match c {
                     1 => Outcome::Acked,
@@ -573,10 +599,7 @@ async fn heartbeat(
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        let leases: Vec<(String, Fence)> = lock_running(&running)
-            .iter()
-            .map(|(id, l)| (id.clone(), l.fence))
-            .collect();
+        let leases: Vec<(String, Fence)> = lock_running(&running).keys().cloned().collect();
         for chunk in leases.chunks(1000) {
             let refs: Vec<(&str, Fence)> = chunk.iter().map(|(id, f)| (id.as_str(), *f)).collect();
             match queue.extend_many(&refs, lease).await {
@@ -590,9 +613,8 @@ async fn heartbeat(
                     let lost = chunk
                         .iter()
                         .zip(&codes)
-                        .filter(|((id, f), code)| {
-                            **code != 1
-                                && still.get(id).is_some_and(|l| l.fence == *f && !l.settling)
+                        .filter(|(run, code)| {
+                            **code != 1 && still.get(*run).is_some_and(|l| !l.settling)
                         })
                         .count();
                     if lost > 0 {

@@ -47,8 +47,13 @@ for i = 1, #ARGV, 2 do
     redis.call('HDEL', KEYS[25], id) -- issue 24: this run's progress ends with it
     local group = redis.call('HGET', KEYS[13], id)
     if group then release(group) end
-    if not in_ready(id) then redis.call('ZADD', KEYS[1], 'NX', now, id) end
-    redis.call('HINCRBY', KEYS[5], id, -1)
+    -- A replacement held while this run went on (groups.lua's unhold) comes
+    -- due at its own due time; else the task is due again now.
+    if not unhold(id, redis.call('ZSCORE', KEYS[1], id)) and not in_ready(id) then
+      redis.call('ZADD', KEYS[1], 'NX', now, id)
+    end
+    -- The attempt does not count (never below none: issue 31).
+    if redis.call('HINCRBY', KEYS[5], id, -1) <= 0 then redis.call('HDEL', KEYS[5], id) end
     n = n + 1
   end
 end

@@ -37,11 +37,15 @@
 --  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
--- ARGV[1]  how many values per task follow: 2, or 3 when a task of the call
---          leaves a result
--- ARGV[2..] per task: id, lease fencing token (and with 3 the result: bytes;
---          '': none). A result is kept in `results` with its forget time in `done`
---          (see results.lua) and published to `wait_result` callers.
+-- ARGV[1]  how many values per task follow: 2, 3 when a task of the call
+--          leaves a result, 4 when a worker says how its runs went
+-- ARGV[2..] per task: id, lease fencing token (and with 3 or 4 the result:
+--          bytes; '': none; with 4 also the run: "started ms:worker id",
+--          '': unknown). A result is kept in `results` with its forget time
+--          in `done` (see results.lua) and published to `wait_result` callers.
+--          On a queue that uses issue 24's keys, a finished task that is
+--          remembered (a result, or a part in dependencies) keeps a summary
+--          in front of its result (results.lua's summary_of, issue 31).
 -- KEYS[32..] the payload buckets of the acked ids, once the queue uses them (payload.lua; keyset.rs)
 -- Returns  the status WIDE, writing nothing, on a narrow call that needs all
 --          the keys (the client retries with them; keyset.rs); the status
@@ -64,9 +68,14 @@ local function fetch(cmd, key, list)
   return all
 end
 local ids = {}
--- S values per task: id, fence (and the result, when S is 3)
+-- S values per task: id, fence (the result, when S >= 3; the run, when 4)
 local S = tonumber(ARGV[1])
 for i = 1, (#ARGV - 1) / S do ids[i] = ARGV[S * i - S + 2] end
+-- Task i's result ('': none; S is 2 on a plain queue's hot path: no call).
+local function result_of(i)
+  if S < 3 then return '' end
+  return ARGV[S * i - S + 4]
+end
 local out = {}
 if #ids == 0 then return out end
 -- One read of the settings: keep_completed, and issue 24's (see results.lua).
@@ -74,7 +83,7 @@ local cfg = redis.call('HMGET', KEYS[11], 'keep_completed', 'extras', 'events_ma
 -- A narrow call (the first 19 keys, see keyset.rs) for a queue that uses
 -- issue 24's keys or its event log, or with results: nothing done, the
 -- client calls again with all 31.
-if #KEYS < 31 and (S == 3 or cfg[2] or tonumber(cfg[3] or '0') > 0) then
+if #KEYS < 31 and (S >= 3 or cfg[2] or tonumber(cfg[3] or '0') > 0) then
   return redis.status_reply('WIDE')
 end
 local leases = fetch('HMGET', KEYS[4], ids)
@@ -86,13 +95,15 @@ for i, id in ipairs(ids) do
   elseif lease == ARGV[S * i - S + 3] then
     done[#done + 1] = id
     out[i] = 1
-    if S == 3 and ARGV[3 * i + 1] ~= '' then any_result = true end
+    if S >= 3 and result_of(i) ~= '' then any_result = true end
+    -- Only an ack that took the lease marks the id: a stale fence of the
+    -- same id earlier in the batch must not refuse the current one (issue 31).
+    seen[id] = true
   elseif lease then
     out[i] = -1
   else
     out[i] = 0
   end
-  seen[id] = true
 end
 -- Issue 31: the payload buckets it may delete from are declared (payload.lua).
 if #done > 0 and needs_buckets(done) then return redis.status_reply('BUCKETS') end
@@ -110,7 +121,47 @@ if #done > 0 then
   end
   local gone = {}
   for i, id in ipairs(done) do
-    if not waiting[i] and not ready[i] and not parked[i] then gone[#gone + 1] = id end
+    if waiting[i] then
+      -- unhold (groups.lua): a replacement held while this run went on is due now.
+      unhold(id, waiting[i])
+    elseif not ready[i] and not parked[i] then
+      gone[#gone + 1] = id
+    end
+  end
+  -- Issue 31: the summaries of finished tasks that will be remembered (with
+  -- a result, or a part in dependencies), read before their fields go; only
+  -- on a queue that uses issue 24's keys (or stores its first result now:
+  -- all keys are here then). heads[id]: the summary.
+  local heads = false
+  if (cfg[2] or any_result) and #gone > 0 then
+    heads = {}
+    local t = redis.call('TIME')
+    local finished = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local run, has_result = {}, {}
+    for i, id in ipairs(ids) do
+      if out[i] == 1 then
+        run[id] = S == 4 and ARGV[4 * i + 1] or ''
+        has_result[id] = result_of(i) ~= ''
+      end
+    end
+    local deps = fetch('HMGET', KEYS[28], gone)
+    local kids = fetch('HMGET', KEYS[29], gone)
+    local kept = {}
+    for i, id in ipairs(gone) do
+      if has_result[id] or deps[i] or kids[i] then kept[#kept + 1] = i end
+    end
+    if #kept > 0 then
+      local some = {}
+      for k, i in ipairs(kept) do some[k] = gone[i] end
+      local tries = fetch('HMGET', KEYS[5], some)
+      local progress = fetch('HMGET', KEYS[25], some)
+      for k, i in ipairs(kept) do
+        local id = gone[i]
+        local started, worker = string.match(run[id], '^(%d+):(.*)$')
+        heads[id] = summary_of({tries[k] or '0', started, finished, worker,
+          progress[k], deps[i], kids[i]})
+      end
+    end
   end
   if #gone > 0 then
     drop_payloads(gone)
@@ -133,8 +184,11 @@ if #done > 0 then
     local stored, plain = {}, {}
     for i, id in ipairs(ids) do
       if out[i] == 1 then
-        if S == 3 and ARGV[3 * i + 1] ~= '' and R.remember_result(id, now, ARGV[3 * i + 1]) then
-          stored[#stored + 1] = id
+        -- The summary (issue 31) goes in front of the result; a task in a
+        -- dependency graph without a result keeps its summary alone.
+        local r, head = result_of(i), heads and heads[id]
+        if (r ~= '' or head) and R.remember_result(id, now, (head or '') .. r) then
+          if r ~= '' then stored[#stored + 1] = id end
         else
           plain[#plain + 1] = id
         end

@@ -91,7 +91,8 @@ for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
   local attempts = tonumber(redis.call('HGET', KEYS[5], id) or '0')
-  local again = redis.call('ZSCORE', KEYS[1], id) or in_ready(id)
+  -- A replacement held while this run went on (groups.lua's unhold) is due now.
+  local again = unhold(id, redis.call('ZSCORE', KEYS[1], id)) or in_ready(id)
   if attempts >= max_attempts and not again then
     redis.call('ZADD', KEYS[6], now, id)
     redis.call('HSET', KEYS[7], id, 'lease expired on attempt ' .. attempts)
@@ -245,7 +246,8 @@ elseif redis.call('ZCARD', KEYS[14]) > 0 then
   out[2] = 0
 else
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  if first[2] then
+  -- Only held replacements (HOLD, groups.lua): nothing due until a run settles.
+  if first[2] and tonumber(first[2]) < HOLD then
     out[2] = math.max(0, tonumber(first[2]) - now)
   end
 end

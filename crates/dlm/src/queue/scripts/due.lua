@@ -14,7 +14,11 @@ local PARKED_SCAN = 1000 -- parked tasks read per call at most
 -- its due time (ms) and, when parked, its member in `parked`.
 local function where_waits(id)
   local s = redis.call('ZSCORE', KEYS[1], id)
-  if s then return 'waiting', tonumber(s) end
+  if s then
+    s = tonumber(s)
+    if s >= HOLD then s = s - HOLD end -- held replacement (groups.lua): its due time
+    return 'waiting', s
+  end
   local r = redis.call('ZSCORE', KEYS[14], id)
   local m = (not r) and redis.call('HGET', KEYS[17], id)
   if not r and not m then return nil end

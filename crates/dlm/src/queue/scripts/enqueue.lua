@@ -1,5 +1,7 @@
 -- enqueue: add tasks due at now + delay; an id already waiting or in flight is
--- kept (mode 'keep') or replaced (mode 'replace': new due time and payload).
+-- kept (mode 'keep') or replaced (mode 'replace': new due time and payload;
+-- a task in flight keeps its lease and attempts, and its replacement is held
+-- until that run settles: groups.lua's HOLD).
 -- KEYS (all thirty-one, or on a narrow call only 1-19: a queue that never used
 -- issue 24's keys; every key shares the {queue} hash tag):
 --   1 waiting   ZSET  id -> due time (ms, server clock)
@@ -171,6 +173,8 @@ for i = 5, #ARGV, STRIDE do
   local limit, deps = '0', ''
   if FULL then limit, deps = ARGV[i + 5], ARGV[i + 6] end
   local cur = redis.call('ZSCORE', KEYS[1], id)
+  -- A replacement held until the run in flight settles: its due time.
+  if cur and tonumber(cur) >= HOLD then cur = tonumber(cur) - HOLD end
   local ready, parked = false, false
   if featured then
     ready = redis.call('ZSCORE', KEYS[14], id)
@@ -265,6 +269,10 @@ for i = 5, #ARGV, STRIDE do
       redis.call('ZADD', KEYS[26], score, id)
       redis.call('HSET', KEYS[27], id, waits)
       dag = true
+    elseif flying then
+      -- Replaced while in flight: held until the run settles (groups.lua's
+      -- HOLD), so the id is never leased twice at once (issue 31).
+      redis.call('ZADD', KEYS[1], HOLD + score, id)
     elseif featured and score <= now then
       redis.call('ZREM', KEYS[1], id)
       redis.call('ZADD', KEYS[14], ready_score(prio, score), id)
@@ -274,7 +282,9 @@ for i = 5, #ARGV, STRIDE do
     local delta = put_payload(id, ARGV[i + 1] == '1' and ARGV[i + 2], cur or flying or was_dead, small, compact)
     if delta > 0 then small = true end
     bucketed = bucketed + delta
-    if not cur then
+    -- A task waiting or in flight keeps its attempts (the running attempt
+    -- still counts, issue 31); a new or dead one starts again.
+    if not cur and not flying then
       redis.call('HDEL', KEYS[5], id)
     end
     if not doomed then redis.call('HDEL', KEYS[7], id) end
@@ -296,7 +306,7 @@ for i = 5, #ARGV, STRIDE do
     if status > 0 then out[#out + 1] = status
     elseif cur or flying then out[#out + 1] = 2 else out[#out + 1] = 1 end
     out[#out + 1] = score
-    if status == 0 then added = added + 1 end
+    if status == 0 and not flying then added = added + 1 end
   end
 end
 if any_deps then

@@ -87,3 +87,22 @@ end
 local function in_ready(id)
   return redis.call('ZSCORE', KEYS[14], id) or redis.call('HEXISTS', KEYS[17], id) == 1
 end
+-- Issue 31: a replacement of a task in flight (enqueue 'replace') is held:
+-- it waits in `waiting` scored HOLD + its due time, out of every claim's
+-- reach (no due time comes near 2^52), until the run it replaces settles
+-- (ack, nack, lease expiry, abandon). So an id is never leased twice at
+-- once and takes one slot of its group. Readers of `waiting` scores
+-- subtract HOLD from a score at or above it.
+local HOLD = 4503599627370496 -- 2^52
+-- The run of id settled; `s` is id's score in `waiting` (nil/false: none).
+-- A held replacement becomes due at its own due time. Returns whether id
+-- waits in `waiting` (held or not).
+local function unhold(id, s)
+  if not s then return false end
+  s = tonumber(s)
+  if s >= HOLD then
+    redis.call('ZADD', KEYS[1], s - HOLD, id)
+    wake(1)
+  end
+  return true
+end

@@ -53,7 +53,9 @@ redis.call('HDEL', KEYS[4], id)
 redis.call('HSET', KEYS[7], id, ARGV[5])
 local group = redis.call('HGET', KEYS[13], id)
 if group then release(group) end
-local again = redis.call('ZSCORE', KEYS[1], id) or in_ready(id)
+-- A replacement held while this run went on (groups.lua's unhold) runs
+-- instead of a retry, at its own due time.
+local again = unhold(id, redis.call('ZSCORE', KEYS[1], id)) or in_ready(id)
 local attempts = tonumber(redis.call('HGET', KEYS[5], id) or '0')
 if attempts >= tonumber(ARGV[4]) and not again then
   redis.call('ZADD', KEYS[6], now, id)

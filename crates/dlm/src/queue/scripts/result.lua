@@ -48,7 +48,12 @@ local r = false
 if redis.call('EXISTS', KEYS[24]) == 1 then
   R.expire(now)
   local at = redis.call('ZSCORE', KEYS[24], id)
-  if at and tonumber(at) > now then r = redis.call('HGET', KEYS[23], id) end
+  if at and tonumber(at) > now then
+    -- Without the finished task's summary in front of it (issue 31); a
+    -- summary alone is no result.
+    local _, bytes = split_result(redis.call('HGET', KEYS[23], id))
+    r = bytes ~= '' and bytes
+  end
   if r and (redis.call('ZSCORE', KEYS[1], id) or redis.call('ZSCORE', KEYS[3], id)
       or redis.call('ZSCORE', KEYS[6], id) or redis.call('ZSCORE', KEYS[14], id)
       or redis.call('HEXISTS', KEYS[17], id) == 1 or redis.call('ZSCORE', KEYS[26], id)) then

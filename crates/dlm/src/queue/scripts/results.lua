@@ -20,6 +20,43 @@
 -- The helpers are made on first use (results_helpers()): a call that needs
 -- none of them pays for one closure, not for ten.
 local results_made, results_helpers, remember_done, trim_done
+-- Issue 31: a finished task's summary, kept in front of its result in
+-- `results` (23), so it is forgotten (and bounded) with it: SUMMARY_MAGIC,
+-- the summary's length, ':', then its fields, each as its length, ':' and
+-- its bytes: attempts, when its last run started (ms, Redis clock; '':
+-- unknown), when it finished (ms), the worker that ran it (''), its last
+-- progress ("pct NUL message", ''), its dependencies and its dependents
+-- (ids each ending in NUL, ''; at most SUMMARY_LIST_MAX bytes of each:
+-- the first ids). The result is what follows ('': none). A value without
+-- the magic is a bare result (written before summaries).
+local SUMMARY_MAGIC = '\0dlm-summary-1\0'
+local SUMMARY_FIELDS, SUMMARY_LIST_MAX = 7, 65536
+local summary_of, split_result
+-- Made only on a call with all keys (a plain queue's narrow hot calls
+-- never need them, and pay for no closure).
+if #KEYS >= 31 then
+  summary_of = function(fields)
+    local parts = {}
+    for i = 1, SUMMARY_FIELDS do -- not ipairs: a field may be nil (none)
+      local f = tostring(fields[i] or '')
+      if i >= 6 and #f > SUMMARY_LIST_MAX then
+        -- A long list of ids: its first ids, up to the last whole one.
+        f = string.match(string.sub(f, 1, SUMMARY_LIST_MAX), '^(.*%z)') or ''
+      end
+      parts[i] = #f .. ':' .. f
+    end
+    local body = table.concat(parts)
+    return SUMMARY_MAGIC .. #body .. ':' .. body
+  end
+  -- A stored value (nil/false: none) as its summary (nil: none) and result.
+  split_result = function(v)
+    if not v or string.sub(v, 1, #SUMMARY_MAGIC) ~= SUMMARY_MAGIC then return nil, v end
+    local colon = string.find(v, ':', #SUMMARY_MAGIC + 1, true)
+    local n = colon and tonumber(string.sub(v, #SUMMARY_MAGIC + 1, colon - 1))
+    if not n then return nil, v end
+    return string.sub(v, colon + 1, colon + n), string.sub(v, colon + n + 1)
+  end
+end
 -- Not made at all on a narrow call (19 keys: a queue that never used them).
 if #KEYS >= 31 then
   results_helpers = function()

@@ -17,7 +17,9 @@
 --           dependents (NUL-terminated ids, nil), dependencies not done yet,
 --           result length (-1: none), payload length (-1: none), priority,
 --           group (nil), 'ignore' when a dependency's death is ignored (nil),
---           run-time limit in ms (0: none), now (ms)}
+--           run-time limit in ms (0: none), now (ms), and for a completed
+--           task the summary kept in front of its result (issue 31: see
+--           results.lua's summary_of; nil: none)}
 -- Issue 31: the payload bucket it may touch is declared (payload.lua).
 if needs_buckets({ARGV[1]}) then return redis.status_reply('BUCKETS') end
 local t = redis.call("TIME")
@@ -69,8 +71,11 @@ if state ~= 'unknown' and state ~= 'completed' then
   local p = payloads_of({id}, small_count() > 0)[1]
   if p then payload_len = #p end
 end
-local result_len = -1
-if redis.call('HEXISTS', KEYS[23], id) == 1 then result_len = redis.call('HSTRLEN', KEYS[23], id) end
+local result_len, summary = -1, false
+-- Issue 31: what a finished task was is kept in front of its result.
+local head, bytes = split_result(redis.call('HGET', KEYS[23], id))
+if bytes and bytes ~= '' then result_len = #bytes end
+if state == 'completed' then summary = head or false end
 return {
   state, score,
   tonumber(redis.call('HGET', KEYS[5], id) or '0'),
@@ -87,4 +92,5 @@ return {
   redis.call('HGET', KEYS[30], id),
   tonumber(redis.call('HGET', KEYS[22], id) or '0'),
   now,
+  summary,
 }

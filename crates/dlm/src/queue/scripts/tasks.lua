@@ -121,7 +121,11 @@ for i = 1, #page, 2 do
   local fence = false
   if state == 'inflight' then fence = tonumber(redis.call('HGET', KEYS[4], id) or '0') end
   out[#out + 1] = id
-  out[#out + 1] = tonumber(page[i + 1])
+  local score = tonumber(page[i + 1])
+  -- A delayed entry at or above 2^52 is a replacement held until the run in
+  -- flight settles (groups.lua's HOLD): show its due time.
+  if state == 'delayed' and score >= 4503599627370496 then score = score - 4503599627370496 end
+  out[#out + 1] = score
   out[#out + 1] = tonumber(redis.call('HGET', KEYS[5], id) or '0')
   out[#out + 1] = fence
   out[#out + 1] = length
