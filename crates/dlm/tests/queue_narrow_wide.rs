@@ -237,6 +237,27 @@ impl Side {
     }
 }
 
+/// `text` with every run of 12 or more digits (a time in ms) as `T`.
+fn mask_times(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut digits = String::new();
+    for c in text.chars().chain(std::iter::once('\u{0}')) {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        if digits.len() >= 12 {
+            out.push('T');
+        } else {
+            out.push_str(&digits);
+        }
+        digits.clear();
+        out.push(c);
+    }
+    out.pop();
+    out
+}
+
 /// 2^42: a priority's unit in `ready` scores; a due time is below it.
 const PRIO_UNIT: f64 = 4_398_046_511_104.0;
 
@@ -291,10 +312,12 @@ async fn snapshot(
                     .map(|(f, v)| {
                         let value = if suffix.ends_with(":parkedid") {
                             mask_parked(v)
-                        } else if f == "result_waiters" {
+                        } else if f == "result_waiters" || f == "deps_sweep_at" {
                             "*".to_string()
                         } else {
-                            String::from_utf8_lossy(v).into_owned()
+                            // Times inside values (a finished task's
+                            // summary: when it started and finished).
+                            mask_times(&String::from_utf8_lossy(v))
                         };
                         format!("{f}={value}")
                     })

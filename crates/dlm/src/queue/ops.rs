@@ -476,7 +476,7 @@ pub(crate) async fn ack(
         }
         inv
     };
-    let ids: Vec<&str> = leases.iter().map(|(id, _, _)| *id).collect();
+    let ids: Vec<&str> = leases.iter().map(|(id, _, _, _)| *id).collect();
     codes_reply(eval_hot(backend, keys, with_results, Buckets::Of(&ids, false), build).await?)
 }
 
