@@ -134,10 +134,7 @@ async fn acquire_scenario(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_acquire_transaction_and_the_script_decide_alike() -> TestResult {
     let mut runs = Vec::new();
-    let older = dlm::keys::ACL_RULES
-        .replace(" +mget", "")
-        .replace(" +multi +exec", "");
-    assert!(!older.contains("+multi"), "the older rules have no MULTI");
+    let older = older_acl_rules();
     for rules in [dlm::keys::ACL_RULES.to_string(), older] {
         let s = RedisServer::builder()
             .acl_user("dlm", "s3cret", &rules)

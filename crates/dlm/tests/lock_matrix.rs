@@ -28,15 +28,6 @@ use redis::AsyncCommands;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The ACL rules of dlm before the transaction path (no MULTI/EXEC, no MGET).
-fn older_rules() -> String {
-    let older = dlm::keys::ACL_RULES
-        .replace(" +mget", "")
-        .replace(" +multi +exec", "");
-    assert!(!older.contains("+multi"), "the older rules have no MULTI");
-    older
-}
-
 /// A client on `url` built from an existing connection.
 async fn on_connection(url: &str) -> Result<Client, BoxError> {
     let conn = redis::Client::open(url)?
@@ -235,7 +226,7 @@ async fn one_redis_every_client_kind_and_acl() -> TestResult {
     for older_layout in [false, true] {
         let s = RedisServer::builder()
             .acl_user("today", "s3cret", dlm::keys::ACL_RULES)
-            .acl_user("older", "s3cret", &older_rules())
+            .acl_user("older", "s3cret", &older_acl_rules())
             .start()?;
         let name = if older_layout { "m-old" } else { "m-fresh" };
         let seeded = dlm::keys::FENCE_FLOOR + 5_000_000;

@@ -487,6 +487,18 @@ impl Backend {
     /// (never `KEYS`, which blocks the server), in no particular order. On a
     /// Redis Cluster only the node the connection picks is scanned.
     pub(crate) async fn scan(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
+        Ok(self.scan_bounded(pattern, limit).await?.0)
+    }
+
+    /// The keys matching `pattern` (at most `limit`), and whether the scan
+    /// completed: `false` when it stopped at `limit` keys or at its bound of
+    /// [`SCAN_CALLS`] calls (a keyspace of over about a million keys), so
+    /// that keys may have been missed.
+    pub(crate) async fn scan_bounded(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<(Vec<String>, bool)> {
         let mut found = Vec::new();
         let mut cursor: u64 = 0;
         for _ in 0..SCAN_CALLS {
@@ -499,16 +511,16 @@ impl Backend {
             let (next, keys): (u64, Vec<String>) = self.query(&cmd).await?;
             for key in keys {
                 if found.len() == limit {
-                    return Ok(found);
+                    return Ok((found, false));
                 }
                 found.push(key);
             }
             cursor = next;
             if cursor == 0 {
-                break;
+                return Ok((found, true));
             }
         }
-        Ok(found)
+        Ok((found, false))
     }
 }
 

@@ -78,7 +78,8 @@ pub(crate) async fn fence_layout(
     // completes within its bound (any keyspace up to about a million keys);
     // past that, every one of the 16384 names is read, in chunks, so that
     // none is missed. The marker is set by the last call only.
-    let moved: i64 = match scan_all(backend, &keys.per_slot_pattern).await? {
+    let scanned = backend.scan_bounded(&keys.per_slot_pattern, 16384).await?;
+    let moved: i64 = match scanned.1.then_some(scanned.0) {
         Some(found) => {
             // Only exact per-slot counter names: another key the pattern
             // matches (under a short prefix) is never touched.
@@ -116,35 +117,6 @@ pub(crate) async fn fence_layout(
 /// How many per-slot counter names one migrate call carries when they are
 /// all sent (about 20 KB of keys).
 const MIGRATE_CHUNK: usize = 1024;
-
-/// The most `SCAN` calls [`scan_all`] makes before it gives up.
-const SCAN_CALLS: usize = 1000;
-
-/// Every key matching `pattern`, or `None` when the `SCAN` did not complete
-/// within [`SCAN_CALLS`] calls (a keyspace of over about a million keys).
-async fn scan_all(backend: &Backend, pattern: &str) -> Result<Option<Vec<String>>> {
-    let mut found = Vec::new();
-    let mut cursor: u64 = 0;
-    for _ in 0..SCAN_CALLS {
-        let mut cmd = redis::cmd("SCAN");
-        cmd.arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000);
-        let (next, keys): (u64, Vec<String>) = backend.query(&cmd).await?;
-        found.extend(keys);
-        if found.len() > 16384 {
-            // More than there are slots: not (only) dlm's counters.
-            return Ok(None);
-        }
-        cursor = next;
-        if cursor == 0 {
-            return Ok(Some(found));
-        }
-    }
-    Ok(None)
-}
 
 /// A Redis Cluster's refusal of keys in different hash slots.
 fn crossslot(e: &Error) -> bool {

@@ -164,3 +164,16 @@ impl Deployment {
         .expect("connect to the throwaway deployment")
     }
 }
+
+/// The least-privilege ACL rules of dlm before the transaction path (no
+/// `MULTI`/`EXEC`, no `MGET`), checked to really lack them.
+pub fn older_acl_rules() -> String {
+    let older = dlm::keys::ACL_RULES
+        .replace(" +mget", "")
+        .replace(" +multi +exec", "");
+    assert!(
+        !older.contains("+multi") && !older.contains("+mget"),
+        "the older rules have no MULTI and no MGET"
+    );
+    older
+}
