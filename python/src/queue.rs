@@ -877,6 +877,8 @@ macro_rules! queue_methods {
         /// results are kept; keep_results_bytes: the most bytes of results
         /// kept in all (default 64 MiB; the oldest are evicted first).
         #[pyo3(signature = (*, group_concurrency=None, rate=None, keep_completed=None, events=None, keep_results=None, keep_results_bytes=None))]
+        // Python keyword arguments, one per setting.
+        #[allow(clippy::too_many_arguments)]
         fn configure<'py>(
             &self,
             py: Python<'py>,
