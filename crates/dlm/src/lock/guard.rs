@@ -328,6 +328,9 @@ async fn extend_held(held: &Held, ttl: Duration) -> Result<()> {
         .extend(&held.name, &held.keys, &held.token, ttl, held.node_timeout)
         .await?;
     if outcome == Outcome::Done {
+        // Released meanwhile (a concurrent `release_all`): its release gives
+        // the keys back.
+        let released = held.lease.marked_lost();
         if held.lease.renewed(valid_until) {
             tracing::debug!(name = %held.name, ?ttl, "extended");
             return Ok(());
@@ -336,7 +339,9 @@ async fn extend_held(held: &Held, ttl: Duration) -> Result<()> {
         // may have held the lock in the gap. Lost, whatever Redis holds now.
         tracing::debug!(name = %held.name, "the lease ran out before the extend's reply");
         held.lost(LostReason::RenewFailed);
-        held.release_in_background();
+        if !released {
+            held.release_in_background();
+        }
         return Outcome::Expired.into_result(&held.name);
     }
     tracing::debug!(name = %held.name, ?outcome, "extend found the lock gone");

@@ -80,7 +80,13 @@ fn lost(h: &Held, reason: LostReason) -> Renewal {
 /// A renewal that went through, if the lease had not run out before its
 /// replies came back (then it is lost: see `LeaseState::renewed`).
 fn renewed(h: &Held, valid_until: Instant, sent: Instant) -> Renewal {
+    // Released (or dropped, or `release_all`) while the renewal was out:
+    // the release gives the keys back, and must find them ours.
+    let released = h.lease.marked_lost();
     if !h.lease.renewed(valid_until) {
+        if released {
+            return Renewal::Lost;
+        }
         tracing::debug!(name = %h.name, "the lease ran out before the renewal's reply");
         h.release_in_background();
         return lost(h, LostReason::RenewFailed);
