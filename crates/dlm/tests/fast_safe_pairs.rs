@@ -282,13 +282,20 @@ async fn a_hand_over_and_a_release_then_acquire_end_alike() -> TestResult {
                 .acquire(&ttl(7_000).wait(Duration::from_secs(5)))
                 .await
         });
-        // The waiter is waiting (its busy attempt left the waiters marker).
-        for _ in 0..200 {
-            if conn.exists::<_, bool>("dlm:lock:{h}:waiters").await? {
+        // The waiter is waiting: subscribed to the lock's channel, after which
+        // it queues for a hand-over at once (a moment more under load).
+        for _ in 0..500 {
+            let (_, n): (String, i64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("dlm:lock:{h}:released")
+                .query_async(&mut conn)
+                .await?;
+            if n > 0 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        tokio::time::sleep(Duration::from_millis(200)).await;
         first.release().await?;
         let right_after: Option<String> = conn.get("dlm:lock:{h}").await?;
         let handed = right_after.is_some_and(|t| t != first_token);
