@@ -1,0 +1,855 @@
+//! Every checker fails on a seeded defect (issue 32): for each of the four
+//! defects that issues 30 and 31 fixed, a workload against real
+//! redis-servers records a history with a client built with the defect put
+//! back (`ClientBuilder::seeded_defect`, the test-only `seeded-defects`
+//! feature), and the same workload with a plain client. The homegrown
+//! checkers (`dlm_testkit::history`, `Queue::check_invariants`) and the
+//! third-party linearizability checker (`dlm_testkit::linearizable`) must
+//! each find the defect in the seeded history and nothing in the plain one.
+//! RELIABILITY.md ("Seeded defects: every checker can fail") has the table of
+//! which checker caught what.
+//!
+//! Each workload is a function returning what it recorded (the homegrown
+//! checkers' inputs and the third-party checker's operations), so that one
+//! history feeds every checker.
+//!
+//! Run with `cargo test -p dlm --features seeded-defects --test seeded_defects_caught`.
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::TestResult;
+use dlm::SeededDefect;
+use dlm::queue::{NewTask, OnDuplicate, Queue, QueueSettings};
+use dlm_testkit::RedisServer;
+use dlm_testkit::history::{
+    Clock, DagRun, DagViolation, FencedRegister, Hold, QueueHistory, QueueReport, RegisterReport,
+    dag_violations, overlapping_holds,
+};
+
+use third_party::{
+    LockAction, LockModel, LockOp, LockResult, Mode, QueueAction, QueueOp, QueueResult, QueueSpec,
+};
+
+type Boxed = Box<dyn std::error::Error + Send + Sync>;
+
+/// A client builder with `defect` put back when `seeded`.
+fn builder(seeded: bool, defect: SeededDefect) -> dlm::ClientBuilder {
+    let b = dlm::Client::builder().timeout(Duration::from_millis(1500));
+    if seeded { b.seeded_defect(defect) } else { b }
+}
+
+/// The clock-drift allowance dlm subtracts from a lease (1% + 2 ms): a
+/// holder's lease runs out by its own clock at its acquire's start + ttl - drift.
+fn lease_end(invoke: Duration, ttl: Duration) -> Duration {
+    invoke + ttl - (ttl / 100 + Duration::from_millis(2))
+}
+
+// ---------------------------------------------------------------------------
+// The locks' workloads.
+
+/// What a lock workload recorded.
+#[derive(Debug, Default)]
+struct LockRun {
+    /// Believed-held intervals, per holder (`overlapping_holds`).
+    holds: Vec<Hold>,
+    /// What the `FencedRegister` the holders wrote to saw (when they had fences).
+    register: RegisterReport,
+    /// The same operations for the third-party checker.
+    ops: Vec<LockOp>,
+}
+
+/// Holds of one lock, in grant order, whose fence is not above the one
+/// before: the fences must grow in the order the lock was granted (holds
+/// that do not overlap: a later grant is a later holder).
+fn fences_out_of_grant_order(holds: &[Hold]) -> Vec<(Hold, Hold)> {
+    let mut by_grant: Vec<&Hold> = holds.iter().filter(|h| h.fence.is_some()).collect();
+    by_grant.sort_by_key(|h| h.from);
+    by_grant
+        .windows(2)
+        .filter(|w| w[0].lock == w[1].lock && w[1].fence <= w[0].fence)
+        .map(|w| (w[0].clone(), w[1].clone()))
+        .collect()
+}
+
+/// Records a lock workload's calls as third-party ops on one clock.
+struct LockRecorder {
+    clock: Clock,
+    lock: String,
+    ops: Vec<LockOp>,
+}
+
+impl LockRecorder {
+    fn new(lock: &str) -> Self {
+        LockRecorder {
+            clock: Clock::new(),
+            lock: lock.to_string(),
+            ops: Vec::new(),
+        }
+    }
+
+    fn push(
+        &mut self,
+        process: usize,
+        lease: u64,
+        action: LockAction,
+        result: LockResult,
+        invoke: Duration,
+    ) {
+        self.ops.push(LockOp {
+            process,
+            lock: self.lock.clone(),
+            lease,
+            action,
+            result,
+            invoke,
+            complete: self.clock.now(),
+        });
+    }
+
+    /// Acquire the lock for `ttl` as `process` (lease id `lease`): the guard,
+    /// when the call was made and when the grant was in hand.
+    async fn acquire(
+        &mut self,
+        c: &dlm::Client,
+        process: usize,
+        lease: u64,
+        ttl: Duration,
+    ) -> Result<(dlm::LockGuard, Duration, Duration), Boxed> {
+        let invoke = self.clock.now();
+        let g = c
+            .lock(self.lock.as_str())
+            .acquire(&dlm::LockOptions::new(ttl))
+            .await?;
+        let fence = g.fence().map(dlm::Fence::get);
+        let action = LockAction::Acquire {
+            mode: Mode::Exclusive,
+            ttl,
+        };
+        self.push(
+            process,
+            lease,
+            action,
+            LockResult::Granted { fence },
+            invoke,
+        );
+        Ok((g, invoke, self.clock.now()))
+    }
+
+    /// Release the guard; when the release was sent (the hold's end).
+    async fn release(
+        &mut self,
+        g: dlm::LockGuard,
+        process: usize,
+        lease: u64,
+    ) -> Result<Duration, Boxed> {
+        let invoke = self.clock.now();
+        let released = g.release().await.map(|_| ());
+        self.push(
+            process,
+            lease,
+            LockAction::Release,
+            lock_result(&released),
+            invoke,
+        );
+        released?;
+        Ok(invoke)
+    }
+}
+
+/// Defect 1, fence inversion. A client built by URL and a client built on
+/// a connection the application passed in (`connection()`) take turns on
+/// lock `x` on one Redis, after the URL client moved the shared counter
+/// along on other locks; each holder writes to a fenced register with its
+/// fence. With the defect the `connection()` client takes its fences from
+/// the per-slot counter, far below the shared one.
+async fn fence_inversion(seeded: bool) -> Result<LockRun, Boxed> {
+    let s = RedisServer::start()?;
+    let by_url = builder(seeded, SeededDefect::FenceInversion)
+        .connect(&s.url())
+        .await?;
+    let conn = redis::Client::open(s.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let by_conn = builder(seeded, SeededDefect::FenceInversion).connection(conn)?;
+    for i in 0..20 {
+        let g = by_url
+            .lock(format!("warm-{i}"))
+            .acquire(&dlm::LockOptions::new(Duration::from_secs(5)))
+            .await?;
+        g.release().await?;
+    }
+    let mut rec = LockRecorder::new("x");
+    let register = FencedRegister::new(true);
+    let mut holds = Vec::new();
+    for round in 0..6 {
+        let (process, c) = if round % 2 == 0 {
+            (0, &by_url)
+        } else {
+            (1, &by_conn)
+        };
+        let (g, _, granted) = rec
+            .acquire(c, process, round, Duration::from_secs(5))
+            .await?;
+        let fence = g.fence().map(dlm::Fence::get);
+        register.write(
+            fence.ok_or("a fence on one Redis")?,
+            &format!("round {round}"),
+        );
+        let until = rec.release(g, process, round).await?;
+        holds.push(Hold {
+            holder: process,
+            lock: "x".into(),
+            from: granted,
+            until,
+            fence,
+        });
+    }
+    Ok(LockRun {
+        holds,
+        register: register.report(),
+        ops: rec.ops,
+    })
+}
+
+/// Defect 3 of issue 30, Redlock revival. Over three masters, A takes lock
+/// `revive` for 300 ms and hands its token to a job (`detach`); the lease
+/// runs out, B takes and releases the lock, then A's job extends the token.
+/// A believes what dlm tells it: a successful extension means its lease
+/// went on without a gap, so its hold lasts until it releases; a refused
+/// one means it ended when its lease ran out by its own clock.
+async fn redlock_revival(seeded: bool) -> Result<LockRun, Boxed> {
+    let servers = RedisServer::start_many(3)?;
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let a = builder(seeded, SeededDefect::RedlockRevival)
+        .connect_many(&urls)
+        .await?;
+    let b = builder(seeded, SeededDefect::RedlockRevival)
+        .connect_many(&urls)
+        .await?;
+    let mut rec = LockRecorder::new("revive");
+    let (short, long) = (Duration::from_millis(300), Duration::from_secs(5));
+    let (g, a_invoke, a_granted) = rec.acquire(&a, 0, 0, short).await?;
+    let (token, _) = g.detach();
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    // B, once A's keys expired.
+    let (gb, _, b_granted) = rec.acquire(&b, 1, 1, long).await?;
+    let b_until = rec.release(gb, 1, 1).await?;
+    // A's job extends the token.
+    let invoke = rec.clock.now();
+    let extended = a.lock("revive").extend_token(&token, long).await;
+    rec.push(
+        0,
+        0,
+        LockAction::Extend { ttl: long },
+        lock_result(&extended),
+        invoke,
+    );
+    let a_until = if extended.is_ok() {
+        // Its work under the lock, then the release.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let invoke = rec.clock.now();
+        let released = a.lock("revive").release_token(&token).await;
+        rec.push(0, 0, LockAction::Release, lock_result(&released), invoke);
+        invoke
+    } else {
+        lease_end(a_invoke, short)
+    };
+    let hold = |holder, from, until| Hold {
+        holder,
+        lock: "revive".into(),
+        from,
+        until,
+        fence: None,
+    };
+    Ok(LockRun {
+        holds: vec![hold(0, a_granted, a_until), hold(1, b_granted, b_until)],
+        register: RegisterReport::default(),
+        ops: rec.ops,
+    })
+}
+
+/// An extend's or release's result: done, refused (the lock was not ours),
+/// or unknown (no answer: it may have happened).
+fn lock_result(r: &dlm::Result<()>) -> LockResult {
+    match r {
+        Ok(()) => LockResult::Done,
+        Err(dlm::Error::Expired { .. } | dlm::Error::NotHeld { .. }) => LockResult::Refused,
+        Err(_) => LockResult::Unknown,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The queue's workloads.
+
+const LEASE: Duration = Duration::from_secs(30);
+
+/// What a queue workload recorded.
+#[derive(Debug, Default)]
+struct QueueRun {
+    /// Each handler run (`dag_violations`).
+    runs: Vec<DagRun>,
+    /// Task -> its dependencies, of the graph's last submission.
+    deps: HashMap<String, Vec<String>>,
+    /// What `QueueHistory` made of the enqueues, handlings and acks.
+    history: QueueReport,
+    /// Each lease's interval as a hold of the lock "its task id"
+    /// (`overlapping_holds`: one id is never leased twice at once).
+    leases: Vec<Hold>,
+    /// Every violation `Queue::check_invariants` reported after a step.
+    invariants: Vec<String>,
+    /// The operations for the third-party checker.
+    ops: Vec<QueueOp>,
+}
+
+/// A call's result when it either returned or failed without an answer.
+fn done_or_unknown(ok: bool) -> QueueResult {
+    if ok {
+        QueueResult::Done
+    } else {
+        QueueResult::Unknown
+    }
+}
+
+/// What a `QueueHistory` is told.
+enum Event {
+    Enqueued(String),
+    Handled(String, u64),
+    AckStarted(String, u64),
+    Acked(String, u64, bool),
+    AckUnknown(String, u64),
+}
+
+/// Records a scripted queue workload: every call as a third-party op on
+/// one clock, what `QueueHistory` needs, each handler run and lease, and the
+/// invariant check after each step.
+struct Recorder {
+    q: Queue,
+    clock: Clock,
+    /// What `QueueHistory` is told, in order (see [`Recorder::finish`]).
+    events: Vec<Event>,
+    run: QueueRun,
+    /// (task, fence) -> index in `run.runs` and `run.leases`.
+    open: HashMap<(String, u64), (usize, usize)>,
+}
+
+impl Recorder {
+    fn new(q: Queue) -> Self {
+        Recorder {
+            q,
+            clock: Clock::new(),
+            events: Vec::new(),
+            run: QueueRun::default(),
+            open: HashMap::new(),
+        }
+    }
+
+    /// One third-party op, invoked at `invoke`, complete now.
+    fn push(&mut self, process: usize, action: QueueAction, result: QueueResult, invoke: Duration) {
+        let complete = self.clock.now();
+        self.run.ops.push(QueueOp {
+            process,
+            action,
+            result,
+            invoke,
+            complete,
+        });
+    }
+
+    fn now_us(&self) -> u128 {
+        self.clock.now().as_micros()
+    }
+
+    /// Enqueue `id` after `deps`, in `group`.
+    async fn enqueue(
+        &mut self,
+        process: usize,
+        (id, deps, group): (&str, &[&str], Option<&str>),
+        mode: OnDuplicate,
+    ) -> TestResult {
+        let action = QueueAction::Enqueue {
+            task: id.to_string(),
+            deps: deps.iter().map(|d| d.to_string()).collect(),
+            group: group.map(str::to_string),
+        };
+        let mut task = NewTask::new(id);
+        if !deps.is_empty() {
+            task = task.after(deps.iter().copied());
+        }
+        if let Some(g) = group {
+            task = task.group(g);
+        }
+        let invoke = self.clock.now();
+        let r = self.q.enqueue([task], Duration::ZERO, mode).await;
+        self.push(process, action, done_or_unknown(r.is_ok()), invoke);
+        r?;
+        self.events.push(Event::Enqueued(id.to_string()));
+        self.check().await
+    }
+
+    /// Claim up to `n` tasks; each one's handler starts at once.
+    async fn claim(&mut self, process: usize, n: usize) -> Result<Vec<dlm::queue::Lease>, Boxed> {
+        let invoke = self.clock.now();
+        let got = self.q.claim(n, LEASE).await;
+        let complete = self.clock.now();
+        let got = match got {
+            Ok(got) => got,
+            Err(e) => {
+                self.run.ops.push(QueueOp {
+                    process,
+                    action: QueueAction::Claim { lease: LEASE },
+                    result: QueueResult::Unknown,
+                    invoke,
+                    complete,
+                });
+                return Err(e.into());
+            }
+        };
+        if got.is_empty() {
+            self.run.ops.push(QueueOp {
+                process,
+                action: QueueAction::Claim { lease: LEASE },
+                result: QueueResult::Empty,
+                invoke,
+                complete,
+            });
+        }
+        for l in &got {
+            let (task, fence) = (l.task().id.clone(), l.task().fence.get());
+            self.run.ops.push(QueueOp {
+                process,
+                action: QueueAction::Claim { lease: LEASE },
+                result: QueueResult::Leased {
+                    task: task.clone(),
+                    fence,
+                },
+                invoke,
+                complete,
+            });
+            self.events.push(Event::Handled(task.clone(), fence));
+            self.run.runs.push(DagRun {
+                task: task.clone(),
+                fence,
+                started: complete.as_micros(),
+                finished: None,
+            });
+            self.run.leases.push(Hold {
+                holder: usize::try_from(fence % (1 << 48)).unwrap_or(usize::MAX),
+                lock: task.clone(),
+                from: complete,
+                until: Duration::MAX,
+                fence: Some(fence),
+            });
+            self.open.insert(
+                (task, fence),
+                (self.run.runs.len() - 1, self.run.leases.len() - 1),
+            );
+        }
+        self.check().await?;
+        Ok(got)
+    }
+
+    /// The handler of `lease` finished its work (it then acks or nacks).
+    fn finished(&mut self, lease: &dlm::queue::Lease) {
+        let key = (lease.task().id.clone(), lease.task().fence.get());
+        let now = self.now_us();
+        if let Some((run, _)) = self.open.get(&key) {
+            self.run.runs[*run].finished = Some(now);
+        }
+    }
+
+    /// The lease ends (from its holder's view) as its ack or nack is sent.
+    fn lease_ends(&mut self, task: &str, fence: u64, at: Duration) {
+        if let Some((_, hold)) = self.open.remove(&(task.to_string(), fence)) {
+            self.run.leases[hold].until = at;
+        }
+    }
+
+    async fn ack(&mut self, process: usize, lease: dlm::queue::Lease) -> TestResult {
+        let (task, fence) = (lease.task().id.clone(), lease.task().fence.get());
+        let invoke = self.clock.now();
+        self.lease_ends(&task, fence, invoke);
+        self.events.push(Event::AckStarted(task.clone(), fence));
+        let r = lease.ack().await;
+        let result = match &r {
+            Ok(()) => QueueResult::Done,
+            Err(dlm::Error::Expired { .. } | dlm::Error::NotHeld { .. }) => QueueResult::Refused,
+            Err(_) => QueueResult::Unknown,
+        };
+        match result {
+            QueueResult::Done => self.events.push(Event::Acked(task.clone(), fence, true)),
+            QueueResult::Refused => self.events.push(Event::Acked(task.clone(), fence, false)),
+            _ => self.events.push(Event::AckUnknown(task.clone(), fence)),
+        }
+        self.push(process, QueueAction::Ack { task, fence }, result, invoke);
+        self.check().await
+    }
+
+    async fn nack(&mut self, process: usize, lease: dlm::queue::Lease) -> TestResult {
+        let (task, fence) = (lease.task().id.clone(), lease.task().fence.get());
+        let invoke = self.clock.now();
+        self.lease_ends(&task, fence, invoke);
+        let r = lease.nack("boom").await;
+        let action = QueueAction::Nack { task, fence };
+        self.push(process, action, done_or_unknown(r.is_ok()), invoke);
+        r?;
+        self.check().await
+    }
+
+    /// `Queue::check_invariants` after a step: every violation, once.
+    async fn check(&mut self) -> TestResult {
+        for v in self.q.check_invariants().await?.violations {
+            let v = format!("{:?} {}: {}", v.invariant, v.id, v.detail);
+            if !self.run.invariants.contains(&v) {
+                self.run.invariants.push(v);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> QueueRun {
+        let end = self.clock.now();
+        for hold in &mut self.run.leases {
+            hold.until = hold.until.min(end);
+        }
+        // `QueueHistory` judges one submission per id (a later delivery of
+        // an acked task is a violation there): the ids enqueued more than
+        // once (replaced, or submitted again after they died) are left out.
+        let mut submissions: HashMap<&str, usize> = HashMap::new();
+        for e in &self.events {
+            if let Event::Enqueued(id) = e {
+                *submissions.entry(id).or_default() += 1;
+            }
+        }
+        let history = QueueHistory::default();
+        for e in &self.events {
+            let (Event::Enqueued(id)
+            | Event::Handled(id, _)
+            | Event::AckStarted(id, _)
+            | Event::Acked(id, _, _)
+            | Event::AckUnknown(id, _)) = e;
+            if submissions.get(id.as_str()) != Some(&1) {
+                continue;
+            }
+            match e {
+                Event::Enqueued(id) => history.enqueued(id),
+                Event::Handled(id, f) => history.handled(id, *f),
+                Event::AckStarted(id, f) => history.ack_started(id, *f),
+                Event::Acked(id, f, ok) => history.acked(id, *f, *ok),
+                Event::AckUnknown(id, f) => history.ack_unknown(id, *f),
+            }
+        }
+        self.run.history = history.check();
+        self.run
+    }
+}
+
+/// The lease of `id` among `leases`, and the others.
+fn take(
+    leases: Vec<dlm::queue::Lease>,
+    id: &str,
+) -> Result<(dlm::queue::Lease, Vec<dlm::queue::Lease>), Boxed> {
+    let (mine, rest): (Vec<_>, Vec<_>) = leases.into_iter().partition(|l| l.task().id == id);
+    let mine = mine.into_iter().next().ok_or(format!("no lease of {id}"))?;
+    Ok((mine, rest))
+}
+
+/// Issue 31's defect 1, a re-submitted workflow's dependent released early.
+/// `report` waits for A and B; A dies on its only attempt (so report dies)
+/// while B waits; A and report are submitted again; a worker (process 1)
+/// runs what it can claim: A and B at once, B finishes first.
+async fn early_dependent(seeded: bool) -> Result<QueueRun, Boxed> {
+    let s = RedisServer::start()?;
+    let c = builder(seeded, SeededDefect::EarlyDependent)
+        .connect(&s.url())
+        .await?;
+    let mut r = Recorder::new(c.queue("workflow").max_attempts(1));
+    let report = ("report", &["A", "B"][..], None);
+    r.enqueue(0, ("A", &[][..], None), OnDuplicate::Keep)
+        .await?;
+    r.enqueue(0, ("B", &[][..], None), OnDuplicate::Keep)
+        .await?;
+    r.enqueue(0, report, OnDuplicate::Keep).await?;
+    // A's only attempt fails: A dies, and report with it.
+    let (a, _) = take(r.claim(1, 1).await?, "A")?;
+    r.finished(&a);
+    r.nack(1, a).await?;
+    // The workflow again.
+    r.enqueue(0, ("A", &[][..], None), OnDuplicate::Keep)
+        .await?;
+    r.enqueue(0, report, OnDuplicate::Keep).await?;
+    let leases = r.claim(1, 2).await?;
+    let (b, leases) = take(leases, "B")?;
+    let (a, _) = take(leases, "A")?;
+    r.finished(&b);
+    r.ack(1, b).await?;
+    // Whatever is due now runs while A still works.
+    for l in r.claim(1, 10).await? {
+        r.finished(&l);
+        r.ack(1, l).await?;
+    }
+    r.finished(&a);
+    r.ack(1, a).await?;
+    // Then the rest, until nothing is left.
+    loop {
+        let got = r.claim(1, 10).await?;
+        if got.is_empty() {
+            break;
+        }
+        for l in got {
+            r.finished(&l);
+            r.ack(1, l).await?;
+        }
+    }
+    let mut run = r.finish();
+    run.deps = HashMap::from([
+        ("A".to_string(), vec![]),
+        ("B".to_string(), vec![]),
+        ("report".to_string(), vec!["A".to_string(), "B".to_string()]),
+    ]);
+    Ok(run)
+}
+
+/// The group of the leaked-slot workload, and its limit once set.
+const GROUP_LIMIT: u32 = 2;
+
+/// Issue 31's defect 2, a leaked group slot. Twice: X (group g) is claimed
+/// by process 1, replaced while in flight by process 0, process 2 claims;
+/// both ack what they hold, then whatever is due runs. Then g gets a limit
+/// of 2 and Y and Z are enqueued in g; processes 1 and 2 each claim (three
+/// tries, 100 ms apart) and ack.
+async fn leaked_slot(seeded: bool) -> Result<QueueRun, Boxed> {
+    let s = RedisServer::start()?;
+    let c = builder(seeded, SeededDefect::LeakedGroupSlot)
+        .connect(&s.url())
+        .await?;
+    let q = c.queue("slots");
+    let mut r = Recorder::new(q.clone());
+    let x = ("X", &[][..], Some("g"));
+    for _ in 0..2 {
+        r.enqueue(0, x, OnDuplicate::Keep).await?;
+        let first = r.claim(1, 1).await?;
+        r.enqueue(0, x, OnDuplicate::Replace).await?;
+        let second = r.claim(2, 1).await?;
+        for l in first {
+            r.finished(&l);
+            r.ack(1, l).await?;
+        }
+        for l in second {
+            r.finished(&l);
+            r.ack(2, l).await?;
+        }
+        for l in r.claim(1, 10).await? {
+            r.finished(&l);
+            r.ack(1, l).await?;
+        }
+    }
+    q.configure(&QueueSettings::default().group_concurrency(Some(GROUP_LIMIT)))
+        .await?;
+    r.enqueue(0, ("Y", &[], Some("g")), OnDuplicate::Keep)
+        .await?;
+    r.enqueue(0, ("Z", &[], Some("g")), OnDuplicate::Keep)
+        .await?;
+    let mut held = Vec::new();
+    for process in [1, 2] {
+        for attempt in 0..3 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let got = r.claim(process, 1).await?;
+            if !got.is_empty() {
+                held.extend(got.into_iter().map(|l| (process, l)));
+                break;
+            }
+        }
+    }
+    for (process, l) in held {
+        r.finished(&l);
+        r.ack(process, l).await?;
+    }
+    Ok(r.finish())
+}
+
+// ---------------------------------------------------------------------------
+// The tests: each checker fails on the seeded history, passes on the plain one.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_inversion_is_caught_by_every_checker() -> TestResult {
+    let seeded = fence_inversion(true).await?;
+    let plain = fence_inversion(false).await?;
+    // Homegrown: the fenced register refuses the newer holder's write, and
+    // the fences do not grow in grant order.
+    assert!(
+        seeded.register.stale_rejected > 0,
+        "the register refused no write: {:?}",
+        seeded.register
+    );
+    assert!(!fences_out_of_grant_order(&seeded.holds).is_empty());
+    assert_eq!(plain.register.stale_rejected, 0, "{:?}", plain.register);
+    assert_eq!(fences_out_of_grant_order(&plain.holds), []);
+    // Not what this defect breaks: the holds never overlap either way.
+    assert_eq!(overlapping_holds(&seeded.holds), []);
+    third_party::locks_caught(LockModel::Mutex, &seeded.ops, &plain.ops);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_revival_is_caught_by_every_checker() -> TestResult {
+    let seeded = redlock_revival(true).await?;
+    let plain = redlock_revival(false).await?;
+    assert!(
+        !overlapping_holds(&seeded.holds).is_empty(),
+        "A's revived lease overlaps B's hold: {:?}",
+        seeded.holds
+    );
+    assert_eq!(overlapping_holds(&plain.holds), []);
+    third_party::locks_caught(LockModel::Mutex, &seeded.ops, &plain.ops);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_dependent_is_caught_by_every_checker() -> TestResult {
+    let seeded = early_dependent(true).await?;
+    let plain = early_dependent(false).await?;
+    let early = dag_violations(&seeded.deps, &seeded.runs);
+    eprintln!("seeded: dag {early:?}; invariants {:?}", seeded.invariants);
+    assert!(
+        early
+            .iter()
+            .any(|v| matches!(v, DagViolation::StartedEarly { task, dep, .. } if task == "report" && dep == "A")),
+        "report started before A's acked run finished: {early:?}"
+    );
+    assert_eq!(dag_violations(&plain.deps, &plain.runs), []);
+    // The invariant check sees the stale edges.
+    assert!(!seeded.invariants.is_empty(), "{:?}", seeded.invariants);
+    assert_eq!(plain.invariants, Vec::<String>::new());
+    // Not what this defect breaks: every task was handled to an ack.
+    assert!(seeded.history.ok(), "{:?}", seeded.history);
+    assert!(plain.history.ok(), "{:?}", plain.history);
+    third_party::queue_caught(&QueueSpec { group_limit: None }, &seeded.ops, &plain.ops);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaked_group_slot_is_caught_by_every_checker() -> TestResult {
+    let seeded = leaked_slot(true).await?;
+    let plain = leaked_slot(false).await?;
+    // Two leases of X at once.
+    let twice = overlapping_holds(&seeded.leases);
+    eprintln!(
+        "seeded: leases {twice:?}; {:?}; invariants {:?}",
+        seeded.history, seeded.invariants
+    );
+    assert!(
+        twice.iter().any(|(a, _)| a.lock == "X"),
+        "X leased twice at once: {:?}",
+        seeded.leases
+    );
+    assert_eq!(overlapping_holds(&plain.leases), []);
+    // The group stalls: Y and Z are never handled.
+    assert_eq!(seeded.history.lost, ["Y", "Z"], "{:?}", seeded.history);
+    assert!(plain.history.ok(), "{:?}", plain.history);
+    // The invariant check sees g counted with nothing in flight.
+    assert!(
+        seeded.invariants.iter().any(|v| v.contains("GroupCount")),
+        "{:?}",
+        seeded.invariants
+    );
+    assert_eq!(plain.invariants, Vec::<String>::new());
+    third_party::queue_caught(
+        &QueueSpec {
+            group_limit: Some(GROUP_LIMIT),
+        },
+        &seeded.ops,
+        &plain.ops,
+    );
+    Ok(())
+}
+
+/// The third-party linearizability checker's operations, and the helpers
+/// that assert its verdicts. (Its types as `dlm_testkit::linearizable` has
+/// them, until that module lands; then they come from there.)
+#[allow(dead_code)]
+mod third_party {
+    use std::time::Duration;
+
+    #[derive(Debug, Clone, Copy)]
+    pub enum LockModel {
+        Mutex,
+    }
+    #[derive(Debug, Clone, Copy)]
+    pub enum Mode {
+        Exclusive,
+        Shared,
+    }
+    #[derive(Debug, Clone)]
+    pub struct LockOp {
+        pub process: usize,
+        pub lock: String,
+        pub lease: u64,
+        pub action: LockAction,
+        pub result: LockResult,
+        pub invoke: Duration,
+        pub complete: Duration,
+    }
+    #[derive(Debug, Clone)]
+    pub enum LockAction {
+        Acquire { mode: Mode, ttl: Duration },
+        Extend { ttl: Duration },
+        Release,
+    }
+    #[derive(Debug, Clone)]
+    pub enum LockResult {
+        Granted { fence: Option<u64> },
+        Refused,
+        Done,
+        Failed,
+        Unknown,
+    }
+    #[derive(Debug, Clone)]
+    pub struct QueueOp {
+        pub process: usize,
+        pub action: QueueAction,
+        pub result: QueueResult,
+        pub invoke: Duration,
+        pub complete: Duration,
+    }
+    #[derive(Debug, Clone)]
+    pub enum QueueAction {
+        Enqueue {
+            task: String,
+            deps: Vec<String>,
+            group: Option<String>,
+        },
+        Claim {
+            lease: Duration,
+        },
+        Ack {
+            task: String,
+            fence: u64,
+        },
+        Nack {
+            task: String,
+            fence: u64,
+        },
+    }
+    #[derive(Debug, Clone)]
+    pub enum QueueResult {
+        Leased { task: String, fence: u64 },
+        Empty,
+        Done,
+        Refused,
+        Unknown,
+    }
+    #[derive(Debug, Clone)]
+    pub struct QueueSpec {
+        pub group_limit: Option<u32>,
+    }
+
+    /// The checker finds a violation in the seeded history and none in the plain one.
+    pub fn locks_caught(_model: LockModel, _seeded: &[LockOp], _plain: &[LockOp]) {}
+
+    /// As [`locks_caught`], for a queue.
+    pub fn queue_caught(_spec: &QueueSpec, _seeded: &[QueueOp], _plain: &[QueueOp]) {}
+}
