@@ -63,8 +63,11 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, mpsc};
 use std::time::Duration;
+
+use crate::history::Clock;
 
 use todc_utils::{Action, History as TodcHistory, Specification, WGLChecker};
 
@@ -215,6 +218,13 @@ pub enum QueueAction {
         /// The new lease, from now.
         lease: Duration,
     },
+    /// The workload found the queue drained: nothing waiting, delayed or
+    /// leased (e.g. its stats, after its workers stopped). Every task then
+    /// had its run acked (or was given up by a nack): a task still waiting,
+    /// or whose last lease certainly ended without an ack, was lost. Record
+    /// it only where no task can have died by running out of attempts on
+    /// expired leases.
+    Drained,
     /// Pause the queue.
     Pause,
     /// Resume it.
@@ -418,6 +428,210 @@ where
             "{name}: the search for an order of its {n} operations took longer than {}s",
             TIME_PER_OBJECT.as_secs()
         )),
+    }
+}
+
+/// A shared, append-only log of operations on one [`Clock`], for workloads
+/// whose tasks record what they did for [`check_locks`] or [`check_queue`].
+///
+/// ```
+/// use std::time::Duration;
+/// use dlm_testkit::linearizable::{LockAction, LockResult, Mode, OpLog};
+/// let log = OpLog::new(dlm_testkit::history::Clock::new());
+/// let lease = log.next_id();
+/// let t = log.clock().now();
+/// let acquire = LockAction::Acquire { mode: Mode::Exclusive, ttl: Duration::from_secs(1) };
+/// log.lock(0, "a", lease, acquire, t, LockResult::Granted { fence: Some(1) });
+/// assert_eq!(log.ops().len(), 1);
+/// ```
+#[derive(Debug, Default)]
+pub struct OpLog<T> {
+    clock: Clock,
+    next: AtomicU64,
+    ops: Mutex<Vec<T>>,
+    /// Operations invoked and not completed yet (their task may be killed
+    /// before they do: they count as unknown).
+    pending: Mutex<HashMap<u64, T>>,
+}
+
+/// An operation [`OpLog::begin_lock`] or [`OpLog::begin_queue`] recorded
+/// as invoked; finish it with [`OpLog::end_lock`] or [`OpLog::end_queue`].
+#[derive(Debug)]
+#[must_use = "an operation that is never ended counts as unknown"]
+pub struct Pending(u64);
+
+impl<T: Clone> OpLog<T> {
+    /// An empty log on `clock`.
+    pub fn new(clock: Clock) -> Self {
+        OpLog {
+            clock,
+            next: AtomicU64::new(1),
+            ops: Mutex::new(Vec::new()),
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The clock the log's times are on.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// A fresh id (for a lease), unique in this log.
+    pub fn next_id(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Appends `op`.
+    pub fn push(&self, op: T) {
+        self.ops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(op);
+    }
+
+    /// Every operation so far, those not completed yet as unknown.
+    pub fn ops(&self) -> Vec<T> {
+        let mut ops = self
+            .ops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        ops.extend(
+            self.pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .values()
+                .cloned(),
+        );
+        ops
+    }
+
+    fn begin(&self, op: T) -> Pending {
+        let id = self.next_id();
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, op);
+        Pending(id)
+    }
+
+    fn end(&self, pending: Pending, finish: impl FnOnce(&mut T)) {
+        let op = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&pending.0);
+        if let Some(mut op) = op {
+            finish(&mut op);
+            self.push(op);
+        }
+    }
+
+    /// Removes and returns every operation so far (for a workload judged
+    /// window by window).
+    pub fn take(&self) -> Vec<T> {
+        std::mem::take(
+            &mut *self
+                .ops
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+impl OpLog<LockOp> {
+    /// Records a lock operation invoked at `invoke` that completes now.
+    pub fn lock(
+        &self,
+        process: usize,
+        lock: &str,
+        lease: u64,
+        action: LockAction,
+        invoke: Duration,
+        result: LockResult,
+    ) {
+        let complete = self.clock.now();
+        self.push(LockOp {
+            process,
+            lock: lock.to_string(),
+            lease,
+            action,
+            result,
+            invoke,
+            complete,
+        });
+    }
+
+    /// Records a lock operation invoked now; it counts as unknown until
+    /// [`OpLog::end_lock`] (also when the task making it is killed).
+    pub fn begin_lock(
+        &self,
+        process: usize,
+        lock: &str,
+        lease: u64,
+        action: LockAction,
+    ) -> Pending {
+        let invoke = self.clock.now();
+        self.begin(LockOp {
+            process,
+            lock: lock.to_string(),
+            lease,
+            action,
+            result: LockResult::Unknown,
+            invoke,
+            complete: invoke,
+        })
+    }
+
+    /// Completes a lock operation now, with its result.
+    pub fn end_lock(&self, pending: Pending, result: LockResult) {
+        let complete = self.clock.now();
+        self.end(pending, |op| {
+            op.result = result;
+            op.complete = complete;
+        });
+    }
+}
+
+impl OpLog<QueueOp> {
+    /// Records a queue operation invoked at `invoke` that completes now.
+    pub fn queue(
+        &self,
+        process: usize,
+        action: QueueAction,
+        invoke: Duration,
+        result: QueueResult,
+    ) {
+        let complete = self.clock.now();
+        self.push(QueueOp {
+            process,
+            action,
+            result,
+            invoke,
+            complete,
+        });
+    }
+
+    /// Records a queue operation invoked now; it counts as unknown until
+    /// [`OpLog::end_queue`] (also when the worker making it is killed).
+    pub fn begin_queue(&self, process: usize, action: QueueAction) -> Pending {
+        let invoke = self.clock.now();
+        self.begin(QueueOp {
+            process,
+            action,
+            result: QueueResult::Unknown,
+            invoke,
+            complete: invoke,
+        })
+    }
+
+    /// Completes a queue operation now, with its result.
+    pub fn end_queue(&self, pending: Pending, result: QueueResult) {
+        let complete = self.clock.now();
+        self.end(pending, |op| {
+            op.result = result;
+            op.complete = complete;
+        });
     }
 }
 
@@ -664,6 +878,8 @@ enum Status {
     Absent,
     /// Waiting to be leased.
     Waiting,
+    /// Given up by a nack: waiting for a retry, or dead.
+    Retrying,
     /// Leased under `fence`.
     Leased {
         fence: u64,
@@ -681,12 +897,15 @@ struct TaskState {
     fence: u64,
     /// Enqueued again while leased: waiting again once the run settles.
     replaced: bool,
+    /// An ack of the current lease whose outcome is unknown.
+    maybe_acked: bool,
 }
 
 const FRESH: TaskState = TaskState {
     status: Status::Absent,
     fence: 0,
     replaced: false,
+    maybe_acked: false,
 };
 
 /// The state of one projection: its tasks (by index), the dependencies
@@ -755,6 +974,7 @@ enum QAct {
         fence: u64,
         lease: Duration,
     },
+    Drained,
     Pause,
     Resume,
 }
@@ -814,7 +1034,7 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
                     }
                 }
                 Status::Leased { .. } => t.replaced = true,
-                Status::Waiting => {}
+                Status::Waiting | Status::Retrying => {}
             }
             s.set(*task, t);
             true
@@ -822,7 +1042,7 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
         (QAct::Lease { task, fence, lease }, _) => {
             let mut t = s.task(*task);
             let may_lease = match t.status {
-                Status::Waiting => true,
+                Status::Waiting | Status::Retrying => true,
                 // Its previous lease may have run out without an ack.
                 Status::Leased { min_end, .. } => min_end <= w.end,
                 // Absent: enqueued outside this history; Done: acked.
@@ -839,6 +1059,7 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
                 max_end: w.lease_max_end(*lease),
             };
             t.fence = *fence;
+            t.maybe_acked = false;
             s.set(*task, t);
             true
         }
@@ -849,10 +1070,12 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
                 _ => return false,
             }
             let acked = matches!(op.act, QAct::Ack { .. });
-            t.status = if acked && !t.replaced {
-                Status::Done
-            } else {
+            t.status = if !acked {
+                Status::Retrying
+            } else if t.replaced {
                 Status::Waiting
+            } else {
+                Status::Done
             };
             t.replaced = false;
             s.set(*task, t);
@@ -880,6 +1103,21 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
             s.set(*task, t);
             true
         }
+        (QAct::Ack { task, fence }, None) => {
+            let mut t = s.task(*task);
+            if matches!(t.status, Status::Leased { fence: f, .. } if f == *fence) {
+                t.maybe_acked = true;
+                s.set(*task, t);
+            }
+            true
+        }
+        // A dependent still waiting for a dependency (that may have died)
+        // may have died with it.
+        (QAct::Drained, Some(true)) => s.tasks.iter().all(|(i, t)| match t.status {
+            Status::Waiting => s.pending.iter().any(|(d, _)| d == i),
+            Status::Leased { max_end, .. } => t.maybe_acked || w.start <= max_end,
+            Status::Absent | Status::Retrying | Status::Done => true,
+        }),
         // A nack whose outcome is unknown may have ended the lease at once.
         (QAct::Nack { task, fence }, None) => {
             let mut t = s.task(*task);
@@ -1028,6 +1266,7 @@ pub fn check_queue(spec: &QueueSpec, ops: &[QueueOp]) -> Verdict {
                 fence: *fence,
                 lease: *lease,
             },
+            (QueueAction::Drained, _) => QAct::Drained,
             (QueueAction::Pause, _) => QAct::Pause,
             (QueueAction::Resume, _) => QAct::Resume,
         };
@@ -1054,7 +1293,8 @@ pub fn check_queue(spec: &QueueSpec, ops: &[QueueOp]) -> Verdict {
     for t in 0..tasks.names.len() as u32 {
         let deps = deps_of.get(&t).cloned().unwrap_or_default();
         let ops = project(Projection::Task, &|act| {
-            act_task(act).is_some_and(|x| x == t || deps.contains(&x))
+            matches!(act, QAct::Drained)
+                || act_task(act).is_some_and(|x| x == t || deps.contains(&x))
         });
         judge::<QueueObject>(
             &mut verdict,
@@ -1087,7 +1327,7 @@ fn act_task(act: &QAct) -> Option<u32> {
         | QAct::Ack { task, .. }
         | QAct::Nack { task, .. }
         | QAct::Extend { task, .. } => Some(*task),
-        QAct::Pause | QAct::Resume => None,
+        QAct::Drained | QAct::Pause | QAct::Resume => None,
     }
 }
 
@@ -1309,6 +1549,28 @@ mod tests {
             q(claim(), leased("y", 3), 6),
         ];
         assert!(!check_queue(&QueueSpec::default(), &h).ok());
+    }
+
+    #[test]
+    fn a_task_still_waiting_or_unacked_when_the_queue_drained_was_lost() {
+        use QueueResult::{Done, Refused};
+        let drained = |at| q(QueueAction::Drained, Done, at);
+        let never_run = vec![q(enqueue("x", &[], None), Done, 0), drained(10)];
+        assert!(!check_queue(&QueueSpec::default(), &never_run).ok());
+        let refused_ack = vec![
+            q(enqueue("x", &[], None), Done, 0),
+            q(claim(), leased("x", 1), 2),
+            q(ack("x", 1), Refused, 4),
+            drained(2000),
+        ];
+        assert!(!check_queue(&QueueSpec::default(), &refused_ack).ok());
+        let acked = vec![
+            q(enqueue("x", &[], None), Done, 0),
+            q(claim(), leased("x", 1), 2),
+            q(ack("x", 1), Done, 4),
+            drained(2000),
+        ];
+        assert!(check_queue(&QueueSpec::default(), &acked).ok());
     }
 
     #[test]
