@@ -10,10 +10,17 @@ use dlm_testkit::linearizable::{LockResult, QueueResult, Verdict};
 pub fn acquired<T>(r: &dlm::Result<T>, fence: impl Fn(&T) -> Option<u64>) -> LockResult {
     match r {
         Ok(g) => LockResult::Granted { fence: fence(g) },
-        Err(Error::Busy { .. } | Error::NoPermits { .. } | Error::NoQuorum { .. }) => {
+        Err(e) => not_acquired(e),
+    }
+}
+
+/// How an acquisition that failed with `e` ended.
+pub fn not_acquired(e: &Error) -> LockResult {
+    match e {
+        Error::Busy { .. } | Error::NoPermits { .. } | Error::NoQuorum { .. } => {
             LockResult::Refused
         }
-        Err(_) => LockResult::Unknown,
+        _ => LockResult::Unknown,
     }
 }
 
