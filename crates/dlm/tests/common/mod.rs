@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests: a throwaway server and a client on it.
 #![allow(dead_code, missing_docs)]
 
+pub mod lin;
+
 use std::time::Duration;
 
 pub use dlm_testkit::RedisServer;
