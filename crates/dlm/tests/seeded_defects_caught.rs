@@ -28,8 +28,10 @@ use dlm_testkit::history::{
     dag_violations, overlapping_holds,
 };
 
-use third_party::{
+use common::lin::{queue_settled, settled};
+use dlm_testkit::linearizable::{
     LockAction, LockModel, LockOp, LockResult, Mode, QueueAction, QueueOp, QueueResult, QueueSpec,
+    Verdict, check_locks, check_queue,
 };
 
 type Boxed = Box<dyn std::error::Error + Send + Sync>;
@@ -150,7 +152,7 @@ impl LockRecorder {
             process,
             lease,
             LockAction::Release,
-            lock_result(&released),
+            settled(&released),
             invoke,
         );
         released?;
@@ -243,7 +245,7 @@ async fn redlock_revival(seeded: bool) -> Result<LockRun, Boxed> {
         0,
         0,
         LockAction::Extend { ttl: long },
-        lock_result(&extended),
+        settled(&extended),
         invoke,
     );
     let a_until = if extended.is_ok() {
@@ -251,7 +253,7 @@ async fn redlock_revival(seeded: bool) -> Result<LockRun, Boxed> {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let invoke = rec.clock.now();
         let released = a.lock("revive").release_token(&token).await;
-        rec.push(0, 0, LockAction::Release, lock_result(&released), invoke);
+        rec.push(0, 0, LockAction::Release, settled(&released), invoke);
         invoke
     } else {
         lease_end(a_invoke, short)
@@ -268,16 +270,6 @@ async fn redlock_revival(seeded: bool) -> Result<LockRun, Boxed> {
         register: RegisterReport::default(),
         ops: rec.ops,
     })
-}
-
-/// An extend's or release's result: done, refused (the lock was not ours),
-/// or unknown (no answer: it may have happened).
-fn lock_result(r: &dlm::Result<()>) -> LockResult {
-    match r {
-        Ok(()) => LockResult::Done,
-        Err(dlm::Error::Expired { .. } | dlm::Error::NotHeld { .. }) => LockResult::Refused,
-        Err(_) => LockResult::Unknown,
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -472,11 +464,7 @@ impl Recorder {
         self.lease_ends(&task, fence, invoke);
         self.events.push(Event::AckStarted(task.clone(), fence));
         let r = lease.ack().await;
-        let result = match &r {
-            Ok(()) => QueueResult::Done,
-            Err(dlm::Error::Expired { .. } | dlm::Error::NotHeld { .. }) => QueueResult::Refused,
-            Err(_) => QueueResult::Unknown,
-        };
+        let result = queue_settled(&r);
         match result {
             QueueResult::Done => self.events.push(Event::Acked(task.clone(), fence, true)),
             QueueResult::Refused => self.events.push(Event::Acked(task.clone(), fence, false)),
@@ -690,7 +678,11 @@ async fn fence_inversion_is_caught_by_every_checker() -> TestResult {
     assert_eq!(fences_out_of_grant_order(&plain.holds), []);
     // Not what this defect breaks: the holds never overlap either way.
     assert_eq!(overlapping_holds(&seeded.holds), []);
-    third_party::locks_caught(LockModel::Mutex, &seeded.ops, &plain.ops);
+    third_party_caught(
+        "lock \"x\"",
+        &check_locks(LockModel::Mutex, &seeded.ops),
+        &check_locks(LockModel::Mutex, &plain.ops),
+    );
     Ok(())
 }
 
@@ -704,7 +696,11 @@ async fn redlock_revival_is_caught_by_every_checker() -> TestResult {
         seeded.holds
     );
     assert_eq!(overlapping_holds(&plain.holds), []);
-    third_party::locks_caught(LockModel::Mutex, &seeded.ops, &plain.ops);
+    third_party_caught(
+        "lock \"revive\"",
+        &check_locks(LockModel::Mutex, &seeded.ops),
+        &check_locks(LockModel::Mutex, &plain.ops),
+    );
     Ok(())
 }
 
@@ -727,7 +723,12 @@ async fn early_dependent_is_caught_by_every_checker() -> TestResult {
     // Not what this defect breaks: every task was handled to an ack.
     assert!(seeded.history.ok(), "{:?}", seeded.history);
     assert!(plain.history.ok(), "{:?}", plain.history);
-    third_party::queue_caught(&QueueSpec { group_limit: None }, &seeded.ops, &plain.ops);
+    let spec = QueueSpec { group_limit: None };
+    third_party_caught(
+        "task \"report\"",
+        &check_queue(&spec, &seeded.ops),
+        &check_queue(&spec, &plain.ops),
+    );
     Ok(())
 }
 
@@ -757,99 +758,31 @@ async fn leaked_group_slot_is_caught_by_every_checker() -> TestResult {
         seeded.invariants
     );
     assert_eq!(plain.invariants, Vec::<String>::new());
-    third_party::queue_caught(
-        &QueueSpec {
-            group_limit: Some(GROUP_LIMIT),
-        },
-        &seeded.ops,
-        &plain.ops,
+    let spec = QueueSpec {
+        group_limit: Some(GROUP_LIMIT),
+    };
+    third_party_caught(
+        "task \"X\"",
+        &check_queue(&spec, &seeded.ops),
+        &check_queue(&spec, &plain.ops),
     );
     Ok(())
 }
 
-/// The third-party linearizability checker's operations, and the helpers
-/// that assert its verdicts. (Its types as `dlm_testkit::linearizable` has
-/// them, until that module lands; then they come from there.)
-#[allow(dead_code)]
-mod third_party {
-    use std::time::Duration;
-
-    #[derive(Debug, Clone, Copy)]
-    pub enum LockModel {
-        Mutex,
-    }
-    #[derive(Debug, Clone, Copy)]
-    pub enum Mode {
-        Exclusive,
-        Shared,
-    }
-    #[derive(Debug, Clone)]
-    pub struct LockOp {
-        pub process: usize,
-        pub lock: String,
-        pub lease: u64,
-        pub action: LockAction,
-        pub result: LockResult,
-        pub invoke: Duration,
-        pub complete: Duration,
-    }
-    #[derive(Debug, Clone)]
-    pub enum LockAction {
-        Acquire { mode: Mode, ttl: Duration },
-        Extend { ttl: Duration },
-        Release,
-    }
-    #[derive(Debug, Clone)]
-    pub enum LockResult {
-        Granted { fence: Option<u64> },
-        Refused,
-        Done,
-        Failed,
-        Unknown,
-    }
-    #[derive(Debug, Clone)]
-    pub struct QueueOp {
-        pub process: usize,
-        pub action: QueueAction,
-        pub result: QueueResult,
-        pub invoke: Duration,
-        pub complete: Duration,
-    }
-    #[derive(Debug, Clone)]
-    pub enum QueueAction {
-        Enqueue {
-            task: String,
-            deps: Vec<String>,
-            group: Option<String>,
-        },
-        Claim {
-            lease: Duration,
-        },
-        Ack {
-            task: String,
-            fence: u64,
-        },
-        Nack {
-            task: String,
-            fence: u64,
-        },
-    }
-    #[derive(Debug, Clone)]
-    pub enum QueueResult {
-        Leased { task: String, fence: u64 },
-        Empty,
-        Done,
-        Refused,
-        Unknown,
-    }
-    #[derive(Debug, Clone)]
-    pub struct QueueSpec {
-        pub group_limit: Option<u32>,
-    }
-
-    /// The checker finds a violation in the seeded history and none in the plain one.
-    pub fn locks_caught(_model: LockModel, _seeded: &[LockOp], _plain: &[LockOp]) {}
-
-    /// As [`locks_caught`], for a queue.
-    pub fn queue_caught(_spec: &QueueSpec, _seeded: &[QueueOp], _plain: &[QueueOp]) {}
+/// The third-party checker (`dlm_testkit::linearizable`) finds a violation
+/// in the seeded history's `object` (`lock "x"`, `task "X"`) and none in
+/// the plain history.
+fn third_party_caught(object: &str, seeded: &Verdict, plain: &Verdict) {
+    eprintln!("third party, seeded: {:?}", seeded.violations);
+    assert!(
+        seeded.violations.iter().any(|v| v.starts_with(object)),
+        "{} found nothing in {object}: {seeded:?}",
+        seeded.checker
+    );
+    assert!(
+        plain.ok(),
+        "{} on the plain history: {plain:?}",
+        plain.checker
+    );
+    assert!(seeded.undecided.is_empty() && plain.undecided.is_empty());
 }
