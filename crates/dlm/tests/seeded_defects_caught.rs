@@ -666,6 +666,11 @@ async fn leaked_slot(seeded: bool) -> Result<QueueRun, Boxed> {
 async fn fence_inversion_is_caught_by_every_checker() -> TestResult {
     let seeded = fence_inversion(true).await?;
     let plain = fence_inversion(false).await?;
+    eprintln!(
+        "seeded: register {:?}; out of order {}",
+        seeded.register,
+        fences_out_of_grant_order(&seeded.holds).len()
+    );
     // Homegrown: the fenced register refuses the newer holder's write, and
     // the fences do not grow in grant order.
     assert!(
