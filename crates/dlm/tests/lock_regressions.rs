@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::*;
 use dlm::Error;
-use dlm_testkit::{Direction, FaultProxy};
+use dlm_testkit::FaultProxy;
 use redis::AsyncCommands;
 
 /// A client on `server` built from an existing connection (`connection()`).
@@ -219,19 +219,10 @@ async fn a_late_redlock_renewal_does_not_revive_the_lease() -> TestResult {
         .watchdog(true)
         .node_timeout(Duration::from_millis(1_400));
     let g = a.lock("late").acquire(&opts).await?;
-    let latency = |ms| {
-        for p in &proxies {
-            p.set_latency(
-                Direction::ToServer,
-                Duration::from_millis(ms),
-                Duration::ZERO,
-            );
-        }
-    };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    latency(2_200);
+    delay_requests(&proxies, 2_200);
     tokio::time::sleep(Duration::from_millis(1_100)).await;
-    latency(1_000);
+    delay_requests(&proxies, 1_000);
     // The retry's replies are back by about 3.7 s; the lease ended at 2.97 s.
     tokio::time::sleep(Duration::from_millis(2_700)).await;
     assert!(

@@ -19,14 +19,14 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::TestResult;
+use common::{TestResult, delay_requests};
 use dlm::SeededDefect;
 use dlm::queue::{NewTask, OnDuplicate, Queue, QueueSettings};
-use dlm_testkit::RedisServer;
 use dlm_testkit::history::{
     Clock, DagRun, DagViolation, FencedRegister, Hold, QueueHistory, QueueReport, RegisterReport,
     dag_violations, overlapping_holds,
 };
+use dlm_testkit::{FaultProxy, RedisServer};
 
 use common::lin::{queue_settled, settled};
 use dlm_testkit::linearizable::{
@@ -84,10 +84,32 @@ struct LockRecorder {
 
 impl LockRecorder {
     fn new(lock: &str) -> Self {
+        Self::with_clock(lock, Clock::new())
+    }
+
+    /// A recorder of another process on the same clock.
+    fn with_clock(lock: &str, clock: Clock) -> Self {
         LockRecorder {
-            clock: Clock::new(),
+            clock,
             lock: lock.to_string(),
             ops: Vec::new(),
+        }
+    }
+
+    /// The run of a workload of two holders of the lock, A (0) and B (1):
+    /// each hold's (from, until).
+    fn two_holds(self, a: (Duration, Duration), b: (Duration, Duration)) -> LockRun {
+        let hold = |holder, (from, until)| Hold {
+            holder,
+            lock: self.lock.clone(),
+            from,
+            until,
+            fence: None,
+        };
+        LockRun {
+            holds: vec![hold(0, a), hold(1, b)],
+            register: RegisterReport::default(),
+            ops: self.ops.clone(),
         }
     }
 
@@ -118,12 +140,14 @@ impl LockRecorder {
         process: usize,
         lease: u64,
         ttl: Duration,
+        node_timeout: Option<Duration>,
     ) -> Result<(dlm::LockGuard, Duration, Duration), Boxed> {
+        let mut opts = dlm::LockOptions::new(ttl);
+        if let Some(t) = node_timeout {
+            opts = opts.node_timeout(t);
+        }
         let invoke = self.clock.now();
-        let g = c
-            .lock(self.lock.as_str())
-            .acquire(&dlm::LockOptions::new(ttl))
-            .await?;
+        let g = c.lock(self.lock.as_str()).acquire(&opts).await?;
         let fence = g.fence().map(dlm::Fence::get);
         let action = LockAction::Acquire {
             mode: Mode::Exclusive,
@@ -192,7 +216,7 @@ async fn fence_inversion(seeded: bool) -> Result<LockRun, Boxed> {
             (1, &by_conn)
         };
         let (g, _, granted) = rec
-            .acquire(c, process, round, Duration::from_secs(5))
+            .acquire(c, process, round, Duration::from_secs(5), None)
             .await?;
         let fence = g.fence().map(dlm::Fence::get);
         register.write(
@@ -232,11 +256,11 @@ async fn redlock_revival(seeded: bool) -> Result<LockRun, Boxed> {
         .await?;
     let mut rec = LockRecorder::new("revive");
     let (short, long) = (Duration::from_millis(300), Duration::from_secs(5));
-    let (g, a_invoke, a_granted) = rec.acquire(&a, 0, 0, short).await?;
+    let (g, a_invoke, a_granted) = rec.acquire(&a, 0, 0, short, None).await?;
     let (token, _) = g.detach();
     tokio::time::sleep(Duration::from_millis(450)).await;
     // B, once A's keys expired.
-    let (gb, _, b_granted) = rec.acquire(&b, 1, 1, long).await?;
+    let (gb, _, b_granted) = rec.acquire(&b, 1, 1, long, None).await?;
     let b_until = rec.release(gb, 1, 1).await?;
     // A's job extends the token.
     let invoke = rec.clock.now();
@@ -258,18 +282,80 @@ async fn redlock_revival(seeded: bool) -> Result<LockRun, Boxed> {
     } else {
         lease_end(a_invoke, short)
     };
-    let hold = |holder, from, until| Hold {
-        holder,
-        lock: "revive".into(),
-        from,
-        until,
-        fence: None,
+    Ok(rec.two_holds((a_granted, a_until), (b_granted, b_until)))
+}
+
+/// Defect 3 of issue 30 through a guard: the lease's end not read again
+/// after an extension's replies. A (through fault proxies, per-node timeout
+/// 1.8 s) holds `late` for 4 s; at 1 s its extension is held 3.8 s by the
+/// proxies, so it times out and reaches the nodes after the keys expired,
+/// taking them back. B (direct) takes and releases the lock in that gap.
+/// At 3.5 s, its lease still running by its own clock, A extends again: the
+/// request waits behind the first, and its replies come back by about
+/// 4.8 s, after the lease ended (3.96 s). A's hold lasts to its release when
+/// that extension succeeded, else to its lease's end by its own clock.
+async fn redlock_late_extension(seeded: bool) -> Result<LockRun, Boxed> {
+    let servers = RedisServer::start_many(3)?;
+    let proxies: Vec<FaultProxy> = servers
+        .iter()
+        .zip(40..)
+        .map(|(s, seed)| FaultProxy::in_front_of(s, seed))
+        .collect::<Result<_, _>>()?;
+    let via_proxy: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let direct: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let a = builder(seeded, SeededDefect::RedlockRevival)
+        .timeout(Duration::from_secs(3))
+        .connect_many(&via_proxy)
+        .await?;
+    let b = builder(seeded, SeededDefect::RedlockRevival)
+        .connect_many(&direct)
+        .await?;
+    let mut rec = LockRecorder::new("late");
+    let ttl = Duration::from_secs(4);
+    let at = |ms| Duration::from_millis(ms);
+    let (g, a_invoke, a_granted) = rec
+        .acquire(&a, 0, 0, ttl, Some(Duration::from_millis(1_800)))
+        .await?;
+    // B, in the gap: after the keys expired (4 s after A's grant), before
+    // the first extension lands (about 4.8 s).
+    let mut rec_b = LockRecorder::with_clock("late", rec.clock);
+    let b_run = tokio::spawn(async move {
+        sleep_until(&rec_b.clock, at(4_100)).await;
+        let (gb, _, b_granted) = rec_b.acquire(&b, 1, 1, ttl, None).await?;
+        let b_until = rec_b.release(gb, 1, 1).await?;
+        Ok::<_, Boxed>((rec_b.ops, b_granted, b_until))
+    });
+    sleep_until(&rec.clock, at(1_000)).await;
+    delay_requests(&proxies, 3_800);
+    let invoke = rec.clock.now();
+    let first = g.extend(ttl).await;
+    // It times out with its requests on their way (they land later): its
+    // outcome is unknown, whatever error it returned.
+    let first = if first.is_ok() {
+        LockResult::Done
+    } else {
+        LockResult::Unknown
     };
-    Ok(LockRun {
-        holds: vec![hold(0, a_granted, a_until), hold(1, b_granted, b_until)],
-        register: RegisterReport::default(),
-        ops: rec.ops,
-    })
+    rec.push(0, 0, LockAction::Extend { ttl }, first, invoke);
+    delay_requests(&proxies, 0);
+    sleep_until(&rec.clock, at(3_500)).await;
+    let invoke = rec.clock.now();
+    let second = g.extend(ttl).await;
+    rec.push(0, 0, LockAction::Extend { ttl }, settled(&second), invoke);
+    let a_until = if second.is_ok() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        rec.release(g, 0, 0).await?
+    } else {
+        lease_end(a_invoke, ttl)
+    };
+    let (b_ops, b_granted, b_until) = b_run.await??;
+    rec.ops.extend(b_ops);
+    Ok(rec.two_holds((a_granted, a_until), (b_granted, b_until)))
+}
+
+/// Sleep until `at` on `clock`.
+async fn sleep_until(clock: &Clock, at: Duration) {
+    tokio::time::sleep(at.saturating_sub(clock.now())).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -691,10 +777,9 @@ async fn fence_inversion_is_caught_by_every_checker() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redlock_revival_is_caught_by_every_checker() -> TestResult {
-    let seeded = redlock_revival(true).await?;
-    let plain = redlock_revival(false).await?;
+/// A Redlock revival: the homegrown `overlapping_holds` and the
+/// third-party checker (on `lock`) find it in the seeded run only.
+fn revival_caught(lock: &str, seeded: &LockRun, plain: &LockRun) {
     assert!(
         !overlapping_holds(&seeded.holds).is_empty(),
         "A's revived lease overlaps B's hold: {:?}",
@@ -702,10 +787,25 @@ async fn redlock_revival_is_caught_by_every_checker() -> TestResult {
     );
     assert_eq!(overlapping_holds(&plain.holds), []);
     third_party_caught(
-        "lock \"revive\"",
+        &format!("lock {lock:?}"),
         &check_locks(LockModel::Mutex, &seeded.ops),
         &check_locks(LockModel::Mutex, &plain.ops),
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_revival_is_caught_by_every_checker() -> TestResult {
+    let seeded = redlock_revival(true).await?;
+    let plain = redlock_revival(false).await?;
+    revival_caught("revive", &seeded, &plain);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_revival_by_a_late_extension_is_caught_by_every_checker() -> TestResult {
+    let (seeded, plain) = tokio::join!(redlock_late_extension(true), redlock_late_extension(false));
+    let (seeded, plain) = (seeded?, plain?);
+    revival_caught("late", &seeded, &plain);
     Ok(())
 }
 

@@ -62,6 +62,17 @@ macro_rules! on_queue_topologies {
     };
 }
 
+/// Hold every request to the servers behind `proxies` for `ms` (0: none).
+pub fn delay_requests(proxies: &[dlm_testkit::FaultProxy], ms: u64) {
+    for p in proxies {
+        p.set_latency(
+            dlm_testkit::Direction::ToServer,
+            Duration::from_millis(ms),
+            Duration::ZERO,
+        );
+    }
+}
+
 pub fn ttl(ms: u64) -> dlm::LockOptions {
     dlm::LockOptions::new(Duration::from_millis(ms))
 }
