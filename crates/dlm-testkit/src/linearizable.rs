@@ -1347,10 +1347,18 @@ pub fn check_queue(spec: &QueueSpec, ops: &[QueueOp]) -> Verdict {
     // Each task, with the dependencies it waits for.
     for t in 0..tasks.names.len() as u32 {
         let deps = deps_of.get(&t).cloned().unwrap_or_default();
-        let ops = project(Projection::Task, &|act| {
+        let mut ops = project(Projection::Task, &|act| {
             matches!(act, QAct::Drained)
                 || act_task(act).is_some_and(|x| x == t || deps.contains(&x))
         });
+        // The dependencies' own dependencies are judged in their projections.
+        for (_, op) in &mut ops {
+            if let QAct::Enqueue { task, deps } = &mut op.act
+                && *task != t
+            {
+                deps.clear();
+            }
+        }
         judge::<QueueObject>(
             &mut verdict,
             format!("task {:?}", tasks.names[t as usize]),
