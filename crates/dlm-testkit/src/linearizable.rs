@@ -81,7 +81,7 @@ pub const MAX_OPS_PER_OBJECT: usize = 4_000;
 
 /// How long the search for one object may take before it is reported as
 /// undecided (the search is exponential in the worst case).
-pub const TIME_PER_OBJECT: Duration = Duration::from_secs(60);
+pub const TIME_PER_OBJECT: Duration = Duration::from_secs(20);
 
 /// Histories up to this many calls and responses are searched on the
 /// caller's thread (they take microseconds).
@@ -190,7 +190,7 @@ pub enum QueueAction {
         group: Option<String>,
     },
     /// Claim one task with a lease (a claim that returned k tasks is k
-    /// operations with the same times).
+    /// operations by the same process with the same invocation time).
     Claim {
         /// The lease asked for.
         lease: Duration,
@@ -314,8 +314,7 @@ fn micros(d: Duration) -> Micros {
     u64::try_from(d.as_micros()).unwrap_or(NEVER - 1)
 }
 
-/// The time window of one operation, in microseconds: `end` is [`NEVER`]
-/// for an operation whose outcome is unknown.
+/// The time window of one operation, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Window {
     start: Micros,
@@ -793,9 +792,10 @@ fn lock_step(op: &LinLockOp, s: &mut LockState) -> bool {
             }
             _ => false,
         },
-        (LockAction::Extend { ttl }, LockResult::Unknown) => {
+        (LockAction::Extend { .. }, LockResult::Unknown) => {
+            // It may land late: the lease may be alive for ever after.
             if let Some(h) = s.holder_mut(op.lease) {
-                h.max_end = h.max_end.max(w.lease_max_end(ttl));
+                h.max_end = NEVER;
             }
             true
         }
@@ -839,7 +839,7 @@ pub fn check_locks(model: LockModel, ops: &[LockOp]) -> Verdict {
     let mut verdict = Verdict::empty(ops.len());
     let mut by_lock: BTreeMap<&str, Vec<(Window, LinLockOp)>> = BTreeMap::new();
     for op in ops {
-        let window = window_of(op.invoke, op.complete, op.result == LockResult::Unknown);
+        let window = window_of(op.invoke, op.complete);
         by_lock.entry(op.lock.as_str()).or_default().push((
             window,
             LinLockOp {
@@ -857,15 +857,18 @@ pub fn check_locks(model: LockModel, ops: &[LockOp]) -> Verdict {
     verdict
 }
 
-fn window_of(invoke: Duration, complete: Duration, unknown: bool) -> Window {
+/// An operation's window, also of one whose outcome is unknown: what it
+/// may have done is modelled so that it does not depend on when it took
+/// effect (a lease it may have taken blocks nobody; a release it may have
+/// made lets the lock go as early as its call; an extension it may have
+/// made keeps its lease possibly alive for ever), so it needs no window
+/// that stays open for ever, which would make it concurrent with every
+/// later operation and the search exponential in their number.
+fn window_of(invoke: Duration, complete: Duration) -> Window {
     let start = micros(invoke);
     Window {
         start,
-        end: if unknown {
-            NEVER
-        } else {
-            micros(complete).max(start)
-        },
+        end: micros(complete).max(start),
     }
 }
 
@@ -961,6 +964,9 @@ enum QAct {
         fence: u64,
         lease: Duration,
     },
+    /// The tasks one claim leased at once (to the group and queue
+    /// projections; each task's projection sees its own `Lease`).
+    Leases(Vec<(u32, u64, Duration)>),
     Ack {
         task: u32,
         fence: u64,
@@ -1016,6 +1022,13 @@ impl Specification for QueueObject {
 fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
     let w = op.window;
     match (&op.act, op.outcome) {
+        (QAct::Leases(leases), _) => leases.iter().all(|&(task, fence, lease)| {
+            let one = LinQueueOp {
+                act: QAct::Lease { task, fence, lease },
+                ..op.clone()
+            };
+            task_step(&one, s)
+        }),
         (QAct::Enqueue { task, deps }, Some(true) | None) => {
             let mut t = s.task(*task);
             match t.status {
@@ -1138,6 +1151,13 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
 fn group_step(op: &LinQueueOp, limit: u32, s: &mut QueueState) -> bool {
     let w = op.window;
     match (&op.act, op.outcome) {
+        (QAct::Leases(leases), _) => leases.iter().all(|&(task, fence, lease)| {
+            let one = LinQueueOp {
+                act: QAct::Lease { task, fence, lease },
+                ..op.clone()
+            };
+            group_step(&one, limit, s)
+        }),
         (QAct::Lease { task, fence, lease }, _) => {
             // Runs of other tasks certainly still running at every instant
             // the lease could have been taken in.
@@ -1180,6 +1200,15 @@ fn group_step(op: &LinQueueOp, limit: u32, s: &mut QueueState) -> bool {
 
 fn queue_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
     match (&op.act, op.outcome) {
+        (QAct::Leases(leases), _) => {
+            let mut fences: Vec<u64> = leases.iter().map(|l| l.1).collect();
+            fences.sort_unstable();
+            if s.paused || fences.first().is_some_and(|&f| f <= s.last_fence) {
+                return false;
+            }
+            s.last_fence = fences.last().copied().unwrap_or(s.last_fence);
+            true
+        }
         (QAct::Lease { fence, .. }, _) => {
             if s.paused || *fence <= s.last_fence {
                 return false;
@@ -1229,13 +1258,16 @@ pub fn check_queue(spec: &QueueSpec, ops: &[QueueOp]) -> Verdict {
     let mut group_of: HashMap<u32, &str> = HashMap::new();
     let mut deps_of: HashMap<u32, BTreeSet<u32>> = HashMap::new();
     let mut converted: Vec<(Window, QAct, Option<bool>)> = Vec::new();
+    // The leases of one claim (same process, invoked at the same instant),
+    // by their first entry in `converted`.
+    let mut batches: HashMap<(usize, Duration), usize> = HashMap::new();
     for op in ops {
         let outcome = match op.result {
             QueueResult::Leased { .. } | QueueResult::Done => Some(true),
             QueueResult::Empty | QueueResult::Refused => Some(false),
             QueueResult::Unknown => None,
         };
-        let window = window_of(op.invoke, op.complete, outcome.is_none());
+        let window = window_of(op.invoke, op.complete);
         let act = match (&op.action, &op.result) {
             (QueueAction::Enqueue { task, deps, group }, _) => {
                 let t = tasks.id(task);
@@ -1246,11 +1278,18 @@ pub fn check_queue(spec: &QueueSpec, ops: &[QueueOp]) -> Verdict {
                 deps_of.entry(t).or_default().extend(deps.iter().copied());
                 QAct::Enqueue { task: t, deps }
             }
-            (QueueAction::Claim { lease }, QueueResult::Leased { task, fence }) => QAct::Lease {
-                task: tasks.id(task),
-                fence: *fence,
-                lease: *lease,
-            },
+            (QueueAction::Claim { lease }, QueueResult::Leased { task, fence }) => {
+                let one = (tasks.id(task), *fence, *lease);
+                let key = (op.process, op.invoke);
+                if let Some(&i) = batches.get(&key)
+                    && let QAct::Leases(batch) = &mut converted[i].1
+                {
+                    batch.push(one);
+                    continue;
+                }
+                batches.insert(key, converted.len());
+                QAct::Leases(vec![one])
+            }
             // An empty claim, or one whose reply was lost, names no task.
             (QueueAction::Claim { .. }, _) => continue,
             (QueueAction::Ack { task, fence }, _) => QAct::Ack {
@@ -1272,30 +1311,54 @@ pub fn check_queue(spec: &QueueSpec, ops: &[QueueOp]) -> Verdict {
         };
         converted.push((window, act, outcome));
     }
+    // Each projection keeps the operations on its tasks (`keep`); of a
+    // claim's leases, those of its tasks.
     let project = |projection: Projection, keep: &dyn Fn(&QAct) -> bool| {
-        converted
-            .iter()
-            .filter(|(_, act, _)| keep(act))
-            .map(|(window, act, outcome)| {
-                (
-                    *window,
-                    LinQueueOp {
-                        projection,
-                        act: act.clone(),
-                        outcome: *outcome,
-                        window: *window,
-                    },
-                )
-            })
-            .collect::<Vec<_>>()
+        let mut out = Vec::new();
+        for (window, act, outcome) in &converted {
+            let act = match act {
+                QAct::Leases(batch) => {
+                    let mine: Vec<(u32, u64, Duration)> = batch
+                        .iter()
+                        .copied()
+                        .filter(|&(task, fence, lease)| keep(&QAct::Lease { task, fence, lease }))
+                        .collect();
+                    match (projection, mine.as_slice()) {
+                        (_, []) => continue,
+                        (Projection::Task, &[(task, fence, lease)]) => {
+                            QAct::Lease { task, fence, lease }
+                        }
+                        _ => QAct::Leases(mine),
+                    }
+                }
+                act if keep(act) => act.clone(),
+                _ => continue,
+            };
+            let op = LinQueueOp {
+                projection,
+                act,
+                outcome: *outcome,
+                window: *window,
+            };
+            out.push((*window, op));
+        }
+        out
     };
     // Each task, with the dependencies it waits for.
     for t in 0..tasks.names.len() as u32 {
         let deps = deps_of.get(&t).cloned().unwrap_or_default();
-        let ops = project(Projection::Task, &|act| {
+        let mut ops = project(Projection::Task, &|act| {
             matches!(act, QAct::Drained)
                 || act_task(act).is_some_and(|x| x == t || deps.contains(&x))
         });
+        // The dependencies' own dependencies are judged in their projections.
+        for (_, op) in &mut ops {
+            if let QAct::Enqueue { task, deps } = &mut op.act
+                && *task != t
+            {
+                deps.clear();
+            }
+        }
         judge::<QueueObject>(
             &mut verdict,
             format!("task {:?}", tasks.names[t as usize]),
@@ -1327,7 +1390,7 @@ fn act_task(act: &QAct) -> Option<u32> {
         | QAct::Ack { task, .. }
         | QAct::Nack { task, .. }
         | QAct::Extend { task, .. } => Some(*task),
-        QAct::Drained | QAct::Pause | QAct::Resume => None,
+        QAct::Leases(_) | QAct::Drained | QAct::Pause | QAct::Resume => None,
     }
 }
 

@@ -24,7 +24,7 @@ use dlm::SeededDefect;
 use dlm::queue::{NewTask, OnDuplicate, Queue, QueueSettings};
 use dlm_testkit::history::{
     Clock, DagRun, DagViolation, FencedRegister, Hold, QueueHistory, QueueReport, RegisterReport,
-    dag_violations, overlapping_holds,
+    dag_violations, fences_out_of_grant_order, overlapping_holds,
 };
 use dlm_testkit::{FaultProxy, RedisServer};
 
@@ -60,19 +60,6 @@ struct LockRun {
     register: RegisterReport,
     /// The same operations for the third-party checker.
     ops: Vec<LockOp>,
-}
-
-/// Holds of one lock, in grant order, whose fence is not above the one
-/// before: the fences must grow in the order the lock was granted (holds
-/// that do not overlap: a later grant is a later holder).
-fn fences_out_of_grant_order(holds: &[Hold]) -> Vec<(Hold, Hold)> {
-    let mut by_grant: Vec<&Hold> = holds.iter().filter(|h| h.fence.is_some()).collect();
-    by_grant.sort_by_key(|h| h.from);
-    by_grant
-        .windows(2)
-        .filter(|w| w[0].lock == w[1].lock && w[1].fence <= w[0].fence)
-        .map(|w| (w[0].clone(), w[1].clone()))
-        .collect()
 }
 
 /// Records a lock workload's calls as third-party ops on one clock.

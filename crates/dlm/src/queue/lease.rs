@@ -124,7 +124,8 @@ impl Lease {
             .await?
         {
             1 => Ok(()),
-            _ => Err(self.queue.lease_lost(&self.task.id, 0)),
+            // -1: another lease holds it (taken), 0: its lease ran out.
+            code => Err(self.queue.lease_lost(&self.task.id, code)),
         }
     }
 }

@@ -895,7 +895,9 @@ impl Queue {
         ops::extend(backend, keys, leases, lease).await
     }
 
-    pub(crate) async fn abandon_many(&self, leases: &[(&str, Fence)]) -> Result<usize> {
+    /// Gives `leases` back: how many were (see abandon.lua: -1 when none was
+    /// and another lease holds one of the tasks).
+    pub(crate) async fn abandon_many(&self, leases: &[(&str, Fence)]) -> Result<i64> {
         let (backend, keys) = self.ready()?;
         ops::abandon(backend, keys, leases).await
     }

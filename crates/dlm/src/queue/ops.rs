@@ -565,14 +565,16 @@ pub(crate) async fn extend(
     codes_reply(backend.eval(&inv).await?)
 }
 
+/// abandon.lua: how many leases were given back, or -1 when none was and
+/// another lease holds one of the tasks.
 pub(crate) async fn abandon(
     backend: &Backend,
     keys: &[String],
     leases: &[(&str, Fence)],
-) -> Result<usize> {
+) -> Result<i64> {
     let mut inv = invocation(&ABANDON, keys);
     with_leases(&mut inv, leases);
-    count_reply(backend.eval(&inv).await?)
+    code_reply(backend.eval(&inv).await?)
 }
 
 #[allow(clippy::too_many_arguments)]
