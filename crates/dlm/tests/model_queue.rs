@@ -1,0 +1,1262 @@
+//! Model-based test of the queue (issue 32, part 2): random sequences of
+//! operations run against a real `redis-server` and against an in-memory
+//! reference model, compared after every step; a disagreement is shrunk
+//! (by `proptest-state-machine`) to a shortest sequence that shows it.
+//!
+//! **Operations**: enqueue (due now or in an hour, with a priority, a group,
+//! a payload and dependencies, `NewTask::after`); claim (a long lease, or a
+//! short one that the step lets run out); ack (with or without a result,
+//! `ack_with`), nack (retry now, or after the queue's one-hour backoff; the
+//! queue's `max_attempts(2)` makes the second failure kill), extend (long,
+//! or short and run out), progress; pause and resume; `top`, `pop`,
+//! `remove_if_score` (with the current or a stale score); `dead`,
+//! `retry_dead` (one id or all), `purge_dead`; `configure` (group
+//! concurrency, a rate limit of n per hour, the event log on and off,
+//! results kept or not); a second client's `Queue` value on the same queue
+//! that only makes narrow calls (plain push, claim with a long lease, ack:
+//! it goes through the narrow key set while the queue does not need the
+//! wide one, and is sent wide when it does); and the readers `task`
+//! (state and attempts), `result` and `progress`.
+//!
+//! **The model** ([`Model`]): each task's state (due, parked, delayed, in
+//! flight, blocked, dead; gone when it finished), its priority, group,
+//! payload, attempts, current lease, pending dependencies and progress; the
+//! results kept; the settings; the processed and failed counters. Time is a
+//! step counter: every step runs at least a millisecond after the one
+//! before, so due times (server clock) order as the steps do, and ties
+//! within one step go by id, as Redis orders equal scores. A claim takes the
+//! due tasks by priority, then due time, then id, parking the tasks of a
+//! group at its limit; slots freed by ack, nack or a returned lease bring
+//! parked tasks of the group back. A short lease (100 ms) is over when its
+//! step ends (the step waits 250 ms), so it is expired, deterministically,
+//! for the rest of the sequence: the next claim of either client returns it
+//! (or kills it on its last attempt) while until then its holder can still
+//! ack, nack or extend it, as the scripts do.
+//!
+//! After every step the test compares what the call returned with the
+//! model's prediction (enqueue outcomes, the ids, attempts, priorities,
+//! groups and payloads a claim returns, in order, with fences that only
+//! grow; ack, nack, extend and progress accepted or refused, and whether
+//! another lease holds the task; the lists of `top`, `pop` and `dead`;
+//! counts; settings), then the whole of `stats()`, and runs
+//! `check_invariants()`, which must report no violation.
+//!
+//! **Cases**: 64 by default, of 1 ..= 40 steps (about 25 s in a debug
+//! build on 2 cores; see RELIABILITY.md, "Model-based tests"). Raise it
+//! with `PROPTEST_CASES`, e.g.
+//! `PROPTEST_CASES=5000 cargo test -p dlm --test model_queue`. No failure
+//! persistence: a failure prints its shrunk sequence, to be kept as a named
+//! regression test in this file.
+mod common;
+#[path = "common/model.rs"]
+mod model;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use dlm::Error;
+use dlm::queue::{
+    Backoff, Enqueued, Lease, Nacked, NewTask, OnDuplicate, Queue, QueueSettings, RateLimit,
+    Removed, TaskState,
+};
+use proptest::prelude::*;
+use proptest::sample::{select, subsequence};
+use proptest::strategy::Union;
+use proptest_state_machine::ReferenceStateMachine;
+
+/// Task ids: one character after the `t`, so id order is index order.
+const IDS: usize = 8;
+const GROUPS: [&str; 2] = ["ga", "gb"];
+/// The main handle's `max_attempts`: the second failed attempt kills.
+const MAX_ATTEMPTS: u32 = 2;
+/// The narrow handle's (the default).
+const NARROW_MAX_ATTEMPTS: u32 = 5;
+const LONG_LEASE: Duration = Duration::from_secs(60);
+const SHORT_LEASE: Duration = Duration::from_millis(100);
+/// How long a step with a short lease waits: the lease is over after it.
+const SHORT_WAIT: Duration = Duration::from_millis(250);
+const LATER: Duration = Duration::from_secs(3600);
+/// Far more than a sequence can have: `top`, `pop` and `dead` see all.
+const ALL: usize = 64;
+
+fn id(i: usize) -> String {
+    format!("t{i}")
+}
+
+fn payload(n: u8) -> Vec<u8> {
+    vec![b'p', n]
+}
+
+fn result_bytes(n: u8) -> Vec<u8> {
+    vec![b'r', n]
+}
+
+/// Where a task of the model is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum St {
+    /// Due: claimable (in `waiting` or `ready`).
+    Due,
+    /// Due, held aside because its group was at its limit.
+    Parked,
+    /// Due in an hour.
+    Delayed,
+    InFlight,
+    /// Waiting for its dependencies.
+    Blocked,
+    Dead,
+}
+
+#[derive(Debug, Clone)]
+struct Task {
+    st: St,
+    /// When it became due (`Due`, `Parked`) or died (`Dead`): a step number.
+    time: u64,
+    prio: u16,
+    group: Option<usize>,
+    payload: Option<u8>,
+    attempts: u32,
+    /// In flight: the handle of its current lease.
+    lease: Option<usize>,
+    /// In flight: that lease ran out (not returned yet: no claim since).
+    expired: bool,
+    /// Blocked: the dependencies not done yet.
+    deps: BTreeSet<usize>,
+    /// Blocked: it asked to be due in an hour.
+    later: bool,
+    progress: Option<u8>,
+}
+
+impl Task {
+    fn alive(&self) -> bool {
+        self.st != St::Dead
+    }
+}
+
+/// A lease a claim handed out (index = handle number).
+#[derive(Debug, Clone)]
+struct Handle {
+    task: usize,
+    /// Claimed through the narrow client's handle.
+    narrow: bool,
+}
+
+/// One claimed task as predicted: id, attempt, priority, group, payload.
+type Claimed = (usize, u32, u16, Option<usize>, Option<u8>);
+
+/// What the last step should have returned.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+enum Expect {
+    #[default]
+    Nothing,
+    Added,
+    /// Kept: `true` when it is in flight (no due time).
+    Kept(bool),
+    Blocked,
+    DependencyDied,
+    Claimed(Vec<Claimed>),
+    /// Accepted, or refused with whether another lease holds the task.
+    Lease(Result<(), bool>),
+    /// Nack: `Ok(dead)`, or refused as above.
+    Nacked(Result<bool, bool>),
+    Progress(Result<(), bool>, Option<u8>),
+    Was(bool),
+    /// Ids (and payloads) in order.
+    Entries(Vec<(usize, Option<u8>)>),
+    Ids(Vec<usize>),
+    Removed(Removal),
+    Count(usize),
+    Settings {
+        group: Option<u32>,
+        rate: Option<u32>,
+        events: bool,
+        keep_results: bool,
+    },
+    /// `task(id)`: its state and attempts (`None`: gone).
+    Inspect(Option<(TaskState, u32)>),
+    Result(Option<Vec<u8>>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    Removed,
+    ScoreChanged,
+    NotPresent,
+}
+
+#[derive(Debug, Clone)]
+struct Model {
+    /// The step number: the model's clock.
+    clock: u64,
+    tasks: BTreeMap<usize, Task>,
+    handles: Vec<Handle>,
+    /// Results kept, by task.
+    results: BTreeMap<usize, Vec<u8>>,
+    paused: bool,
+    group_limit: Option<u32>,
+    rate: Option<u32>,
+    /// Claims logged since the rate limit was set (its period is an hour).
+    rate_log: u32,
+    events: bool,
+    keep_results: bool,
+    processed: u64,
+    failed: u64,
+    expect: Expect,
+}
+
+impl Default for Model {
+    fn default() -> Self {
+        Model {
+            clock: 0,
+            tasks: BTreeMap::new(),
+            handles: Vec::new(),
+            results: BTreeMap::new(),
+            paused: false,
+            group_limit: None,
+            rate: None,
+            rate_log: 0,
+            events: false,
+            keep_results: true,
+            processed: 0,
+            failed: 0,
+            expect: Expect::Nothing,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Push {
+        id: usize,
+        later: bool,
+        prio: u16,
+        group: Option<usize>,
+        payload: Option<u8>,
+        deps: Vec<usize>,
+    },
+    Claim {
+        count: usize,
+        short: bool,
+    },
+    Ack {
+        handle: usize,
+        result: Option<u8>,
+    },
+    Nack {
+        handle: usize,
+        later: bool,
+    },
+    Extend {
+        handle: usize,
+        short: bool,
+    },
+    Progress {
+        handle: usize,
+        pct: u8,
+    },
+    Pause,
+    Resume,
+    Top {
+        count: usize,
+    },
+    Pop {
+        count: usize,
+    },
+    RemoveIfScore {
+        id: usize,
+        stale: bool,
+    },
+    Dead,
+    RetryDead {
+        id: Option<usize>,
+    },
+    PurgeDead,
+    GroupLimit(Option<u32>),
+    Rate(Option<u32>),
+    Events(bool),
+    KeepResults(bool),
+    NarrowPush {
+        id: usize,
+    },
+    NarrowClaim {
+        count: usize,
+    },
+    Inspect {
+        id: usize,
+    },
+    Result {
+        id: usize,
+    },
+}
+
+impl Model {
+    fn key(&self, i: usize) -> (std::cmp::Reverse<u16>, u64, usize) {
+        let t = &self.tasks[&i];
+        (std::cmp::Reverse(t.prio), t.time, i)
+    }
+
+    fn sorted(&self, st: St) -> Vec<usize> {
+        let mut ids: Vec<usize> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.st == st)
+            .map(|(i, _)| *i)
+            .collect();
+        ids.sort_by_key(|i| self.key(*i));
+        ids
+    }
+
+    /// The due tasks in claim order, the parked ones last: what `top` shows.
+    fn top(&self, count: usize) -> Vec<usize> {
+        let mut ids = self.sorted(St::Due);
+        ids.extend(self.sorted(St::Parked));
+        ids.truncate(count);
+        ids
+    }
+
+    fn in_flight(&self, g: usize) -> u32 {
+        self.tasks
+            .values()
+            .filter(|t| t.st == St::InFlight && t.group == Some(g))
+            .count() as u32
+    }
+
+    /// A task of group `g` left flight: parked tasks of `g` come back, as
+    /// many as the limit now allows (groups.lua's free_slots).
+    fn free_slot(&mut self, g: Option<usize>) {
+        let Some(g) = g else { return };
+        let left = self.in_flight(g);
+        let room = match self.group_limit {
+            Some(k) => k.saturating_sub(left).min(64),
+            None => 64,
+        } as usize;
+        let back: Vec<usize> = self
+            .sorted(St::Parked)
+            .into_iter()
+            .filter(|i| self.tasks[i].group == Some(g))
+            .take(room)
+            .collect();
+        for i in back {
+            self.task(i).st = St::Due;
+        }
+    }
+
+    fn task(&mut self, i: usize) -> &mut Task {
+        self.tasks.get_mut(&i).expect("a task of the model")
+    }
+
+    /// Task `i` is done (acked, popped, removed): its dependents each have
+    /// one dependency fewer; the last one releases them.
+    fn complete(&mut self, i: usize) {
+        let now = self.clock;
+        for t in self.tasks.values_mut() {
+            if t.st == St::Blocked && t.deps.remove(&i) && t.deps.is_empty() {
+                t.st = if t.later { St::Delayed } else { St::Due };
+                t.time = now;
+            }
+        }
+    }
+
+    /// Task `i` dies; its blocked dependents die with it, and so on.
+    fn die(&mut self, i: usize) {
+        let now = self.clock;
+        let t = self.task(i);
+        t.st = St::Dead;
+        t.time = now;
+        t.lease = None;
+        t.expired = false;
+        t.progress = None;
+        t.deps.clear();
+        self.failed += 1;
+        let kids: Vec<usize> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.st == St::Blocked && t.deps.contains(&i))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in kids {
+            self.die(k);
+        }
+    }
+
+    /// Whether `handle` is its task's current lease; `Err(taken)` if not.
+    fn lease_of(&self, handle: usize) -> Result<usize, bool> {
+        let i = self.handles[handle].task;
+        match self.tasks.get(&i) {
+            Some(t) if t.st == St::InFlight && t.lease == Some(handle) => Ok(i),
+            Some(t) if t.st == St::InFlight => Err(true),
+            _ => Err(false),
+        }
+    }
+
+    fn push(
+        &mut self,
+        i: usize,
+        later: bool,
+        prio: u16,
+        group: Option<usize>,
+        payload: Option<u8>,
+        deps: &[usize],
+    ) -> Expect {
+        if let Some(t) = self.tasks.get(&i)
+            && t.alive()
+        {
+            return Expect::Kept(t.st == St::InFlight);
+        }
+        let dead_dep = deps
+            .iter()
+            .any(|d| self.tasks.get(d).is_some_and(|t| t.st == St::Dead));
+        let mut task = Task {
+            st: if later { St::Delayed } else { St::Due },
+            time: self.clock,
+            prio,
+            group,
+            payload,
+            attempts: 0,
+            lease: None,
+            expired: false,
+            deps: BTreeSet::new(),
+            later,
+            progress: None,
+        };
+        if dead_dep {
+            task.st = St::Dead;
+            self.tasks.insert(i, task);
+            self.failed += 1;
+            return Expect::DependencyDied;
+        }
+        if !deps.is_empty() {
+            task.st = St::Blocked;
+            task.deps = deps.iter().copied().collect();
+            self.tasks.insert(i, task);
+            return Expect::Blocked;
+        }
+        self.tasks.insert(i, task);
+        Expect::Added
+    }
+
+    fn claim(&mut self, count: usize, short: bool, narrow: bool) -> Expect {
+        let max_attempts = if narrow {
+            NARROW_MAX_ATTEMPTS
+        } else {
+            MAX_ATTEMPTS
+        };
+        // Expired leases come back first (or die on their last attempt).
+        let expired: Vec<usize> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.st == St::InFlight && t.expired)
+            .map(|(i, _)| *i)
+            .collect();
+        let mut groups = BTreeSet::new();
+        for &i in &expired {
+            let t = self.task(i);
+            t.st = St::Due;
+            t.lease = None;
+            t.expired = false;
+            t.progress = None;
+            groups.insert(t.group);
+        }
+        for g in groups {
+            self.free_slot(g);
+        }
+        let now = self.clock;
+        for &i in &expired {
+            if self.tasks[&i].attempts >= max_attempts {
+                self.die(i);
+            } else {
+                self.task(i).time = now;
+            }
+        }
+        if self.paused {
+            return Expect::Claimed(Vec::new());
+        }
+        let mut want = count;
+        if let Some(n) = self.rate {
+            want = want.min(n.saturating_sub(self.rate_log) as usize);
+        }
+        let mut busy: BTreeMap<usize, u32> = BTreeMap::new();
+        let mut taken = Vec::new();
+        for i in self.sorted(St::Due) {
+            if taken.len() >= want {
+                break;
+            }
+            if let Some(g) = self.tasks[&i].group {
+                let in_flight = self.in_flight(g);
+                let b = busy.entry(g).or_insert(in_flight);
+                if self.group_limit.is_some_and(|k| *b >= k) {
+                    self.task(i).st = St::Parked;
+                    continue;
+                }
+                *b += 1;
+            }
+            taken.push(i);
+        }
+        let mut out = Vec::new();
+        for i in taken {
+            let handle = self.handles.len();
+            self.handles.push(Handle { task: i, narrow });
+            let t = self.task(i);
+            t.st = St::InFlight;
+            t.attempts += 1;
+            t.lease = Some(handle);
+            t.expired = short;
+            t.progress = None;
+            out.push((i, t.attempts, t.prio, t.group, t.payload));
+        }
+        if self.rate.is_some() {
+            self.rate_log += out.len() as u32;
+        }
+        Expect::Claimed(out)
+    }
+
+    fn ack(&mut self, handle: usize, result: Option<u8>) -> Expect {
+        let i = match self.lease_of(handle) {
+            Ok(i) => i,
+            Err(taken) => return Expect::Lease(Err(taken)),
+        };
+        let group = self.tasks[&i].group;
+        self.tasks.remove(&i);
+        self.processed += 1;
+        self.free_slot(group);
+        match result {
+            Some(r) if self.keep_results => {
+                self.results.insert(i, result_bytes(r));
+            }
+            _ => {
+                self.results.remove(&i);
+            }
+        }
+        self.complete(i);
+        Expect::Lease(Ok(()))
+    }
+
+    fn nack(&mut self, handle: usize, later: bool) -> Expect {
+        let i = match self.lease_of(handle) {
+            Ok(i) => i,
+            Err(taken) => return Expect::Nacked(Err(taken)),
+        };
+        let now = self.clock;
+        let t = self.task(i);
+        t.lease = None;
+        t.expired = false;
+        t.st = if later { St::Delayed } else { St::Due };
+        t.time = now;
+        let (group, dead) = (t.group, t.attempts >= MAX_ATTEMPTS);
+        self.free_slot(group);
+        if dead {
+            self.die(i);
+        }
+        Expect::Nacked(Ok(dead))
+    }
+
+    /// Take due tasks out (pop, remove_if_score): each is done.
+    fn take_out(&mut self, i: usize) {
+        self.tasks.remove(&i);
+        self.complete(i);
+    }
+
+    fn retry(&mut self, i: usize) {
+        let now = self.clock;
+        let t = self.task(i);
+        t.st = St::Due;
+        t.time = now;
+        t.attempts = 0;
+    }
+
+    fn settings(&self) -> Expect {
+        Expect::Settings {
+            group: self.group_limit,
+            rate: self.rate,
+            events: self.events,
+            keep_results: self.keep_results,
+        }
+    }
+}
+
+struct QueueModel;
+
+fn pick(v: Vec<usize>) -> BoxedStrategy<usize> {
+    select(v).boxed()
+}
+
+impl ReferenceStateMachine for QueueModel {
+    type State = Model;
+    type Transition = Op;
+
+    fn init_state() -> BoxedStrategy<Model> {
+        Just(Model::default()).boxed()
+    }
+
+    fn transitions(state: &Model) -> BoxedStrategy<Op> {
+        let known: Vec<usize> = state.tasks.keys().copied().collect();
+        let most = known.len().min(2);
+        let deps = if known.is_empty() {
+            Just(Vec::new()).boxed()
+        } else {
+            prop_oneof![
+                3 => Just(Vec::new()),
+                1 => subsequence(known, 1..=most),
+            ]
+            .boxed()
+        };
+        let push = (
+            0..IDS,
+            prop::bool::weighted(0.2),
+            select(vec![0u16, 0, 0, 1, 5]),
+            select(vec![None, None, Some(0usize), Some(1)]),
+            prop::option::of(0u8..4),
+            deps,
+        )
+            .prop_map(|(id, later, prio, group, payload, mut deps)| {
+                deps.retain(|d| *d != id);
+                Op::Push {
+                    id,
+                    later,
+                    prio,
+                    group,
+                    payload,
+                    deps,
+                }
+            })
+            .boxed();
+        let mut ops: Vec<(u32, BoxedStrategy<Op>)> = vec![
+            (12, push),
+            (
+                8,
+                (1usize..=3, prop::bool::weighted(0.1))
+                    .prop_map(|(count, short)| Op::Claim { count, short })
+                    .boxed(),
+            ),
+            (1, Just(Op::Pause).boxed()),
+            (2, Just(Op::Resume).boxed()),
+            (2, (1usize..=3).prop_map(|count| Op::Top { count }).boxed()),
+            (1, (1usize..=2).prop_map(|count| Op::Pop { count }).boxed()),
+            (
+                2,
+                (0..IDS, prop::bool::weighted(0.3))
+                    .prop_map(|(id, stale)| Op::RemoveIfScore { id, stale })
+                    .boxed(),
+            ),
+            (1, Just(Op::Dead).boxed()),
+            (
+                2,
+                prop::option::of(0..IDS)
+                    .prop_map(|id| Op::RetryDead { id })
+                    .boxed(),
+            ),
+            (1, Just(Op::PurgeDead).boxed()),
+            (
+                2,
+                select(vec![None, Some(1u32), Some(2)])
+                    .prop_map(Op::GroupLimit)
+                    .boxed(),
+            ),
+            (
+                1,
+                select(vec![None, Some(2u32), Some(6)])
+                    .prop_map(Op::Rate)
+                    .boxed(),
+            ),
+            (1, any::<bool>().prop_map(Op::Events).boxed()),
+            (1, any::<bool>().prop_map(Op::KeepResults).boxed()),
+            (3, (0..IDS).prop_map(|id| Op::NarrowPush { id }).boxed()),
+            (
+                3,
+                (1usize..=2)
+                    .prop_map(|count| Op::NarrowClaim { count })
+                    .boxed(),
+            ),
+            (2, (0..IDS).prop_map(|id| Op::Inspect { id }).boxed()),
+            (2, (0..IDS).prop_map(|id| Op::Result { id }).boxed()),
+        ];
+        if !state.handles.is_empty() {
+            // Mostly the current leases, sometimes any (stale ones too).
+            let current: Vec<usize> = (0..state.handles.len())
+                .filter(|h| state.lease_of(*h).is_ok())
+                .collect();
+            let main: Vec<usize> = (0..state.handles.len())
+                .filter(|h| !state.handles[*h].narrow)
+                .collect();
+            let current_main: Vec<usize> = current
+                .iter()
+                .copied()
+                .filter(|h| !state.handles[*h].narrow)
+                .collect();
+            let any = pick((0..state.handles.len()).collect());
+            let narrow: Vec<bool> = state.handles.iter().map(|h| h.narrow).collect();
+            let result = move |h: usize| {
+                if narrow[h] {
+                    Just(None).boxed()
+                } else {
+                    prop::option::of(0u8..4).boxed()
+                }
+            };
+            let handle = if current.is_empty() {
+                any.clone()
+            } else {
+                prop_oneof![3 => pick(current), 1 => any.clone()].boxed()
+            };
+            let r = result.clone();
+            ops.push((
+                10,
+                handle
+                    .prop_flat_map(move |h| (Just(h), r(h)))
+                    .prop_map(|(handle, result)| Op::Ack { handle, result })
+                    .boxed(),
+            ));
+            if !main.is_empty() {
+                let main_handle = if current_main.is_empty() {
+                    pick(main)
+                } else {
+                    prop_oneof![3 => pick(current_main), 1 => pick(main)].boxed()
+                };
+                ops.push((
+                    5,
+                    (main_handle.clone(), prop::bool::weighted(0.3))
+                        .prop_map(|(handle, later)| Op::Nack { handle, later })
+                        .boxed(),
+                ));
+                ops.push((
+                    2,
+                    (main_handle.clone(), prop::bool::weighted(0.2))
+                        .prop_map(|(handle, short)| Op::Extend { handle, short })
+                        .boxed(),
+                ));
+                ops.push((
+                    2,
+                    (main_handle, 0u8..=100)
+                        .prop_map(|(handle, pct)| Op::Progress { handle, pct })
+                        .boxed(),
+                ));
+            }
+        }
+        Union::new_weighted(ops).boxed()
+    }
+
+    fn preconditions(state: &Model, op: &Op) -> bool {
+        let main_handle = |h: &usize| state.handles.get(*h).is_some_and(|h| !h.narrow);
+        match op {
+            Op::Push { id, deps, .. } => {
+                deps.iter().all(|d| d != id && state.tasks.contains_key(d))
+            }
+            Op::Ack { handle, result } => state
+                .handles
+                .get(*handle)
+                .is_some_and(|h| !h.narrow || result.is_none()),
+            Op::Nack { handle, .. } | Op::Extend { handle, .. } | Op::Progress { handle, .. } => {
+                main_handle(handle)
+            }
+            _ => true,
+        }
+    }
+
+    fn apply(mut state: Model, op: &Op) -> Model {
+        state.clock += 1;
+        state.expect = match op {
+            Op::Push {
+                id,
+                later,
+                prio,
+                group,
+                payload,
+                deps,
+            } => state.push(*id, *later, *prio, *group, *payload, deps),
+            Op::NarrowPush { id } => state.push(*id, false, 0, None, None, &[]),
+            Op::Claim { count, short } => state.claim(*count, *short, false),
+            Op::NarrowClaim { count } => state.claim(*count, false, true),
+            Op::Ack { handle, result } => state.ack(*handle, *result),
+            Op::Nack { handle, later } => state.nack(*handle, *later),
+            Op::Extend { handle, short } => match state.lease_of(*handle) {
+                Ok(i) => {
+                    state.task(i).expired = *short;
+                    Expect::Lease(Ok(()))
+                }
+                Err(taken) => Expect::Lease(Err(taken)),
+            },
+            Op::Progress { handle, pct } => {
+                let r = match state.lease_of(*handle) {
+                    Ok(i) => {
+                        state.task(i).progress = Some(*pct);
+                        Ok(())
+                    }
+                    Err(taken) => Err(taken),
+                };
+                let i = state.handles[*handle].task;
+                Expect::Progress(r, state.tasks.get(&i).and_then(|t| t.progress))
+            }
+            Op::Pause => Expect::Was(std::mem::replace(&mut state.paused, true)),
+            Op::Resume => Expect::Was(std::mem::replace(&mut state.paused, false)),
+            Op::Top { count } => Expect::Entries(
+                state
+                    .top(*count)
+                    .into_iter()
+                    .map(|i| (i, state.tasks[&i].payload))
+                    .collect(),
+            ),
+            Op::Pop { count } => {
+                let ids = state.top(*count);
+                let out = ids.iter().map(|i| (*i, state.tasks[i].payload)).collect();
+                for i in ids {
+                    state.take_out(i);
+                }
+                Expect::Entries(out)
+            }
+            Op::RemoveIfScore { id, stale } => {
+                let waits = state
+                    .tasks
+                    .get(id)
+                    .is_some_and(|t| matches!(t.st, St::Due | St::Parked | St::Delayed));
+                Expect::Removed(if !waits {
+                    Removal::NotPresent
+                } else if *stale {
+                    Removal::ScoreChanged
+                } else {
+                    state.take_out(*id);
+                    Removal::Removed
+                })
+            }
+            Op::Dead => {
+                let mut dead = state.sorted(St::Dead);
+                // Oldest death first (then id): not by priority.
+                dead.sort_by_key(|i| (state.tasks[i].time, *i));
+                Expect::Ids(dead)
+            }
+            Op::RetryDead { id } => {
+                let ids: Vec<usize> = match id {
+                    Some(i) => state
+                        .tasks
+                        .get(i)
+                        .filter(|t| t.st == St::Dead)
+                        .map(|_| vec![*i])
+                        .unwrap_or_default(),
+                    None => state.sorted(St::Dead),
+                };
+                for &i in &ids {
+                    state.retry(i);
+                }
+                Expect::Count(ids.len())
+            }
+            Op::PurgeDead => {
+                let dead = state.sorted(St::Dead);
+                for i in &dead {
+                    state.tasks.remove(i);
+                }
+                Expect::Count(dead.len())
+            }
+            Op::GroupLimit(k) => {
+                state.group_limit = *k;
+                for t in state.tasks.values_mut() {
+                    if t.st == St::Parked {
+                        t.st = St::Due;
+                    }
+                }
+                state.settings()
+            }
+            Op::Rate(n) => {
+                state.rate = *n;
+                if n.is_none() {
+                    state.rate_log = 0;
+                }
+                state.settings()
+            }
+            Op::Events(on) => {
+                state.events = *on;
+                state.settings()
+            }
+            Op::KeepResults(on) => {
+                state.keep_results = *on;
+                state.settings()
+            }
+            Op::Inspect { id } => Expect::Inspect(state.tasks.get(id).map(|t| {
+                let s = match t.st {
+                    St::Due | St::Parked => TaskState::Waiting,
+                    St::Delayed => TaskState::Delayed,
+                    St::InFlight => TaskState::InFlight,
+                    St::Blocked => TaskState::Blocked,
+                    St::Dead => TaskState::Dead,
+                };
+                (s, t.attempts)
+            })),
+            Op::Result { id } => Expect::Result(if state.tasks.contains_key(id) {
+                None
+            } else {
+                state.results.get(id).cloned()
+            }),
+        };
+        state
+    }
+}
+
+/// The system under test: two handles on one queue (the second from
+/// another client, narrow calls only) and the leases claimed so far.
+struct Sut {
+    rt: tokio::runtime::Handle,
+    main: Queue,
+    narrow: Queue,
+    leases: Vec<Lease>,
+    last_fence: u64,
+}
+
+fn lease_lost(r: dlm::Result<()>) -> Result<Result<(), bool>, String> {
+    match r {
+        Ok(()) => Ok(Ok(())),
+        Err(Error::LeaseLost { taken, .. }) => Ok(Err(taken)),
+        Err(e) => Err(format!("unexpected error {e}")),
+    }
+}
+
+fn check_eq<T: PartialEq + std::fmt::Debug>(what: &str, real: T, model: T) -> Result<(), String> {
+    if real == model {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what}: the queue gave {real:?}, the model {model:?}"
+        ))
+    }
+}
+
+fn e(err: Error) -> String {
+    format!("unexpected error: {err}")
+}
+
+impl Sut {
+    fn claimed(&mut self, leases: Vec<Lease>, model: &Model, short: bool) -> Result<(), String> {
+        let real: Vec<Claimed> = leases
+            .iter()
+            .map(|l| {
+                let t = l.task();
+                let idx = t.id[1..].parse::<usize>().unwrap_or(usize::MAX);
+                let group = t
+                    .group
+                    .as_deref()
+                    .and_then(|g| GROUPS.iter().position(|x| *x == g));
+                let payload = t.payload.as_ref().and_then(|p| p.get(1).copied());
+                (idx, t.attempt, t.priority, group, payload)
+            })
+            .collect();
+        check_eq("claim", Expect::Claimed(real), model.expect.clone())?;
+        for l in &leases {
+            let fence = l.task().fence.get();
+            if fence <= self.last_fence {
+                return Err(format!(
+                    "fence {fence} of {} is not above the last one, {}",
+                    l.task().id,
+                    self.last_fence
+                ));
+            }
+            self.last_fence = fence;
+        }
+        let any = !leases.is_empty();
+        self.leases.extend(leases);
+        if short && any {
+            std::thread::sleep(SHORT_WAIT);
+        }
+        Ok(())
+    }
+
+    /// The due time of waiting task `i`, wherever it waits (parked tasks
+    /// show theirs only in `top`); 1 when it does not wait.
+    async fn score_of(&self, i: usize) -> dlm::Result<u64> {
+        let name = id(i);
+        if let Some(e) = self.main.top(ALL).await?.into_iter().find(|e| e.id == name) {
+            return Ok(e.score);
+        }
+        Ok(self
+            .main
+            .task(&name)
+            .await?
+            .and_then(|d| d.score)
+            .unwrap_or(1))
+    }
+
+    fn step(&mut self, model: &Model, op: &Op) -> Result<(), String> {
+        // Every step at least a millisecond after the one before: due
+        // times order as the steps do.
+        std::thread::sleep(Duration::from_millis(1));
+        let rt = self.rt.clone();
+        rt.block_on(self.step_async(model, op))
+    }
+
+    async fn step_async(&mut self, model: &Model, op: &Op) -> Result<(), String> {
+        let expect = model.expect.clone();
+        match op {
+            Op::Push {
+                id: i,
+                later,
+                prio,
+                group,
+                payload: p,
+                deps,
+            } => {
+                let mut t = NewTask::new(id(*i)).priority(*prio);
+                if let Some(g) = group {
+                    t = t.group(GROUPS[*g]);
+                }
+                if let Some(p) = p {
+                    t = t.payload(payload(*p));
+                }
+                if !deps.is_empty() {
+                    t = t.after(deps.iter().map(|d| id(*d)));
+                }
+                let delay = if *later { LATER } else { Duration::ZERO };
+                let r = self
+                    .main
+                    .enqueue([t], delay, OnDuplicate::Keep)
+                    .await
+                    .map_err(e)?;
+                check_eq("enqueue", enqueued(&r)?, expect)
+            }
+            Op::NarrowPush { id: i } => {
+                let r = self.narrow.push(id(*i)).await.map_err(e)?;
+                check_eq("narrow push", enqueued(&[r])?, expect)
+            }
+            Op::Claim { count, short } => {
+                let lease = if *short { SHORT_LEASE } else { LONG_LEASE };
+                let leases = self.main.claim(*count, lease).await.map_err(e)?;
+                self.claimed(leases, model, *short)
+            }
+            Op::NarrowClaim { count } => {
+                let leases = self.narrow.claim(*count, LONG_LEASE).await.map_err(e)?;
+                self.claimed(leases, model, false)
+            }
+            Op::Ack { handle, result } => {
+                let lease = self.leases[*handle].clone();
+                let r = match result {
+                    Some(r) => lease.ack_with(result_bytes(*r)).await,
+                    None => lease.ack().await,
+                };
+                check_eq("ack", Expect::Lease(lease_lost(r)?), expect)
+            }
+            Op::Nack { handle, later } => {
+                let lease = self.leases[*handle].clone();
+                let r = if *later {
+                    lease.nack("boom").await
+                } else {
+                    lease.nack_after(Duration::ZERO, "boom").await
+                };
+                let got = match r {
+                    Ok(n) => Ok(n == Nacked::Dead),
+                    Err(Error::LeaseLost { taken, .. }) => Err(taken),
+                    Err(err) => return Err(e(err)),
+                };
+                check_eq("nack", Expect::Nacked(got), expect)
+            }
+            Op::Extend { handle, short } => {
+                let lease = if *short { SHORT_LEASE } else { LONG_LEASE };
+                let r = lease_lost(self.leases[*handle].extend(lease).await)?;
+                if *short && r.is_ok() {
+                    tokio::time::sleep(SHORT_WAIT).await;
+                }
+                check_eq("extend", Expect::Lease(r), expect)
+            }
+            Op::Progress { handle, pct } => {
+                let lease = &self.leases[*handle];
+                let r = lease_lost(lease.progress(*pct, "step").await)?;
+                let now = self
+                    .main
+                    .progress(&lease.task().id)
+                    .await
+                    .map_err(e)?
+                    .map(|p| p.pct);
+                check_eq("progress", Expect::Progress(r, now), expect)
+            }
+            Op::Pause => check_eq(
+                "pause",
+                Expect::Was(self.main.pause().await.map_err(e)?),
+                expect,
+            ),
+            Op::Resume => check_eq(
+                "resume",
+                Expect::Was(self.main.resume().await.map_err(e)?),
+                expect,
+            ),
+            Op::Top { count } => {
+                let r = self.main.top(*count).await.map_err(e)?;
+                check_eq("top", entries(&r), expect)
+            }
+            Op::Pop { count } => {
+                let r = self.main.pop(*count).await.map_err(e)?;
+                check_eq("pop", entries(&r), expect)
+            }
+            Op::RemoveIfScore { id: i, stale } => {
+                let score = self.score_of(*i).await.map_err(e)?;
+                let asked = if *stale { score + 1 } else { score };
+                let r = self.main.remove_if_score(&id(*i), asked).await.map_err(e)?;
+                let got = match r {
+                    Removed::Removed => Removal::Removed,
+                    Removed::ScoreChanged(now) => {
+                        check_eq("the current score", now, score)?;
+                        Removal::ScoreChanged
+                    }
+                    Removed::NotPresent => Removal::NotPresent,
+                };
+                check_eq("remove_if_score", Expect::Removed(got), expect)
+            }
+            Op::Dead => {
+                let r = self.main.dead(ALL).await.map_err(e)?;
+                let ids = r.iter().map(|d| index(&d.id)).collect::<Result<_, _>>()?;
+                check_eq("dead", Expect::Ids(ids), expect)
+            }
+            Op::RetryDead { id: i } => {
+                let name = i.map(id);
+                let ids: Option<Vec<&str>> = name.as_deref().map(|n| vec![n]);
+                let n = self.main.retry_dead(ids.as_deref()).await.map_err(e)?;
+                check_eq("retry_dead", Expect::Count(n), expect)
+            }
+            Op::PurgeDead => check_eq(
+                "purge_dead",
+                Expect::Count(self.main.purge_dead().await.map_err(e)?),
+                expect,
+            ),
+            Op::GroupLimit(k) => {
+                self.configure(QueueSettings::default().group_concurrency(*k), expect)
+                    .await
+            }
+            Op::Rate(n) => {
+                let rate = match n {
+                    Some(n) => Some(RateLimit::new(*n, LATER).map_err(e)?),
+                    None => None,
+                };
+                self.configure(QueueSettings::default().rate(rate), expect)
+                    .await
+            }
+            Op::Events(on) => {
+                let cap = on.then_some(dlm::queue::DEFAULT_EVENTS);
+                self.configure(QueueSettings::default().events(cap), expect)
+                    .await
+            }
+            Op::KeepResults(on) => {
+                let keep = if *on { LATER } else { Duration::ZERO };
+                self.configure(QueueSettings::default().keep_results(keep), expect)
+                    .await
+            }
+            Op::Inspect { id: i } => {
+                let d = self.main.task(&id(*i)).await.map_err(e)?;
+                // A finished task may be remembered (completed) or not.
+                let got = d
+                    .filter(|d| d.state != TaskState::Completed)
+                    .map(|d| (d.state, d.attempts));
+                check_eq("task", Expect::Inspect(got), expect)
+            }
+            Op::Result { id: i } => {
+                let r = self.main.result(&id(*i)).await.map_err(e)?;
+                check_eq("result", Expect::Result(r), expect)
+            }
+        }
+    }
+
+    async fn configure(&self, change: QueueSettings, expect: Expect) -> Result<(), String> {
+        let s = self.main.configure(&change).await.map_err(e)?;
+        let got = Expect::Settings {
+            group: s.get_group_concurrency(),
+            rate: s.get_rate().map(|r| r.n()),
+            events: s.get_events().is_some(),
+            keep_results: !s.get_keep_results().is_zero(),
+        };
+        check_eq("configure", got, expect)
+    }
+
+    /// After every step: the counts, and the queue's own invariants.
+    fn check(&mut self, model: &Model) -> Result<(), String> {
+        let rt = self.rt.clone();
+        rt.block_on(async {
+            let s = self.main.stats().await.map_err(e)?;
+            let count =
+                |f: &dyn Fn(&Task) -> bool| model.tasks.values().filter(|t| f(t)).count() as u64;
+            let real = (
+                s.waiting,
+                s.delayed,
+                s.inflight,
+                s.dead,
+                s.blocked,
+                s.processed,
+                s.failed,
+                s.paused,
+            );
+            let predicted = (
+                count(&|t| matches!(t.st, St::Due | St::Parked)),
+                count(&|t| t.st == St::Delayed),
+                count(&|t| t.st == St::InFlight),
+                count(&|t| t.st == St::Dead),
+                count(&|t| t.st == St::Blocked),
+                model.processed,
+                model.failed,
+                model.paused,
+            );
+            check_eq(
+                "stats (waiting, delayed, in flight, dead, blocked, processed, failed, paused)",
+                real,
+                predicted,
+            )?;
+            let report = self.main.check_invariants().await.map_err(e)?;
+            if !report.is_ok() {
+                return Err(format!("invariants broken: {report:?}"));
+            }
+            Ok(())
+        })
+    }
+}
+
+fn index(name: &str) -> Result<usize, String> {
+    name.strip_prefix('t')
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("a task id the test never used: {name:?}"))
+}
+
+fn entries(r: &[dlm::queue::Entry]) -> Expect {
+    Expect::Entries(
+        r.iter()
+            .map(|e| {
+                (
+                    index(&e.id).unwrap_or(usize::MAX),
+                    e.payload.as_ref().and_then(|p| p.get(1).copied()),
+                )
+            })
+            .collect(),
+    )
+}
+
+fn enqueued(r: &[Enqueued]) -> Result<Expect, String> {
+    match r {
+        [Enqueued::Added(_)] => Ok(Expect::Added),
+        [Enqueued::Kept(due)] => Ok(Expect::Kept(due.is_none())),
+        [Enqueued::Blocked(_)] => Ok(Expect::Blocked),
+        [Enqueued::DependencyDied(_)] => Ok(Expect::DependencyDied),
+        other => Err(format!("unexpected enqueue reply {other:?}")),
+    }
+}
+
+/// Cases when `PROPTEST_CASES` is not set: about 45 s in a debug build.
+const DEFAULT_CASES: u32 = 200;
+
+/// A fresh queue name per case: no key of an earlier case is seen.
+static CASE: AtomicUsize = AtomicUsize::new(0);
+
+#[test]
+fn queue_matches_its_model() {
+    let server = common::server();
+    let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let (first, second) =
+        rt.block_on(async { tokio::join!(common::client(&server), common::client(&server)) });
+    model::run::<QueueModel, Sut>(
+        "model_queue",
+        model::config(DEFAULT_CASES),
+        1..=40,
+        |_| {
+            let name = format!("model-{}", CASE.fetch_add(1, Ordering::Relaxed));
+            Ok(Sut {
+                rt: rt.handle().clone(),
+                main: first
+                    .queue(name.clone())
+                    .max_attempts(MAX_ATTEMPTS)
+                    .backoff(Backoff::new(LATER, LATER)),
+                narrow: second.queue(name),
+                leases: Vec::new(),
+                last_fence: 0,
+            })
+        },
+        |sut, model, op| sut.step(model, op),
+        |sut, model| sut.check(model),
+    );
+}
