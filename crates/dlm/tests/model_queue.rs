@@ -57,8 +57,8 @@ use std::time::Duration;
 
 use dlm::Error;
 use dlm::queue::{
-    Backoff, Enqueued, Lease, Nacked, NewTask, OnDuplicate, Queue, QueueSettings, RateLimit,
-    Removed, TaskState,
+    Backoff, DependencyFailure, Enqueued, Lease, Nacked, NewTask, OnDuplicate, Queue,
+    QueueSettings, RateLimit, Removed, TaskState,
 };
 use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
@@ -124,7 +124,12 @@ struct Task {
     deps: BTreeSet<usize>,
     /// Blocked: it asked to be due in an hour.
     later: bool,
+    /// Blocked: a dependency's death counts as done (`DependencyFailure::Ignore`).
+    ignore: bool,
     progress: Option<u8>,
+    /// In flight: a replacement (`OnDuplicate::Replace`) held until this
+    /// run settles: whether it is due in an hour, and when it was enqueued.
+    held: Option<(bool, u64)>,
 }
 
 impl Task {
@@ -152,6 +157,7 @@ enum Expect {
     Added,
     /// Kept: `true` when it is in flight (no due time).
     Kept(bool),
+    Replaced,
     Blocked,
     DependencyDied,
     Claimed(Vec<Claimed>),
@@ -224,69 +230,61 @@ impl Default for Model {
     }
 }
 
+/// An enqueue of one task through the main handle.
+#[derive(Debug, Clone)]
+struct Push {
+    id: usize,
+    later: bool,
+    prio: u16,
+    group: Option<usize>,
+    payload: Option<u8>,
+    deps: Vec<usize>,
+    /// `OnDuplicate::Replace` (else `Keep`).
+    replace: bool,
+    /// `DependencyFailure::Ignore` (else `Fail`).
+    ignore: bool,
+}
+
+impl Push {
+    fn plain(id: usize) -> Self {
+        Push {
+            id,
+            later: false,
+            prio: 0,
+            group: None,
+            payload: None,
+            deps: Vec::new(),
+            replace: false,
+            ignore: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Op {
-    Push {
-        id: usize,
-        later: bool,
-        prio: u16,
-        group: Option<usize>,
-        payload: Option<u8>,
-        deps: Vec<usize>,
-    },
-    Claim {
-        count: usize,
-        short: bool,
-    },
-    Ack {
-        handle: usize,
-        result: Option<u8>,
-    },
-    Nack {
-        handle: usize,
-        later: bool,
-    },
-    Extend {
-        handle: usize,
-        short: bool,
-    },
-    Progress {
-        handle: usize,
-        pct: u8,
-    },
+    Push(Push),
+    Claim { count: usize, short: bool },
+    Ack { handle: usize, result: Option<u8> },
+    Nack { handle: usize, later: bool },
+    Extend { handle: usize, short: bool },
+    Progress { handle: usize, pct: u8 },
+    Abandon { handle: usize },
     Pause,
     Resume,
-    Top {
-        count: usize,
-    },
-    Pop {
-        count: usize,
-    },
-    RemoveIfScore {
-        id: usize,
-        stale: bool,
-    },
+    Top { count: usize },
+    Pop { count: usize },
+    RemoveIfScore { id: usize, stale: bool },
     Dead,
-    RetryDead {
-        id: Option<usize>,
-    },
+    RetryDead { id: Option<usize> },
     PurgeDead,
     GroupLimit(Option<u32>),
     Rate(Option<u32>),
     Events(bool),
     KeepResults(bool),
-    NarrowPush {
-        id: usize,
-    },
-    NarrowClaim {
-        count: usize,
-    },
-    Inspect {
-        id: usize,
-    },
-    Result {
-        id: usize,
-    },
+    NarrowPush { id: usize },
+    NarrowClaim { count: usize },
+    Inspect { id: usize },
+    Result { id: usize },
 }
 
 impl Model {
@@ -375,7 +373,17 @@ impl Model {
             .map(|(k, _)| *k)
             .collect();
         for k in kids {
-            self.die(k);
+            if self.tasks[&k].ignore {
+                // The dead dependency counts as done.
+                let t = self.task(k);
+                t.deps.remove(&i);
+                if t.deps.is_empty() {
+                    t.st = if t.later { St::Delayed } else { St::Due };
+                    t.time = now;
+                }
+            } else {
+                self.die(k);
+            }
         }
     }
 
@@ -389,50 +397,89 @@ impl Model {
         }
     }
 
-    fn push(
-        &mut self,
-        i: usize,
-        later: bool,
-        prio: u16,
-        group: Option<usize>,
-        payload: Option<u8>,
-        deps: &[usize],
-    ) -> Expect {
-        if let Some(t) = self.tasks.get(&i)
+    fn push(&mut self, p: &Push) -> Expect {
+        let now = self.clock;
+        if let Some(t) = self.tasks.get(&p.id)
             && t.alive()
         {
-            return Expect::Kept(t.st == St::InFlight);
+            if !p.replace || !p.deps.is_empty() || t.st == St::Blocked {
+                return Expect::Kept(t.st == St::InFlight && t.held.is_none());
+            }
+            let t = self.task(p.id);
+            let old = t.group;
+            (t.prio, t.group, t.payload) = (p.prio, p.group, p.payload);
+            if t.st == St::InFlight {
+                // Held until the run settles; its slot moves to the new group.
+                t.held = Some((p.later, now));
+                if old != p.group {
+                    self.free_slot(old);
+                }
+            } else {
+                t.st = if p.later { St::Delayed } else { St::Due };
+                t.time = now;
+            }
+            return Expect::Replaced;
         }
-        let dead_dep = deps
-            .iter()
-            .any(|d| self.tasks.get(d).is_some_and(|t| t.st == St::Dead));
+        let dead = |d: &usize| self.tasks.get(d).is_some_and(|t| t.st == St::Dead);
+        let doomed = !p.ignore && p.deps.iter().any(dead);
+        let waits: BTreeSet<usize> = p.deps.iter().copied().filter(|d| !dead(d)).collect();
         let mut task = Task {
-            st: if later { St::Delayed } else { St::Due },
-            time: self.clock,
-            prio,
-            group,
-            payload,
+            st: if p.later { St::Delayed } else { St::Due },
+            time: now,
+            prio: p.prio,
+            group: p.group,
+            payload: p.payload,
             attempts: 0,
             lease: None,
             expired: false,
             deps: BTreeSet::new(),
-            later,
+            later: p.later,
+            ignore: p.ignore,
             progress: None,
+            held: None,
         };
-        if dead_dep {
+        if doomed {
             task.st = St::Dead;
-            self.tasks.insert(i, task);
+            self.tasks.insert(p.id, task);
             self.failed += 1;
             return Expect::DependencyDied;
         }
-        if !deps.is_empty() {
+        if !waits.is_empty() {
             task.st = St::Blocked;
-            task.deps = deps.iter().copied().collect();
-            self.tasks.insert(i, task);
+            task.deps = waits;
+            self.tasks.insert(p.id, task);
             return Expect::Blocked;
         }
-        self.tasks.insert(i, task);
+        self.tasks.insert(p.id, task);
         Expect::Added
+    }
+
+    /// The run of in-flight task `i` settled (it is out of flight now): a
+    /// held replacement comes due at its own time. Whether there was one.
+    fn unhold(&mut self, i: usize) -> bool {
+        let t = self.task(i);
+        let Some((later, time)) = t.held.take() else {
+            return false;
+        };
+        t.st = if later { St::Delayed } else { St::Due };
+        t.time = time;
+        true
+    }
+
+    /// A lease given back (abandon): due again now, the attempt not counted.
+    fn abandon(&mut self, handle: usize) -> Expect {
+        let Ok(i) = self.lease_of(handle) else {
+            // Abandon does not tell a taken lease from an expired one.
+            return Expect::Lease(Err(false));
+        };
+        let now = self.clock;
+        let t = self.task(i);
+        (t.st, t.time, t.lease, t.expired, t.progress) = (St::Due, now, None, false, None);
+        t.attempts = t.attempts.saturating_sub(1);
+        let group = t.group;
+        self.free_slot(group);
+        self.unhold(i);
+        Expect::Lease(Ok(()))
     }
 
     fn claim(&mut self, count: usize, short: bool, narrow: bool) -> Expect {
@@ -462,6 +509,9 @@ impl Model {
         }
         let now = self.clock;
         for &i in &expired {
+            if self.unhold(i) {
+                continue;
+            }
             if self.tasks[&i].attempts >= max_attempts {
                 self.die(i);
             } else {
@@ -515,10 +565,17 @@ impl Model {
             Ok(i) => i,
             Err(taken) => return Expect::Lease(Err(taken)),
         };
-        let group = self.tasks[&i].group;
-        self.tasks.remove(&i);
+        let t = self.task(i);
+        (t.st, t.lease, t.expired, t.progress) = (St::Due, None, false, None);
+        let group = t.group;
         self.processed += 1;
         self.free_slot(group);
+        // A replacement held while this run went on runs next: the task
+        // stays (and its dependents wait for that run).
+        let again = self.unhold(i);
+        if !again {
+            self.tasks.remove(&i);
+        }
         match result {
             Some(r) if self.keep_results => {
                 self.results.insert(i, result_bytes(r));
@@ -527,7 +584,9 @@ impl Model {
                 self.results.remove(&i);
             }
         }
-        self.complete(i);
+        if !again {
+            self.complete(i);
+        }
         Expect::Lease(Ok(()))
     }
 
@@ -542,8 +601,10 @@ impl Model {
         t.expired = false;
         t.st = if later { St::Delayed } else { St::Due };
         t.time = now;
-        let (group, dead) = (t.group, t.attempts >= MAX_ATTEMPTS);
+        let (group, last) = (t.group, t.attempts >= MAX_ATTEMPTS);
         self.free_slot(group);
+        // A held replacement runs instead of a retry (or a death).
+        let dead = !self.unhold(i) && last;
         if dead {
             self.die(i);
         }
@@ -607,18 +668,24 @@ impl ReferenceStateMachine for QueueModel {
             select(vec![None, None, Some(0usize), Some(1)]),
             prop::option::of(0u8..4),
             deps,
+            prop::bool::weighted(0.3),
+            prop::bool::weighted(0.3),
         )
-            .prop_map(|(id, later, prio, group, payload, mut deps)| {
-                deps.retain(|d| *d != id);
-                Op::Push {
-                    id,
-                    later,
-                    prio,
-                    group,
-                    payload,
-                    deps,
-                }
-            })
+            .prop_map(
+                |(id, later, prio, group, payload, mut deps, replace, ignore)| {
+                    deps.retain(|d| *d != id);
+                    Op::Push(Push {
+                        id,
+                        later,
+                        prio,
+                        group,
+                        payload,
+                        deps,
+                        replace,
+                        ignore,
+                    })
+                },
+            )
             .boxed();
         let mut ops: Vec<(u32, BoxedStrategy<Op>)> = vec![
             (12, push),
@@ -699,6 +766,12 @@ impl ReferenceStateMachine for QueueModel {
             };
             let r = result.clone();
             ops.push((
+                2,
+                any.clone()
+                    .prop_map(|handle| Op::Abandon { handle })
+                    .boxed(),
+            ));
+            ops.push((
                 10,
                 handle
                     .prop_flat_map(move |h| (Just(h), r(h)))
@@ -737,9 +810,11 @@ impl ReferenceStateMachine for QueueModel {
     fn preconditions(state: &Model, op: &Op) -> bool {
         let main_handle = |h: &usize| state.handles.get(*h).is_some_and(|h| !h.narrow);
         match op {
-            Op::Push { id, deps, .. } => {
-                deps.iter().all(|d| d != id && state.tasks.contains_key(d))
-            }
+            Op::Push(p) => p
+                .deps
+                .iter()
+                .all(|d| *d != p.id && state.tasks.contains_key(d)),
+            Op::Abandon { handle } => *handle < state.handles.len(),
             Op::Ack { handle, result } => state
                 .handles
                 .get(*handle)
@@ -754,15 +829,9 @@ impl ReferenceStateMachine for QueueModel {
     fn apply(mut state: Model, op: &Op) -> Model {
         state.clock += 1;
         state.expect = match op {
-            Op::Push {
-                id,
-                later,
-                prio,
-                group,
-                payload,
-                deps,
-            } => state.push(*id, *later, *prio, *group, *payload, deps),
-            Op::NarrowPush { id } => state.push(*id, false, 0, None, None, &[]),
+            Op::Push(p) => state.push(p),
+            Op::NarrowPush { id } => state.push(&Push::plain(*id)),
+            Op::Abandon { handle } => state.abandon(*handle),
             Op::Claim { count, short } => state.claim(*count, *short, false),
             Op::NarrowClaim { count } => state.claim(*count, false, true),
             Op::Ack { handle, result } => state.ack(*handle, *result),
@@ -803,14 +872,20 @@ impl ReferenceStateMachine for QueueModel {
                 Expect::Entries(out)
             }
             Op::RemoveIfScore { id, stale } => {
-                let waits = state
-                    .tasks
-                    .get(id)
-                    .is_some_and(|t| matches!(t.st, St::Due | St::Parked | St::Delayed));
-                Expect::Removed(if !waits {
+                let (waits, held) = state.tasks.get(id).map_or((false, false), |t| {
+                    (
+                        matches!(t.st, St::Due | St::Parked | St::Delayed),
+                        t.held.is_some(),
+                    )
+                });
+                Expect::Removed(if !waits && !held {
                     Removal::NotPresent
                 } else if *stale {
                     Removal::ScoreChanged
+                } else if held {
+                    // A held replacement goes; the run in flight goes on.
+                    state.task(*id).held = None;
+                    Removal::Removed
                 } else {
                     state.take_out(*id);
                     Removal::Removed
@@ -896,6 +971,9 @@ struct Sut {
     narrow: Queue,
     leases: Vec<Lease>,
     last_fence: u64,
+    /// The due time enqueue last reported for each task (the only place a
+    /// replacement held behind a run in flight shows it).
+    dues: BTreeMap<usize, u64>,
 }
 
 fn lease_lost(r: dlm::Result<()>) -> Result<Result<(), bool>, String> {
@@ -955,19 +1033,25 @@ impl Sut {
         Ok(())
     }
 
+    fn remember_due(&mut self, i: usize, r: &[Enqueued]) {
+        if let [Enqueued::Added(due) | Enqueued::Replaced(due)] = r {
+            self.dues.insert(i, *due);
+        }
+    }
+
     /// The due time of waiting task `i`, wherever it waits (parked tasks
-    /// show theirs only in `top`); 1 when it does not wait.
+    /// show theirs only in `top`, held replacements only in enqueue's
+    /// reply); 1 when it does not wait.
     async fn score_of(&self, i: usize) -> dlm::Result<u64> {
         let name = id(i);
         if let Some(e) = self.main.top(ALL).await?.into_iter().find(|e| e.id == name) {
             return Ok(e.score);
         }
-        Ok(self
-            .main
-            .task(&name)
-            .await?
-            .and_then(|d| d.score)
-            .unwrap_or(1))
+        Ok(match self.main.task(&name).await? {
+            Some(d) if d.state == TaskState::InFlight => self.dues.get(&i).copied().unwrap_or(1),
+            Some(d) => d.score.unwrap_or(1),
+            None => 1,
+        })
     }
 
     fn step(&mut self, model: &Model, op: &Op) -> Result<(), String> {
@@ -981,35 +1065,38 @@ impl Sut {
     async fn step_async(&mut self, model: &Model, op: &Op) -> Result<(), String> {
         let expect = model.expect.clone();
         match op {
-            Op::Push {
-                id: i,
-                later,
-                prio,
-                group,
-                payload: p,
-                deps,
-            } => {
-                let mut t = NewTask::new(id(*i)).priority(*prio);
-                if let Some(g) = group {
-                    t = t.group(GROUPS[*g]);
+            Op::Push(p) => {
+                let mut t = NewTask::new(id(p.id)).priority(p.prio);
+                if let Some(g) = p.group {
+                    t = t.group(GROUPS[g]);
                 }
-                if let Some(p) = p {
-                    t = t.payload(payload(*p));
+                if let Some(n) = p.payload {
+                    t = t.payload(payload(n));
                 }
-                if !deps.is_empty() {
-                    t = t.after(deps.iter().map(|d| id(*d)));
+                if !p.deps.is_empty() {
+                    t = t.after(p.deps.iter().map(|d| id(*d)));
                 }
-                let delay = if *later { LATER } else { Duration::ZERO };
-                let r = self
-                    .main
-                    .enqueue([t], delay, OnDuplicate::Keep)
-                    .await
-                    .map_err(e)?;
+                if p.ignore {
+                    t = t.on_dependency_failure(DependencyFailure::Ignore);
+                }
+                let delay = if p.later { LATER } else { Duration::ZERO };
+                let mode = if p.replace {
+                    OnDuplicate::Replace
+                } else {
+                    OnDuplicate::Keep
+                };
+                let r = self.main.enqueue([t], delay, mode).await.map_err(e)?;
+                self.remember_due(p.id, &r);
                 check_eq("enqueue", enqueued(&r)?, expect)
             }
             Op::NarrowPush { id: i } => {
                 let r = self.narrow.push(id(*i)).await.map_err(e)?;
+                self.remember_due(*i, &[r]);
                 check_eq("narrow push", enqueued(&[r])?, expect)
+            }
+            Op::Abandon { handle } => {
+                let r = lease_lost(self.leases[*handle].clone().abandon().await)?;
+                check_eq("abandon", Expect::Lease(r), expect)
             }
             Op::Claim { count, short } => {
                 let lease = if *short { SHORT_LEASE } else { LONG_LEASE };
@@ -1176,7 +1263,8 @@ impl Sut {
             );
             let predicted = (
                 count(&|t| matches!(t.st, St::Due | St::Parked)),
-                count(&|t| t.st == St::Delayed),
+                // A held replacement counts as delayed.
+                count(&|t| t.st == St::Delayed || t.held.is_some()),
                 count(&|t| t.st == St::InFlight),
                 count(&|t| t.st == St::Dead),
                 count(&|t| t.st == St::Blocked),
@@ -1221,6 +1309,7 @@ fn enqueued(r: &[Enqueued]) -> Result<Expect, String> {
     match r {
         [Enqueued::Added(_)] => Ok(Expect::Added),
         [Enqueued::Kept(due)] => Ok(Expect::Kept(due.is_none())),
+        [Enqueued::Replaced(_)] => Ok(Expect::Replaced),
         [Enqueued::Blocked(_)] => Ok(Expect::Blocked),
         [Enqueued::DependencyDied(_)] => Ok(Expect::DependencyDied),
         other => Err(format!("unexpected enqueue reply {other:?}")),
@@ -1254,6 +1343,7 @@ fn queue_matches_its_model() {
                 narrow: second.queue(name),
                 leases: Vec::new(),
                 last_fence: 0,
+                dues: BTreeMap::new(),
             })
         },
         |sut, model, op| sut.step(model, op),
