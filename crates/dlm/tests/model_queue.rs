@@ -126,6 +126,9 @@ struct Task {
     later: bool,
     /// Blocked: a dependency's death counts as done (`DependencyFailure::Ignore`).
     ignore: bool,
+    /// Enqueued with dependencies (and not dead since): its completion is
+    /// remembered.
+    had_deps: bool,
     progress: Option<u8>,
     /// In flight: a replacement (`OnDuplicate::Replace`) held until this
     /// run settles: whether it is due in an hour, and when it was enqueued.
@@ -160,6 +163,7 @@ enum Expect {
     Replaced,
     Blocked,
     DependencyDied,
+    Batch(Vec<Expect>),
     Claimed(Vec<Claimed>),
     /// Accepted, or refused with whether another lease holds the task.
     Lease(Result<(), bool>),
@@ -198,6 +202,9 @@ struct Model {
     handles: Vec<Handle>,
     /// Results kept, by task.
     results: BTreeMap<usize, Vec<u8>>,
+    /// Tasks whose completion is remembered (with a result, or as a part
+    /// of dependencies) for an hour: a new task may depend on them.
+    remembered: BTreeSet<usize>,
     paused: bool,
     group_limit: Option<u32>,
     rate: Option<u32>,
@@ -217,6 +224,7 @@ impl Default for Model {
             tasks: BTreeMap::new(),
             handles: Vec::new(),
             results: BTreeMap::new(),
+            remembered: BTreeSet::new(),
             paused: false,
             group_limit: None,
             rate: None,
@@ -263,28 +271,65 @@ impl Push {
 #[derive(Debug, Clone)]
 enum Op {
     Push(Push),
-    Claim { count: usize, short: bool },
-    Ack { handle: usize, result: Option<u8> },
-    Nack { handle: usize, later: bool },
-    Extend { handle: usize, short: bool },
-    Progress { handle: usize, pct: u8 },
-    Abandon { handle: usize },
+    /// Two tasks in one enqueue call (one delay, one duplicate mode; the
+    /// second may depend on the first).
+    PushTwo(Push, Push),
+    Claim {
+        count: usize,
+        short: bool,
+    },
+    Ack {
+        handle: usize,
+        result: Option<u8>,
+    },
+    Nack {
+        handle: usize,
+        later: bool,
+    },
+    Extend {
+        handle: usize,
+        short: bool,
+    },
+    Progress {
+        handle: usize,
+        pct: u8,
+    },
+    Abandon {
+        handle: usize,
+    },
     Pause,
     Resume,
-    Top { count: usize },
-    Pop { count: usize },
-    RemoveIfScore { id: usize, stale: bool },
+    Top {
+        count: usize,
+    },
+    Pop {
+        count: usize,
+    },
+    RemoveIfScore {
+        id: usize,
+        stale: bool,
+    },
     Dead,
-    RetryDead { id: Option<usize> },
+    RetryDead {
+        id: Option<usize>,
+    },
     PurgeDead,
     GroupLimit(Option<u32>),
     Rate(Option<u32>),
     Events(bool),
     KeepResults(bool),
-    NarrowPush { id: usize },
-    NarrowClaim { count: usize },
-    Inspect { id: usize },
-    Result { id: usize },
+    NarrowPush {
+        id: usize,
+    },
+    NarrowClaim {
+        count: usize,
+    },
+    Inspect {
+        id: usize,
+    },
+    Result {
+        id: usize,
+    },
 }
 
 impl Model {
@@ -339,14 +384,26 @@ impl Model {
         }
     }
 
+    /// An id a dependency may name: a task there, or a remembered completion.
+    fn known(&self, i: usize) -> bool {
+        self.tasks.contains_key(&i) || self.remembered.contains(&i)
+    }
+
     fn task(&mut self, i: usize) -> &mut Task {
         self.tasks.get_mut(&i).expect("a task of the model")
     }
 
     /// Task `i` is done (acked, popped, removed): its dependents each have
     /// one dependency fewer; the last one releases them.
-    fn complete(&mut self, i: usize) {
+    fn complete(&mut self, i: usize, had_deps: bool) {
         let now = self.clock;
+        let has_kids = self
+            .tasks
+            .values()
+            .any(|t| t.st == St::Blocked && t.deps.contains(&i));
+        if had_deps || has_kids {
+            self.remembered.insert(i);
+        }
         for t in self.tasks.values_mut() {
             if t.st == St::Blocked && t.deps.remove(&i) && t.deps.is_empty() {
                 t.st = if t.later { St::Delayed } else { St::Due };
@@ -365,7 +422,14 @@ impl Model {
         t.expired = false;
         t.progress = None;
         t.deps.clear();
+        t.had_deps = false;
         self.failed += 1;
+        self.dependents_fail(i);
+    }
+
+    /// Task `i` died: each blocked dependent follows its policy.
+    fn dependents_fail(&mut self, i: usize) {
+        let now = self.clock;
         let kids: Vec<usize> = self
             .tasks
             .iter()
@@ -397,7 +461,9 @@ impl Model {
         }
     }
 
-    fn push(&mut self, p: &Push) -> Expect {
+    /// Enqueue `p`; `batch`: the ids of the same call (a dependency on one
+    /// of them is waited for, whatever state it is in now).
+    fn push(&mut self, p: &Push, batch: &[usize]) -> Expect {
         let now = self.clock;
         if let Some(t) = self.tasks.get(&p.id)
             && t.alive()
@@ -420,9 +486,16 @@ impl Model {
             }
             return Expect::Replaced;
         }
-        let dead = |d: &usize| self.tasks.get(d).is_some_and(|t| t.st == St::Dead);
+        let dead =
+            |d: &usize| !batch.contains(d) && self.tasks.get(d).is_some_and(|t| t.st == St::Dead);
         let doomed = !p.ignore && p.deps.iter().any(dead);
-        let waits: BTreeSet<usize> = p.deps.iter().copied().filter(|d| !dead(d)).collect();
+        // Waited for: in this call, or alive; a remembered completion counts as done.
+        let waits: BTreeSet<usize> = p
+            .deps
+            .iter()
+            .copied()
+            .filter(|d| batch.contains(d) || self.tasks.get(d).is_some_and(Task::alive))
+            .collect();
         let mut task = Task {
             st: if p.later { St::Delayed } else { St::Due },
             time: now,
@@ -435,6 +508,7 @@ impl Model {
             deps: BTreeSet::new(),
             later: p.later,
             ignore: p.ignore,
+            had_deps: !p.deps.is_empty() && !doomed,
             progress: None,
             held: None,
         };
@@ -573,19 +647,21 @@ impl Model {
         // A replacement held while this run went on runs next: the task
         // stays (and its dependents wait for that run).
         let again = self.unhold(i);
+        let had_deps = self.tasks[&i].had_deps;
         if !again {
             self.tasks.remove(&i);
         }
         match result {
             Some(r) if self.keep_results => {
                 self.results.insert(i, result_bytes(r));
+                self.remembered.insert(i);
             }
             _ => {
                 self.results.remove(&i);
             }
         }
         if !again {
-            self.complete(i);
+            self.complete(i, had_deps);
         }
         Expect::Lease(Ok(()))
     }
@@ -613,8 +689,8 @@ impl Model {
 
     /// Take due tasks out (pop, remove_if_score): each is done.
     fn take_out(&mut self, i: usize) {
-        self.tasks.remove(&i);
-        self.complete(i);
+        let had_deps = self.tasks.remove(&i).is_some_and(|t| t.had_deps);
+        self.complete(i, had_deps);
     }
 
     fn retry(&mut self, i: usize) {
@@ -650,7 +726,14 @@ impl ReferenceStateMachine for QueueModel {
     }
 
     fn transitions(state: &Model) -> BoxedStrategy<Op> {
-        let known: Vec<usize> = state.tasks.keys().copied().collect();
+        let known: Vec<usize> = state
+            .tasks
+            .keys()
+            .chain(&state.remembered)
+            .copied()
+            .collect::<BTreeSet<usize>>()
+            .into_iter()
+            .collect();
         let most = known.len().min(2);
         let deps = if known.is_empty() {
             Just(Vec::new()).boxed()
@@ -687,8 +770,26 @@ impl ReferenceStateMachine for QueueModel {
                 },
             )
             .boxed();
+        let two = (push.clone(), push.clone(), prop::bool::weighted(0.5))
+            .prop_filter_map("two ids", |(a, b, after)| {
+                let (Op::Push(mut a), Op::Push(mut b)) = (a, b) else {
+                    return None;
+                };
+                if a.id == b.id {
+                    return None;
+                }
+                (b.later, b.replace) = (a.later, a.replace);
+                a.deps.retain(|d| *d != b.id);
+                b.deps.retain(|d| *d != a.id);
+                if after {
+                    b.deps.push(a.id);
+                }
+                Some(Op::PushTwo(a, b))
+            })
+            .boxed();
         let mut ops: Vec<(u32, BoxedStrategy<Op>)> = vec![
             (12, push),
+            (3, two),
             (
                 8,
                 (1usize..=3, prop::bool::weighted(0.1))
@@ -810,10 +911,18 @@ impl ReferenceStateMachine for QueueModel {
     fn preconditions(state: &Model, op: &Op) -> bool {
         let main_handle = |h: &usize| state.handles.get(*h).is_some_and(|h| !h.narrow);
         match op {
-            Op::Push(p) => p
-                .deps
-                .iter()
-                .all(|d| *d != p.id && state.tasks.contains_key(d)),
+            Op::Push(p) => p.deps.iter().all(|d| *d != p.id && state.known(*d)),
+            // The second may depend on the first, not the other way (a cycle).
+            Op::PushTwo(a, b) => {
+                a.id != b.id
+                    && (a.later, a.replace) == (b.later, b.replace)
+                    && a.deps
+                        .iter()
+                        .all(|d| *d != a.id && *d != b.id && state.known(*d))
+                    && b.deps
+                        .iter()
+                        .all(|d| *d != b.id && (*d == a.id || state.known(*d)))
+            }
             Op::Abandon { handle } => *handle < state.handles.len(),
             Op::Ack { handle, result } => state
                 .handles
@@ -829,8 +938,20 @@ impl ReferenceStateMachine for QueueModel {
     fn apply(mut state: Model, op: &Op) -> Model {
         state.clock += 1;
         state.expect = match op {
-            Op::Push(p) => state.push(p),
-            Op::NarrowPush { id } => state.push(&Push::plain(*id)),
+            Op::Push(p) => state.push(p, &[]),
+            Op::PushTwo(a, b) => {
+                let batch = [a.id, b.id];
+                let out = vec![state.push(a, &batch), state.push(b, &batch)];
+                // Tasks written dead (a dependency had died): their
+                // dependents of the same call follow.
+                for (p, r) in [a, b].iter().zip(&out) {
+                    if *r == Expect::DependencyDied {
+                        state.dependents_fail(p.id);
+                    }
+                }
+                Expect::Batch(out)
+            }
+            Op::NarrowPush { id } => state.push(&Push::plain(*id), &[]),
             Op::Abandon { handle } => state.abandon(*handle),
             Op::Claim { count, short } => state.claim(*count, *short, false),
             Op::NarrowClaim { count } => state.claim(*count, false, true),
@@ -1033,6 +1154,37 @@ impl Sut {
         Ok(())
     }
 
+    /// Enqueue `ps` in one call (the first one's delay and duplicate mode).
+    async fn enqueue(&mut self, ps: &[&Push]) -> Result<Vec<Enqueued>, String> {
+        let tasks = ps.iter().map(|p| {
+            let mut t = NewTask::new(id(p.id)).priority(p.prio);
+            if let Some(g) = p.group {
+                t = t.group(GROUPS[g]);
+            }
+            if let Some(n) = p.payload {
+                t = t.payload(payload(n));
+            }
+            if !p.deps.is_empty() {
+                t = t.after(p.deps.iter().map(|d| id(*d)));
+            }
+            if p.ignore {
+                t = t.on_dependency_failure(DependencyFailure::Ignore);
+            }
+            t
+        });
+        let delay = if ps[0].later { LATER } else { Duration::ZERO };
+        let mode = if ps[0].replace {
+            OnDuplicate::Replace
+        } else {
+            OnDuplicate::Keep
+        };
+        let r = self.main.enqueue(tasks, delay, mode).await.map_err(e)?;
+        for (p, x) in ps.iter().zip(&r) {
+            self.remember_due(p.id, std::slice::from_ref(x));
+        }
+        Ok(r)
+    }
+
     fn remember_due(&mut self, i: usize, r: &[Enqueued]) {
         if let [Enqueued::Added(due) | Enqueued::Replaced(due)] = r {
             self.dues.insert(i, *due);
@@ -1066,28 +1218,16 @@ impl Sut {
         let expect = model.expect.clone();
         match op {
             Op::Push(p) => {
-                let mut t = NewTask::new(id(p.id)).priority(p.prio);
-                if let Some(g) = p.group {
-                    t = t.group(GROUPS[g]);
-                }
-                if let Some(n) = p.payload {
-                    t = t.payload(payload(n));
-                }
-                if !p.deps.is_empty() {
-                    t = t.after(p.deps.iter().map(|d| id(*d)));
-                }
-                if p.ignore {
-                    t = t.on_dependency_failure(DependencyFailure::Ignore);
-                }
-                let delay = if p.later { LATER } else { Duration::ZERO };
-                let mode = if p.replace {
-                    OnDuplicate::Replace
-                } else {
-                    OnDuplicate::Keep
-                };
-                let r = self.main.enqueue([t], delay, mode).await.map_err(e)?;
-                self.remember_due(p.id, &r);
+                let r = self.enqueue(&[p]).await?;
                 check_eq("enqueue", enqueued(&r)?, expect)
+            }
+            Op::PushTwo(a, b) => {
+                let r = self.enqueue(&[a, b]).await?;
+                let got = r
+                    .iter()
+                    .map(|x| enqueued(std::slice::from_ref(x)))
+                    .collect::<Result<_, _>>()?;
+                check_eq("enqueue of two", Expect::Batch(got), expect)
             }
             Op::NarrowPush { id: i } => {
                 let r = self.narrow.push(id(*i)).await.map_err(e)?;
