@@ -70,6 +70,9 @@ const IDS: usize = 8;
 const GROUPS: [&str; 2] = ["ga", "gb"];
 /// The main handle's `max_attempts`: the second failed attempt kills.
 const MAX_ATTEMPTS: u32 = 2;
+/// The `max_attempts` of a second handle of the main client: every
+/// failure of a task it claimed kills.
+const FRAGILE_MAX_ATTEMPTS: u32 = 1;
 /// The narrow handle's (the default).
 const NARROW_MAX_ATTEMPTS: u32 = 5;
 const LONG_LEASE: Duration = Duration::from_secs(60);
@@ -147,6 +150,8 @@ struct Handle {
     task: usize,
     /// Claimed through the narrow client's handle.
     narrow: bool,
+    /// The `max_attempts` of the handle that claimed it (its nack's).
+    max_attempts: u32,
 }
 
 /// One claimed task as predicted: id, attempt, priority, group, payload.
@@ -277,6 +282,8 @@ enum Op {
     Claim {
         count: usize,
         short: bool,
+        /// Through the main client's handle with `max_attempts(1)`.
+        fragile: bool,
     },
     Ack {
         handle: usize,
@@ -556,12 +563,10 @@ impl Model {
         Expect::Lease(Ok(()))
     }
 
-    fn claim(&mut self, count: usize, short: bool, narrow: bool) -> Expect {
-        let max_attempts = if narrow {
-            NARROW_MAX_ATTEMPTS
-        } else {
-            MAX_ATTEMPTS
-        };
+    /// A claim through the handle with `max_attempts` (the narrow one's is
+    /// NARROW_MAX_ATTEMPTS).
+    fn claim(&mut self, count: usize, short: bool, max_attempts: u32) -> Expect {
+        let narrow = max_attempts == NARROW_MAX_ATTEMPTS;
         // Expired leases come back first (or die on their last attempt).
         let expired: Vec<usize> = self
             .tasks
@@ -619,7 +624,11 @@ impl Model {
         let mut out = Vec::new();
         for i in taken {
             let handle = self.handles.len();
-            self.handles.push(Handle { task: i, narrow });
+            self.handles.push(Handle {
+                task: i,
+                narrow,
+                max_attempts,
+            });
             let t = self.task(i);
             t.st = St::InFlight;
             t.attempts += 1;
@@ -671,13 +680,13 @@ impl Model {
             Ok(i) => i,
             Err(taken) => return Expect::Nacked(Err(taken)),
         };
-        let now = self.clock;
+        let (now, most) = (self.clock, self.handles[handle].max_attempts);
         let t = self.task(i);
         t.lease = None;
         t.expired = false;
         t.st = if later { St::Delayed } else { St::Due };
         t.time = now;
-        let (group, last) = (t.group, t.attempts >= MAX_ATTEMPTS);
+        let (group, last) = (t.group, t.attempts >= most);
         self.free_slot(group);
         // A held replacement runs instead of a retry (or a death).
         let dead = !self.unhold(i) && last;
@@ -739,7 +748,7 @@ impl ReferenceStateMachine for QueueModel {
             Just(Vec::new()).boxed()
         } else {
             prop_oneof![
-                3 => Just(Vec::new()),
+                4 => Just(Vec::new()),
                 1 => subsequence(known, 1..=most),
             ]
             .boxed()
@@ -748,7 +757,7 @@ impl ReferenceStateMachine for QueueModel {
             0..IDS,
             prop::bool::weighted(0.2),
             select(vec![0u16, 0, 0, 1, 5]),
-            select(vec![None, None, Some(0usize), Some(1)]),
+            select(vec![None, Some(0usize), Some(1)]),
             prop::option::of(0u8..4),
             deps,
             prop::bool::weighted(0.3),
@@ -792,12 +801,19 @@ impl ReferenceStateMachine for QueueModel {
             (3, two),
             (
                 8,
-                (1usize..=3, prop::bool::weighted(0.1))
-                    .prop_map(|(count, short)| Op::Claim { count, short })
+                (
+                    1usize..=3,
+                    (prop::bool::weighted(0.1), prop::bool::weighted(0.25)),
+                )
+                    .prop_map(|(count, (short, fragile))| Op::Claim {
+                        count,
+                        short,
+                        fragile,
+                    })
                     .boxed(),
             ),
             (1, Just(Op::Pause).boxed()),
-            (2, Just(Op::Resume).boxed()),
+            (4, Just(Op::Resume).boxed()),
             (2, (1usize..=3).prop_map(|count| Op::Top { count }).boxed()),
             (1, (1usize..=2).prop_map(|count| Op::Pop { count }).boxed()),
             (
@@ -815,14 +831,14 @@ impl ReferenceStateMachine for QueueModel {
             ),
             (1, Just(Op::PurgeDead).boxed()),
             (
-                2,
-                select(vec![None, Some(1u32), Some(2)])
+                3,
+                select(vec![None, Some(1u32), Some(1), Some(2)])
                     .prop_map(Op::GroupLimit)
                     .boxed(),
             ),
             (
                 1,
-                select(vec![None, Some(2u32), Some(6)])
+                select(vec![None, None, Some(4u32), Some(10)])
                     .prop_map(Op::Rate)
                     .boxed(),
             ),
@@ -863,7 +879,7 @@ impl ReferenceStateMachine for QueueModel {
             let handle = if current.is_empty() {
                 any.clone()
             } else {
-                prop_oneof![3 => pick(current), 1 => any.clone()].boxed()
+                prop_oneof![5 => pick(current), 1 => any.clone()].boxed()
             };
             let r = result.clone();
             ops.push((
@@ -883,11 +899,11 @@ impl ReferenceStateMachine for QueueModel {
                 let main_handle = if current_main.is_empty() {
                     pick(main)
                 } else {
-                    prop_oneof![3 => pick(current_main), 1 => pick(main)].boxed()
+                    prop_oneof![5 => pick(current_main), 1 => pick(main)].boxed()
                 };
                 ops.push((
-                    5,
-                    (main_handle.clone(), prop::bool::weighted(0.3))
+                    7,
+                    (main_handle.clone(), prop::bool::weighted(0.15))
                         .prop_map(|(handle, later)| Op::Nack { handle, later })
                         .boxed(),
                 ));
@@ -953,8 +969,19 @@ impl ReferenceStateMachine for QueueModel {
             }
             Op::NarrowPush { id } => state.push(&Push::plain(*id), &[]),
             Op::Abandon { handle } => state.abandon(*handle),
-            Op::Claim { count, short } => state.claim(*count, *short, false),
-            Op::NarrowClaim { count } => state.claim(*count, false, true),
+            Op::Claim {
+                count,
+                short,
+                fragile,
+            } => {
+                let most = if *fragile {
+                    FRAGILE_MAX_ATTEMPTS
+                } else {
+                    MAX_ATTEMPTS
+                };
+                state.claim(*count, *short, most)
+            }
+            Op::NarrowClaim { count } => state.claim(*count, false, NARROW_MAX_ATTEMPTS),
             Op::Ack { handle, result } => state.ack(*handle, *result),
             Op::Nack { handle, later } => state.nack(*handle, *later),
             Op::Extend { handle, short } => match state.lease_of(*handle) {
@@ -1089,6 +1116,8 @@ impl ReferenceStateMachine for QueueModel {
 struct Sut {
     rt: tokio::runtime::Handle,
     main: Queue,
+    /// The main client's handle with `max_attempts(1)`.
+    fragile: Queue,
     narrow: Queue,
     leases: Vec<Lease>,
     last_fence: u64,
@@ -1238,9 +1267,14 @@ impl Sut {
                 let r = lease_lost(self.leases[*handle].clone().abandon().await)?;
                 check_eq("abandon", Expect::Lease(r), expect)
             }
-            Op::Claim { count, short } => {
+            Op::Claim {
+                count,
+                short,
+                fragile,
+            } => {
                 let lease = if *short { SHORT_LEASE } else { LONG_LEASE };
-                let leases = self.main.claim(*count, lease).await.map_err(e)?;
+                let queue = if *fragile { &self.fragile } else { &self.main };
+                let leases = queue.claim(*count, lease).await.map_err(e)?;
                 self.claimed(leases, model, *short)
             }
             Op::NarrowClaim { count } => {
@@ -1479,6 +1513,10 @@ fn queue_matches_its_model() {
                 main: first
                     .queue(name.clone())
                     .max_attempts(MAX_ATTEMPTS)
+                    .backoff(Backoff::new(LATER, LATER)),
+                fragile: first
+                    .queue(name.clone())
+                    .max_attempts(FRAGILE_MAX_ATTEMPTS)
                     .backoff(Backoff::new(LATER, LATER)),
                 narrow: second.queue(name),
                 leases: Vec::new(),
