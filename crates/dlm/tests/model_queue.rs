@@ -132,6 +132,8 @@ struct Task {
     /// Enqueued with dependencies (and not dead since): its completion is
     /// remembered.
     had_deps: bool,
+    /// It has a run-time limit (`NewTask::timeout`).
+    timeout: bool,
     progress: Option<u8>,
     /// In flight: a replacement (`OnDuplicate::Replace`) held until this
     /// run settles: whether it is due in an hour, and when it was enqueued.
@@ -154,8 +156,9 @@ struct Handle {
     max_attempts: u32,
 }
 
-/// One claimed task as predicted: id, attempt, priority, group, payload.
-type Claimed = (usize, u32, u16, Option<usize>, Option<u8>);
+/// One claimed task as predicted: id, attempt, priority, group, payload,
+/// whether it has a run-time limit.
+type Claimed = (usize, u32, u16, Option<usize>, Option<u8>, bool);
 
 /// What the last step should have returned.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -256,19 +259,23 @@ struct Push {
     replace: bool,
     /// `DependencyFailure::Ignore` (else `Fail`).
     ignore: bool,
+    /// A run-time limit (a minute).
+    timeout: bool,
 }
 
 impl Push {
-    fn plain(id: usize) -> Self {
+    /// A plain task, as the narrow handle pushes it.
+    fn plain(id: usize, payload: Option<u8>) -> Self {
         Push {
             id,
             later: false,
             prio: 0,
             group: None,
-            payload: None,
+            payload,
             deps: Vec::new(),
             replace: false,
             ignore: false,
+            timeout: false,
         }
     }
 }
@@ -327,6 +334,7 @@ enum Op {
     KeepResults(bool),
     NarrowPush {
         id: usize,
+        payload: Option<u8>,
     },
     NarrowClaim {
         count: usize,
@@ -480,7 +488,7 @@ impl Model {
             }
             let t = self.task(p.id);
             let old = t.group;
-            (t.prio, t.group, t.payload) = (p.prio, p.group, p.payload);
+            (t.prio, t.group, t.payload, t.timeout) = (p.prio, p.group, p.payload, p.timeout);
             if t.st == St::InFlight {
                 // Held until the run settles; its slot moves to the new group.
                 t.held = Some((p.later, now));
@@ -516,6 +524,7 @@ impl Model {
             later: p.later,
             ignore: p.ignore,
             had_deps: !p.deps.is_empty() && !doomed,
+            timeout: p.timeout,
             progress: None,
             held: None,
         };
@@ -635,7 +644,7 @@ impl Model {
             t.lease = Some(handle);
             t.expired = short;
             t.progress = None;
-            out.push((i, t.attempts, t.prio, t.group, t.payload));
+            out.push((i, t.attempts, t.prio, t.group, t.payload, t.timeout));
         }
         if self.rate.is_some() {
             self.rate_log += out.len() as u32;
@@ -760,11 +769,14 @@ impl ReferenceStateMachine for QueueModel {
             select(vec![None, Some(0usize), Some(1)]),
             prop::option::of(0u8..4),
             deps,
-            prop::bool::weighted(0.3),
-            prop::bool::weighted(0.3),
+            (
+                prop::bool::weighted(0.3),
+                prop::bool::weighted(0.3),
+                prop::bool::weighted(0.15),
+            ),
         )
             .prop_map(
-                |(id, later, prio, group, payload, mut deps, replace, ignore)| {
+                |(id, later, prio, group, payload, mut deps, (replace, ignore, timeout))| {
                     deps.retain(|d| *d != id);
                     Op::Push(Push {
                         id,
@@ -775,6 +787,7 @@ impl ReferenceStateMachine for QueueModel {
                         deps,
                         replace,
                         ignore,
+                        timeout,
                     })
                 },
             )
@@ -844,7 +857,12 @@ impl ReferenceStateMachine for QueueModel {
             ),
             (1, any::<bool>().prop_map(Op::Events).boxed()),
             (1, any::<bool>().prop_map(Op::KeepResults).boxed()),
-            (3, (0..IDS).prop_map(|id| Op::NarrowPush { id }).boxed()),
+            (
+                3,
+                (0..IDS, prop::option::of(0u8..4))
+                    .prop_map(|(id, payload)| Op::NarrowPush { id, payload })
+                    .boxed(),
+            ),
             (
                 3,
                 (1usize..=2)
@@ -967,7 +985,7 @@ impl ReferenceStateMachine for QueueModel {
                 }
                 Expect::Batch(out)
             }
-            Op::NarrowPush { id } => state.push(&Push::plain(*id), &[]),
+            Op::NarrowPush { id, payload } => state.push(&Push::plain(*id, *payload), &[]),
             Op::Abandon { handle } => state.abandon(*handle),
             Op::Claim {
                 count,
@@ -1160,7 +1178,14 @@ impl Sut {
                     .as_deref()
                     .and_then(|g| GROUPS.iter().position(|x| *x == g));
                 let payload = t.payload.as_ref().and_then(|p| p.get(1).copied());
-                (idx, t.attempt, t.priority, group, payload)
+                (
+                    idx,
+                    t.attempt,
+                    t.priority,
+                    group,
+                    payload,
+                    t.timeout.is_some(),
+                )
             })
             .collect();
         check_eq("claim", Expect::Claimed(real), model.expect.clone())?;
@@ -1198,6 +1223,9 @@ impl Sut {
             }
             if p.ignore {
                 t = t.on_dependency_failure(DependencyFailure::Ignore);
+            }
+            if p.timeout {
+                t = t.timeout(Duration::from_secs(60));
             }
             t
         });
@@ -1258,8 +1286,12 @@ impl Sut {
                     .collect::<Result<_, _>>()?;
                 check_eq("enqueue of two", Expect::Batch(got), expect)
             }
-            Op::NarrowPush { id: i } => {
-                let r = self.narrow.push(id(*i)).await.map_err(e)?;
+            Op::NarrowPush { id: i, payload: p } => {
+                let mut t = NewTask::new(id(*i));
+                if let Some(n) = p {
+                    t = t.payload(payload(*n));
+                }
+                let r = self.narrow.push(t).await.map_err(e)?;
                 self.remember_due(*i, &[r]);
                 check_eq("narrow push", enqueued(&[r])?, expect)
             }
@@ -1518,7 +1550,8 @@ fn queue_matches_its_model() {
                     .queue(name.clone())
                     .max_attempts(FRAGILE_MAX_ATTEMPTS)
                     .backoff(Backoff::new(LATER, LATER)),
-                narrow: second.queue(name),
+                // Small payloads in the compact buckets (issue 31's keys).
+                narrow: second.queue(name).compact_payloads(true),
                 leases: Vec::new(),
                 last_fence: 0,
                 dues: BTreeMap::new(),
