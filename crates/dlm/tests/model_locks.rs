@@ -49,6 +49,8 @@ mod common;
 #[path = "common/model.rs"]
 mod model;
 
+use model::{LONG, SHORT, SHORT_WAIT, check_eq, unexpected};
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -63,10 +65,6 @@ use proptest_state_machine::ReferenceStateMachine;
 
 const CLIENTS: usize = 3;
 const PERMITS: u32 = 3;
-const LONG_TTL: Duration = Duration::from_secs(60);
-const SHORT_TTL: Duration = Duration::from_millis(100);
-/// How long a step with a short TTL waits: the hold has run out after it.
-const SHORT_WAIT: Duration = Duration::from_millis(250);
 /// The wait of an acquisition that waits (it runs out when the lock is taken).
 const WAIT: Duration = Duration::from_millis(60);
 /// Cases when `PROPTEST_CASES` is not set.
@@ -355,20 +353,6 @@ fn done(r: dlm::Result<()>) -> Result<bool, String> {
     }
 }
 
-fn e(err: Error) -> String {
-    format!("unexpected error: {err}")
-}
-
-fn check_eq<T: PartialEq + std::fmt::Debug>(what: &str, real: T, model: T) -> Result<(), String> {
-    if real == model {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what}: the locks gave {real:?}, the model {model:?}"
-        ))
-    }
-}
-
 /// The system under test: the clients, this case's lock names, the guards
 /// (by hold; `None` once released) and the last fence of each lock.
 struct Sut {
@@ -428,7 +412,7 @@ impl Sut {
                 wait,
                 short,
             } => {
-                let ttl = if short { SHORT_TTL } else { LONG_TTL };
+                let ttl = if short { SHORT } else { LONG };
                 let mut opts = LockOptions::new(ttl).retry_interval(Duration::from_millis(20));
                 if wait {
                     opts = opts.wait(WAIT);
@@ -453,11 +437,11 @@ impl Sut {
                     Err(Error::Busy { .. } | Error::NoPermits { .. }) => {
                         check_eq("acquire", Expect::Granted(false), expect)
                     }
-                    Err(err) => Err(e(err)),
+                    Err(err) => Err(unexpected(err)),
                 }
             }
             Op::Extend { hold, short } => {
-                let ttl = if short { SHORT_TTL } else { LONG_TTL };
+                let ttl = if short { SHORT } else { LONG };
                 let g = self.guards[hold]
                     .as_ref()
                     .ok_or("extend of a released guard")?;
@@ -493,15 +477,27 @@ impl Sut {
         rt.block_on(async {
             let c = &self.clients[0];
             let live = |k: Kind| model.live().filter(|h| h.kind == k).count() as u64;
-            let mutex = c.lock(self.name("mutex")).status().await.map_err(e)?;
+            let mutex = c
+                .lock(self.name("mutex"))
+                .status()
+                .await
+                .map_err(unexpected)?;
             check_eq("mutex held", mutex.held, live(Kind::Mutex) > 0)?;
-            let fair = c.fair_lock(self.name("fair")).status().await.map_err(e)?;
+            let fair = c
+                .fair_lock(self.name("fair"))
+                .status()
+                .await
+                .map_err(unexpected)?;
             check_eq(
                 "fair lock (held, waiting)",
                 (fair.held, fair.waiting),
                 (live(Kind::Fair) > 0, 0),
             )?;
-            let rw = c.rwlock(self.name("rw")).status().await.map_err(e)?;
+            let rw = c
+                .rwlock(self.name("rw"))
+                .status()
+                .await
+                .map_err(unexpected)?;
             check_eq(
                 "rwlock (writer, readers, waiting writers)",
                 (rw.writer, rw.readers, rw.waiting_writers),
@@ -511,7 +507,7 @@ impl Sut {
                 .semaphore(self.name("sem"), PERMITS)
                 .status()
                 .await
-                .map_err(e)?;
+                .map_err(unexpected)?;
             let holders = model
                 .live()
                 .filter(|h| matches!(h.kind, Kind::Permits(_)))
@@ -525,7 +521,7 @@ impl Sut {
                 .election(self.name("election"))
                 .leader()
                 .await
-                .map_err(e)?
+                .map_err(unexpected)?
                 .map(|l| l.id);
             let predicted = model
                 .live()

@@ -51,6 +51,8 @@ mod common;
 #[path = "common/model.rs"]
 mod model;
 
+use model::{LONG, SHORT, SHORT_WAIT, check_eq, unexpected};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -75,10 +77,6 @@ const MAX_ATTEMPTS: u32 = 2;
 const FRAGILE_MAX_ATTEMPTS: u32 = 1;
 /// The narrow handle's (the default).
 const NARROW_MAX_ATTEMPTS: u32 = 5;
-const LONG_LEASE: Duration = Duration::from_secs(60);
-const SHORT_LEASE: Duration = Duration::from_millis(100);
-/// How long a step with a short lease waits: the lease is over after it.
-const SHORT_WAIT: Duration = Duration::from_millis(250);
 const LATER: Duration = Duration::from_secs(3600);
 /// Far more than a sequence can have: `top`, `pop` and `dead` see all.
 const ALL: usize = 64;
@@ -1152,20 +1150,6 @@ fn lease_lost(r: dlm::Result<()>) -> Result<Result<(), bool>, String> {
     }
 }
 
-fn check_eq<T: PartialEq + std::fmt::Debug>(what: &str, real: T, model: T) -> Result<(), String> {
-    if real == model {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what}: the queue gave {real:?}, the model {model:?}"
-        ))
-    }
-}
-
-fn e(err: Error) -> String {
-    format!("unexpected error: {err}")
-}
-
 impl Sut {
     fn claimed(&mut self, leases: Vec<Lease>, model: &Model, short: bool) -> Result<(), String> {
         let real: Vec<Claimed> = leases
@@ -1235,7 +1219,11 @@ impl Sut {
         } else {
             OnDuplicate::Keep
         };
-        let r = self.main.enqueue(tasks, delay, mode).await.map_err(e)?;
+        let r = self
+            .main
+            .enqueue(tasks, delay, mode)
+            .await
+            .map_err(unexpected)?;
         for (p, x) in ps.iter().zip(&r) {
             self.remember_due(p.id, std::slice::from_ref(x));
         }
@@ -1291,7 +1279,7 @@ impl Sut {
                 if let Some(n) = p {
                     t = t.payload(payload(*n));
                 }
-                let r = self.narrow.push(t).await.map_err(e)?;
+                let r = self.narrow.push(t).await.map_err(unexpected)?;
                 self.remember_due(*i, &[r]);
                 check_eq("narrow push", enqueued(&[r])?, expect)
             }
@@ -1304,13 +1292,13 @@ impl Sut {
                 short,
                 fragile,
             } => {
-                let lease = if *short { SHORT_LEASE } else { LONG_LEASE };
+                let lease = if *short { SHORT } else { LONG };
                 let queue = if *fragile { &self.fragile } else { &self.main };
-                let leases = queue.claim(*count, lease).await.map_err(e)?;
+                let leases = queue.claim(*count, lease).await.map_err(unexpected)?;
                 self.claimed(leases, model, *short)
             }
             Op::NarrowClaim { count } => {
-                let leases = self.narrow.claim(*count, LONG_LEASE).await.map_err(e)?;
+                let leases = self.narrow.claim(*count, LONG).await.map_err(unexpected)?;
                 self.claimed(leases, model, false)
             }
             Op::Ack { handle, result } => {
@@ -1331,12 +1319,12 @@ impl Sut {
                 let got = match r {
                     Ok(n) => Ok(n == Nacked::Dead),
                     Err(Error::LeaseLost { taken, .. }) => Err(taken),
-                    Err(err) => return Err(e(err)),
+                    Err(err) => return Err(unexpected(err)),
                 };
                 check_eq("nack", Expect::Nacked(got), expect)
             }
             Op::Extend { handle, short } => {
-                let lease = if *short { SHORT_LEASE } else { LONG_LEASE };
+                let lease = if *short { SHORT } else { LONG };
                 let r = lease_lost(self.leases[*handle].extend(lease).await)?;
                 if *short && r.is_ok() {
                     tokio::time::sleep(SHORT_WAIT).await;
@@ -1350,32 +1338,36 @@ impl Sut {
                     .main
                     .progress(&lease.task().id)
                     .await
-                    .map_err(e)?
+                    .map_err(unexpected)?
                     .map(|p| p.pct);
                 check_eq("progress", Expect::Progress(r, now), expect)
             }
             Op::Pause => check_eq(
                 "pause",
-                Expect::Was(self.main.pause().await.map_err(e)?),
+                Expect::Was(self.main.pause().await.map_err(unexpected)?),
                 expect,
             ),
             Op::Resume => check_eq(
                 "resume",
-                Expect::Was(self.main.resume().await.map_err(e)?),
+                Expect::Was(self.main.resume().await.map_err(unexpected)?),
                 expect,
             ),
             Op::Top { count } => {
-                let r = self.main.top(*count).await.map_err(e)?;
+                let r = self.main.top(*count).await.map_err(unexpected)?;
                 check_eq("top", entries(&r), expect)
             }
             Op::Pop { count } => {
-                let r = self.main.pop(*count).await.map_err(e)?;
+                let r = self.main.pop(*count).await.map_err(unexpected)?;
                 check_eq("pop", entries(&r), expect)
             }
             Op::RemoveIfScore { id: i, stale } => {
-                let score = self.score_of(*i).await.map_err(e)?;
+                let score = self.score_of(*i).await.map_err(unexpected)?;
                 let asked = if *stale { score + 1 } else { score };
-                let r = self.main.remove_if_score(&id(*i), asked).await.map_err(e)?;
+                let r = self
+                    .main
+                    .remove_if_score(&id(*i), asked)
+                    .await
+                    .map_err(unexpected)?;
                 let got = match r {
                     Removed::Removed => Removal::Removed,
                     Removed::ScoreChanged(now) => {
@@ -1387,19 +1379,23 @@ impl Sut {
                 check_eq("remove_if_score", Expect::Removed(got), expect)
             }
             Op::Dead => {
-                let r = self.main.dead(ALL).await.map_err(e)?;
+                let r = self.main.dead(ALL).await.map_err(unexpected)?;
                 let ids = r.iter().map(|d| index(&d.id)).collect::<Result<_, _>>()?;
                 check_eq("dead", Expect::Ids(ids), expect)
             }
             Op::RetryDead { id: i } => {
                 let name = i.map(id);
                 let ids: Option<Vec<&str>> = name.as_deref().map(|n| vec![n]);
-                let n = self.main.retry_dead(ids.as_deref()).await.map_err(e)?;
+                let n = self
+                    .main
+                    .retry_dead(ids.as_deref())
+                    .await
+                    .map_err(unexpected)?;
                 check_eq("retry_dead", Expect::Count(n), expect)
             }
             Op::PurgeDead => check_eq(
                 "purge_dead",
-                Expect::Count(self.main.purge_dead().await.map_err(e)?),
+                Expect::Count(self.main.purge_dead().await.map_err(unexpected)?),
                 expect,
             ),
             Op::GroupLimit(k) => {
@@ -1408,7 +1404,7 @@ impl Sut {
             }
             Op::Rate(n) => {
                 let rate = match n {
-                    Some(n) => Some(RateLimit::new(*n, LATER).map_err(e)?),
+                    Some(n) => Some(RateLimit::new(*n, LATER).map_err(unexpected)?),
                     None => None,
                 };
                 self.configure(QueueSettings::default().rate(rate), expect)
@@ -1425,7 +1421,7 @@ impl Sut {
                     .await
             }
             Op::Inspect { id: i } => {
-                let d = self.main.task(&id(*i)).await.map_err(e)?;
+                let d = self.main.task(&id(*i)).await.map_err(unexpected)?;
                 // A finished task may be remembered (completed) or not.
                 let got = d
                     .filter(|d| d.state != TaskState::Completed)
@@ -1433,14 +1429,14 @@ impl Sut {
                 check_eq("task", Expect::Inspect(got), expect)
             }
             Op::Result { id: i } => {
-                let r = self.main.result(&id(*i)).await.map_err(e)?;
+                let r = self.main.result(&id(*i)).await.map_err(unexpected)?;
                 check_eq("result", Expect::Result(r), expect)
             }
         }
     }
 
     async fn configure(&self, change: QueueSettings, expect: Expect) -> Result<(), String> {
-        let s = self.main.configure(&change).await.map_err(e)?;
+        let s = self.main.configure(&change).await.map_err(unexpected)?;
         let got = Expect::Settings {
             group: s.get_group_concurrency(),
             rate: s.get_rate().map(|r| r.n()),
@@ -1454,7 +1450,7 @@ impl Sut {
     fn check(&mut self, model: &Model) -> Result<(), String> {
         let rt = self.rt.clone();
         rt.block_on(async {
-            let s = self.main.stats().await.map_err(e)?;
+            let s = self.main.stats().await.map_err(unexpected)?;
             let count =
                 |f: &dyn Fn(&Task) -> bool| model.tasks.values().filter(|t| f(t)).count() as u64;
             let real = (
@@ -1483,7 +1479,7 @@ impl Sut {
                 real,
                 predicted,
             )?;
-            let report = self.main.check_invariants().await.map_err(e)?;
+            let report = self.main.check_invariants().await.map_err(unexpected)?;
             if !report.is_ok() {
                 return Err(format!("invariants broken: {report:?}"));
             }

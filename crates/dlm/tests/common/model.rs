@@ -11,10 +11,37 @@
 use std::cell::{Cell, RefCell};
 use std::fmt::Debug;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use proptest_state_machine::ReferenceStateMachine;
+
+/// A long lease or TTL: nothing runs out within a sequence.
+pub const LONG: Duration = Duration::from_secs(60);
+/// A short lease or TTL; a step that grants or extends one waits
+/// [`SHORT_WAIT`] before it ends, so the lease is over, deterministically,
+/// for the rest of the sequence (a later step cannot tell "ran out just
+/// now" from "ran out long ago", however slow the machine).
+pub const SHORT: Duration = Duration::from_millis(100);
+/// How long a step with a short lease waits before it ends.
+pub const SHORT_WAIT: Duration = Duration::from_millis(250);
+
+/// `Ok` when what the system returned equals the model's prediction, else
+/// both, for the failure's reason.
+pub fn check_eq<T: PartialEq + Debug>(what: &str, real: T, model: T) -> Result<(), String> {
+    if real == model {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what}: the system gave {real:?}, the model {model:?}"
+        ))
+    }
+}
+
+/// An error the model does not predict, as a failure's reason.
+pub fn unexpected(err: impl std::fmt::Display) -> String {
+    format!("unexpected error: {err}")
+}
 
 /// How many cases: `PROPTEST_CASES` when set (as proptest reads it), else
 /// `default`.
