@@ -3,45 +3,54 @@
 //! reference model, compared after every step; a disagreement is shrunk
 //! (by `proptest-state-machine`) to a shortest sequence that shows it.
 //!
-//! **Operations**: enqueue (due now or in an hour, with a priority, a group,
-//! a payload and dependencies, `NewTask::after`); claim (a long lease, or a
-//! short one that the step lets run out); ack (with or without a result,
-//! `ack_with`), nack (retry now, or after the queue's one-hour backoff; the
-//! queue's `max_attempts(2)` makes the second failure kill), extend (long,
-//! or short and run out), progress; pause and resume; `top`, `pop`,
-//! `remove_if_score` (with the current or a stale score); `dead`,
-//! `retry_dead` (one id or all), `purge_dead`; `configure` (group
-//! concurrency, a rate limit of n per hour, the event log on and off,
-//! results kept or not); a second client's `Queue` value on the same queue
-//! that only makes narrow calls (plain push, claim with a long lease, ack:
-//! it goes through the narrow key set while the queue does not need the
-//! wide one, and is sent wide when it does); and the readers `task`
-//! (state and attempts), `result` and `progress`.
+//! **Operations**: enqueue of one task or of two in one call (due now or in
+//! an hour; a priority, a group, a payload, a run-time limit; dependencies,
+//! `NewTask::after`, on tasks there, on completions still remembered, or on
+//! the other task of the call, failing or ignoring a dependency's death;
+//! `OnDuplicate::Keep` or `Replace`, which holds the replacement of a task
+//! in flight until its run settles); claim (a long lease, or a short one
+//! that the step lets run out) through the main handle (`max_attempts(2)`)
+//! or a second handle of the same client with `max_attempts(1)`; ack (with
+//! or without a result, `ack_with`), nack (retry now, or after the one-hour
+//! backoff), extend (long, or short and run out), progress, abandon;
+//! pause and resume; `top`, `pop`, `remove_if_score` (with the current or a
+//! stale score, also of a held replacement); `dead`, `retry_dead` (one id
+//! or all), `purge_dead`; `configure` (group concurrency, a rate limit of n
+//! per hour, the event log on and off, results kept or not, the completed
+//! history's length) and `completed`; a second
+//! client's `Queue` value on the same queue that only makes narrow calls
+//! (plain push, with small payloads in the compact buckets; claim with a
+//! long lease; ack), which go through the narrow key set while the queue
+//! does not need the wide one and are sent wide when it does; and the
+//! readers `task` (state and attempts), `result` and `progress`.
 //!
 //! **The model** ([`Model`]): each task's state (due, parked, delayed, in
-//! flight, blocked, dead; gone when it finished), its priority, group,
-//! payload, attempts, current lease, pending dependencies and progress; the
-//! results kept; the settings; the processed and failed counters. Time is a
-//! step counter: every step runs at least a millisecond after the one
-//! before, so due times (server clock) order as the steps do, and ties
-//! within one step go by id, as Redis orders equal scores. A claim takes the
-//! due tasks by priority, then due time, then id, parking the tasks of a
-//! group at its limit; slots freed by ack, nack or a returned lease bring
-//! parked tasks of the group back. A short lease (100 ms) is over when its
-//! step ends (the step waits 250 ms), so it is expired, deterministically,
-//! for the rest of the sequence: the next claim of either client returns it
-//! (or kills it on its last attempt) while until then its holder can still
+//! flight, blocked, dead; gone when it finished), priority, group, payload,
+//! time limit, attempts, current lease, held replacement, pending
+//! dependencies and progress; the results kept and the completions
+//! remembered; the settings, the rate limit's log and the completed
+//! history; the processed and failed counters. Time is a step counter: every step runs at least a
+//! millisecond after the one before, so due times (server clock) order as
+//! the steps do, and ties within one step go by id, as Redis orders equal
+//! scores. A claim takes the due tasks by priority, then due time, then
+//! id, parking the tasks of a group at its limit; a slot freed by ack,
+//! nack, abandon or a returned lease brings parked tasks of the group back.
+//! A short lease (100 ms) is over when its step ends (the step waits
+//! 250 ms), so it is expired, deterministically, for the rest of the
+//! sequence: the next claim of any handle returns it (or kills it on the
+//! claiming handle's last attempt), while until then its holder can still
 //! ack, nack or extend it, as the scripts do.
 //!
 //! After every step the test compares what the call returned with the
-//! model's prediction (enqueue outcomes, the ids, attempts, priorities,
-//! groups and payloads a claim returns, in order, with fences that only
-//! grow; ack, nack, extend and progress accepted or refused, and whether
-//! another lease holds the task; the lists of `top`, `pop` and `dead`;
-//! counts; settings), then the whole of `stats()`, and runs
-//! `check_invariants()`, which must report no violation.
+//! model's prediction (enqueue outcomes; the ids, attempts, priorities,
+//! groups, payloads and time limits a claim returns, in order, with fences
+//! that only grow; ack, nack, extend, abandon and progress accepted or
+//! refused, and whether another lease holds the task; the lists of `top`,
+//! `pop` and `dead`; counts; settings; what `task`, `result` and `progress`
+//! read), then the whole of `stats()`, and runs `check_invariants()`, which
+//! must report no violation.
 //!
-//! **Cases**: 64 by default, of 1 ..= 40 steps (about 25 s in a debug
+//! **Cases**: 200 by default, of 1 ..= 40 steps (about 50 s in a debug
 //! build on 2 cores; see RELIABILITY.md, "Model-based tests"). Raise it
 //! with `PROPTEST_CASES`, e.g.
 //! `PROPTEST_CASES=5000 cargo test -p dlm --test model_queue`. No failure
@@ -187,6 +196,7 @@ enum Expect {
         rate: Option<u32>,
         events: bool,
         keep_results: bool,
+        keep_completed: Option<u32>,
     },
     /// `task(id)`: its state and attempts (`None`: gone).
     Inspect(Option<(TaskState, u32)>),
@@ -218,6 +228,9 @@ struct Model {
     rate_log: u32,
     events: bool,
     keep_results: bool,
+    /// `keep_completed`, and the acked ids it keeps, oldest first.
+    keep_completed: Option<u32>,
+    completed: Vec<usize>,
     processed: u64,
     failed: u64,
     expect: Expect,
@@ -237,6 +250,8 @@ impl Default for Model {
             rate_log: 0,
             events: false,
             keep_results: true,
+            keep_completed: None,
+            completed: Vec::new(),
             processed: 0,
             failed: 0,
             expect: Expect::Nothing,
@@ -330,6 +345,9 @@ enum Op {
     Rate(Option<u32>),
     Events(bool),
     KeepResults(bool),
+    KeepCompleted(Option<u32>),
+    /// `completed(ALL)`: the acked ids kept, newest first.
+    Completed,
     NarrowPush {
         id: usize,
         payload: Option<u8>,
@@ -399,7 +417,14 @@ impl Model {
 
     /// An id a dependency may name: a task there, or a remembered completion.
     fn known(&self, i: usize) -> bool {
-        self.tasks.contains_key(&i) || self.remembered.contains(&i)
+        self.tasks.contains_key(&i) || self.remembered.contains(&i) || self.completed.contains(&i)
+    }
+
+    /// Keep the newest `keep_completed` acked ids (none when it is not set).
+    fn trim_completed(&mut self) {
+        let keep = self.keep_completed.unwrap_or(0) as usize;
+        let drop = self.completed.len().saturating_sub(keep);
+        self.completed.drain(..drop);
     }
 
     fn task(&mut self, i: usize) -> &mut Task {
@@ -659,6 +684,11 @@ impl Model {
         (t.st, t.lease, t.expired, t.progress) = (St::Due, None, false, None);
         let group = t.group;
         self.processed += 1;
+        if self.keep_completed.is_some() {
+            self.completed.retain(|c| *c != i);
+            self.completed.push(i);
+            self.trim_completed();
+        }
         self.free_slot(group);
         // A replacement held while this run went on runs next: the task
         // stays (and its dependents wait for that run).
@@ -723,6 +753,7 @@ impl Model {
             rate: self.rate,
             events: self.events,
             keep_results: self.keep_results,
+            keep_completed: self.keep_completed,
         }
     }
 }
@@ -746,6 +777,7 @@ impl ReferenceStateMachine for QueueModel {
             .tasks
             .keys()
             .chain(&state.remembered)
+            .chain(&state.completed)
             .copied()
             .collect::<BTreeSet<usize>>()
             .into_iter()
@@ -855,6 +887,13 @@ impl ReferenceStateMachine for QueueModel {
             ),
             (1, any::<bool>().prop_map(Op::Events).boxed()),
             (1, any::<bool>().prop_map(Op::KeepResults).boxed()),
+            (
+                1,
+                select(vec![None, Some(1u32), Some(3)])
+                    .prop_map(Op::KeepCompleted)
+                    .boxed(),
+            ),
+            (1, Just(Op::Completed).boxed()),
             (
                 3,
                 (0..IDS, prop::option::of(0u8..4))
@@ -1107,6 +1146,12 @@ impl ReferenceStateMachine for QueueModel {
                 state.keep_results = *on;
                 state.settings()
             }
+            Op::KeepCompleted(n) => {
+                state.keep_completed = *n;
+                state.trim_completed();
+                state.settings()
+            }
+            Op::Completed => Expect::Ids(state.completed.iter().rev().copied().collect()),
             Op::Inspect { id } => Expect::Inspect(state.tasks.get(id).map(|t| {
                 let s = match t.st {
                     St::Due | St::Parked => TaskState::Waiting,
@@ -1420,6 +1465,15 @@ impl Sut {
                 self.configure(QueueSettings::default().keep_results(keep), expect)
                     .await
             }
+            Op::KeepCompleted(n) => {
+                self.configure(QueueSettings::default().keep_completed(*n), expect)
+                    .await
+            }
+            Op::Completed => {
+                let r = self.main.completed(ALL).await.map_err(unexpected)?;
+                let ids = r.iter().map(|c| index(&c.id)).collect::<Result<_, _>>()?;
+                check_eq("completed", Expect::Ids(ids), expect)
+            }
             Op::Inspect { id: i } => {
                 let d = self.main.task(&id(*i)).await.map_err(unexpected)?;
                 // A finished task may be remembered (completed) or not.
@@ -1442,6 +1496,7 @@ impl Sut {
             rate: s.get_rate().map(|r| r.n()),
             events: s.get_events().is_some(),
             keep_results: !s.get_keep_results().is_zero(),
+            keep_completed: s.get_keep_completed(),
         };
         check_eq("configure", got, expect)
     }
