@@ -15,7 +15,7 @@
 //! (`client.fair_lock`), a read share or the write lock (`client.rwlock`),
 //! 1 or 2 of the semaphore's 3 permits (`client.semaphore`), or the
 //! leadership (`client.election(..).campaign`); each with a long TTL (60 s),
-//! or a short one (100 ms) that the step lets run out (it waits 250 ms), so
+//! or a short one (200 ms) that the step lets run out (it waits 400 ms), so
 //! the hold is expired, deterministically, for the rest of the sequence;
 //! extend a guard (long, or short and run out); release it (`resign` for a
 //! leadership); and `client.release_all()`.
@@ -39,7 +39,7 @@
 //! Abandoned waits are cleaned up in the background: every step ends with
 //! `client.settle` on each client, so none of it is left for the next.
 //!
-//! **Cases**: 120 by default, of 1 ..= 40 steps (about 45 s in a debug
+//! **Cases**: 96 by default, of 1 ..= 40 steps (about 55 s in a debug
 //! build on 2 cores; see RELIABILITY.md, "Model-based tests"). Raise it
 //! with `PROPTEST_CASES`, e.g.
 //! `PROPTEST_CASES=5000 cargo test -p dlm --test model_locks`. No failure
@@ -68,7 +68,7 @@ const PERMITS: u32 = 3;
 /// The wait of an acquisition that waits (it runs out when the lock is taken).
 const WAIT: Duration = Duration::from_millis(60);
 /// Cases when `PROPTEST_CASES` is not set.
-const DEFAULT_CASES: u32 = 120;
+const DEFAULT_CASES: u32 = 96;
 
 /// What a hold holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

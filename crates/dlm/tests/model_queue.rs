@@ -35,8 +35,8 @@
 //! scores. A claim takes the due tasks by priority, then due time, then
 //! id, parking the tasks of a group at its limit; a slot freed by ack,
 //! nack, abandon or a returned lease brings parked tasks of the group back.
-//! A short lease (100 ms) is over when its step ends (the step waits
-//! 250 ms), so it is expired, deterministically, for the rest of the
+//! A short lease (200 ms) is over when its step ends (the step waits
+//! 400 ms), so it is expired, deterministically, for the rest of the
 //! sequence: the next claim of any handle returns it (or kills it on the
 //! claiming handle's last attempt), while until then its holder can still
 //! ack, nack or extend it, as the scripts do.
@@ -1573,7 +1573,7 @@ fn enqueued(r: &[Enqueued]) -> Result<Expect, String> {
     }
 }
 
-/// Cases when `PROPTEST_CASES` is not set: about 45 s in a debug build.
+/// Cases when `PROPTEST_CASES` is not set (see the module doc).
 const DEFAULT_CASES: u32 = 200;
 
 /// A fresh queue name per case: no key of an earlier case is seen.

@@ -22,9 +22,9 @@ pub const LONG: Duration = Duration::from_secs(60);
 /// [`SHORT_WAIT`] before it ends, so the lease is over, deterministically,
 /// for the rest of the sequence (a later step cannot tell "ran out just
 /// now" from "ran out long ago", however slow the machine).
-pub const SHORT: Duration = Duration::from_millis(100);
+pub const SHORT: Duration = Duration::from_millis(200);
 /// How long a step with a short lease waits before it ends.
-pub const SHORT_WAIT: Duration = Duration::from_millis(250);
+pub const SHORT_WAIT: Duration = Duration::from_millis(400);
 
 /// `Ok` when what the system returned equals the model's prediction, else
 /// both, for the failure's reason.
