@@ -18,7 +18,9 @@
 //! or a short one (200 ms) that the step lets run out (it waits 400 ms), so
 //! the hold is expired, deterministically, for the rest of the sequence;
 //! extend a guard (long, or short and run out); release it (`resign` for a
-//! leadership); and `client.release_all()`.
+//! leadership); `client.release_all()`; and `client.fenced_write` to a
+//! resource per lock with the fencing token of any hold, live or not (then
+//! `fenced_read`).
 //!
 //! **The model** ([`Model`]): every hold ever granted, with its client,
 //! what it holds, and whether it ran out, was released, or was let go by
@@ -29,10 +31,12 @@
 //! for live holds (`Expired` and `NotHeld` both count as "not held", as the
 //! two differ only by whether somebody took the lock since); `release_all`
 //! reports the client's registered holds as released (live) or already
-//! lost (run out).
+//! lost (run out). Fences grow in grant order, so a fenced write is
+//! accepted exactly when no hold granted later wrote the resource before.
 //!
 //! After every step the test compares the result (granted or busy,
-//! extended, released or not held, `release_all`'s counts), that each
+//! extended, released or not held, a fenced write accepted or stale and
+//! what is stored then, `release_all`'s counts), that each
 //! grant's fencing token is above every earlier grant's of the same lock,
 //! and what each lock's status shows (held, readers, writer, permits in
 //! use and holders, the leader's id, nobody left waiting) with the model.
@@ -122,11 +126,17 @@ enum Expect {
     Done(bool),
     /// `release_all`: released, already lost.
     ReleasedAll(usize, usize),
+    /// A fenced write: accepted, and the hold whose value is stored then.
+    Fenced(bool, Option<usize>),
 }
 
 #[derive(Debug, Clone, Default)]
 struct Model {
     holds: Vec<Hold>,
+    /// Per lock, the hold whose fence last wrote its fenced resource
+    /// (`Client::fenced_write`): fences grow in grant order, so a write
+    /// with an earlier hold's fence is stale.
+    writer: [Option<usize>; 5],
     expect: Expect,
 }
 
@@ -172,6 +182,12 @@ enum Op {
     },
     ReleaseAll {
         client: usize,
+    },
+    /// `client` writes the lock's fenced resource with the fence of `hold`
+    /// (any hold, released or lost ones too).
+    FencedWrite {
+        client: usize,
+        hold: usize,
     },
 }
 
@@ -219,6 +235,14 @@ impl ReferenceStateMachine for LocksModel {
                     .boxed(),
             ),
         ];
+        if !state.holds.is_empty() {
+            ops.push((
+                3,
+                (0..CLIENTS, 0..state.holds.len())
+                    .prop_map(|(client, hold)| Op::FencedWrite { client, hold })
+                    .boxed(),
+            ));
+        }
         let guards: Vec<usize> = (0..state.holds.len())
             .filter(|h| !state.holds[*h].released)
             .collect();
@@ -242,6 +266,7 @@ impl ReferenceStateMachine for LocksModel {
             Op::Extend { hold, .. } | Op::Release { hold } => {
                 state.holds.get(*hold).is_some_and(|h| !h.released)
             }
+            Op::FencedWrite { hold, .. } => *hold < state.holds.len(),
             _ => true,
         }
     }
@@ -293,6 +318,14 @@ impl ReferenceStateMachine for LocksModel {
                     }
                 }
                 Expect::ReleasedAll(released, lost)
+            }
+            Op::FencedWrite { hold, .. } => {
+                let w = &mut state.writer[state.holds[hold].kind.lock()];
+                let accepted = w.is_none_or(|w| w <= hold);
+                if accepted {
+                    *w = Some(hold);
+                }
+                Expect::Fenced(accepted, *w)
             }
         };
         state
@@ -360,6 +393,8 @@ struct Sut {
     clients: Vec<Client>,
     case: usize,
     guards: Vec<Option<Guard>>,
+    /// The fence of every hold, by hold.
+    fences: Vec<u64>,
     last_fence: [u64; 5],
 }
 
@@ -429,6 +464,7 @@ impl Sut {
                         }
                         self.last_fence[lock] = fence;
                         self.guards.push(Some(g));
+                        self.fences.push(fence);
                         if short {
                             tokio::time::sleep(SHORT_WAIT).await;
                         }
@@ -456,6 +492,23 @@ impl Sut {
                     .take()
                     .ok_or("release of a released guard")?;
                 check_eq("release", Expect::Done(done(g.release().await)?), expect)
+            }
+            Op::FencedWrite { client, hold } => {
+                let resource = self.name(&format!("fenced-{}", model.holds[hold].kind.lock()));
+                let c = &self.clients[client];
+                let fence = dlm::Fence::new(self.fences[hold]);
+                let accepted = match c.fenced_write(&resource, fence, format!("h{hold}")).await {
+                    Ok(()) => true,
+                    Err(Error::StaleFence { .. }) => false,
+                    Err(err) => return Err(unexpected(err)),
+                };
+                let stored = c
+                    .fenced_read(&resource)
+                    .await
+                    .map_err(unexpected)?
+                    .map(|(_, v)| String::from_utf8_lossy(&v).into_owned());
+                let stored = stored.and_then(|v| v.strip_prefix('h').and_then(|h| h.parse().ok()));
+                check_eq("fenced write", Expect::Fenced(accepted, stored), expect)
             }
             Op::ReleaseAll { client } => {
                 let r = self.clients[client].release_all().await;
@@ -562,6 +615,7 @@ fn locks_match_their_model() {
                 clients: clients.clone(),
                 case: CASE.fetch_add(1, Ordering::Relaxed),
                 guards: Vec::new(),
+                fences: Vec::new(),
                 last_fence: [0; 5],
             })
         },
