@@ -122,8 +122,10 @@ enum Expect {
     #[default]
     Nothing,
     Granted(bool),
-    /// Extended or released (`true`), or not held.
-    Done(bool),
+    /// Extended or released, or refused: `Err(true)` with
+    /// `Error::NotHeld` (another owner holds the lock), `Err(false)` with
+    /// `Error::Expired`.
+    Done(Result<(), bool>),
     /// `release_all`: released, already lost.
     ReleasedAll(usize, usize),
     /// A fenced write: accepted, and the hold whose value is stored then.
@@ -153,6 +155,19 @@ impl Model {
             Kind::Write => !any(Kind::Write) && !any(Kind::Read),
             Kind::Permits(n) => self.permits_in_use() + n <= PERMITS,
         }
+    }
+
+    /// Another owner holds the exclusive lock that `hold` held (a mutex, a
+    /// fair lock, a write lock, a leadership; shares and permits are no
+    /// one's alone).
+    fn taken(&self, hold: usize) -> bool {
+        let kind = self.holds[hold].kind;
+        matches!(kind, Kind::Mutex | Kind::Fair | Kind::Write | Kind::Leader)
+            && self
+                .holds
+                .iter()
+                .enumerate()
+                .any(|(i, h)| i != hold && h.live() && h.kind == kind)
     }
 
     fn permits_in_use(&self) -> u32 {
@@ -292,18 +307,25 @@ impl ReferenceStateMachine for LocksModel {
                 Expect::Granted(granted)
             }
             Op::Extend { hold, short } => {
+                // A guard whose lease is over asks Redis whether another
+                // owner holds the lock only for the mutex (issue 30); the
+                // others say `Expired` without asking: the defect that
+                // `extend_of_a_lock_taken_over_reports_not_held` keeps.
+                let taken = state.holds[hold].kind == Kind::Mutex && state.taken(hold);
                 let h = &mut state.holds[hold];
                 let live = h.live();
                 if live {
                     h.expired = short;
                 }
-                Expect::Done(live)
+                Expect::Done(if live { Ok(()) } else { Err(taken) })
             }
             Op::Release { hold } => {
+                // A guard `release_all` let go of says `Expired` at once.
+                let taken = !state.holds[hold].drained && state.taken(hold);
                 let h = &mut state.holds[hold];
                 let live = h.live();
                 h.released = true;
-                Expect::Done(live)
+                Expect::Done(if live { Ok(()) } else { Err(taken) })
             }
             Op::ReleaseAll { client } => {
                 let (mut released, mut lost) = (0, 0);
@@ -377,11 +399,13 @@ impl Guard {
     }
 }
 
-/// Extended or released (`true`), or not held (`false`); other errors are failures.
-fn done(r: dlm::Result<()>) -> Result<bool, String> {
+/// Extended or released, or refused: `Err(true)` for `NotHeld`,
+/// `Err(false)` for `Expired`; other errors are failures.
+fn done(r: dlm::Result<()>) -> Result<Result<(), bool>, String> {
     match r {
-        Ok(()) => Ok(true),
-        Err(Error::Expired { .. } | Error::NotHeld { .. }) => Ok(false),
+        Ok(()) => Ok(Ok(())),
+        Err(Error::Expired { .. }) => Ok(Err(false)),
+        Err(Error::NotHeld { .. }) => Ok(Err(true)),
         Err(e) => Err(format!("unexpected error {e}")),
     }
 }
@@ -482,7 +506,7 @@ impl Sut {
                     .as_ref()
                     .ok_or("extend of a released guard")?;
                 let r = done(g.extend(ttl).await)?;
-                if short && r {
+                if short && r.is_ok() {
                     tokio::time::sleep(SHORT_WAIT).await;
                 }
                 check_eq("extend", Expect::Done(r), expect)
@@ -622,4 +646,50 @@ fn locks_match_their_model() {
         |sut, model, op| sut.step(model, op),
         |sut, model| sut.check(model),
     );
+}
+
+/// Found by the model (the shrunk sequence: a client takes the write lock,
+/// extends it short and lets it run out, takes the write lock again, then
+/// extends with the first guard): the extend of a guard whose lease ran
+/// out reports `Error::Expired` ("nobody else holds it now") although
+/// another owner holds the lock, for the fair lock, the write lock and the
+/// leadership. The mutex's guard asks Redis in that case and reports
+/// `NotHeld` (issue 30); the shared guard of the others
+/// (`services::held::Guard::extend`) returns `Expired` without asking. Their
+/// `release` tells the two apart already. Ignored until that is fixed; the
+/// model predicts today's answers.
+#[tokio::test]
+#[ignore = "defect: extend of an expired fair, write or leader guard reports Expired while another owner holds the lock (RELIABILITY.md, Model-based tests)"]
+async fn extend_of_a_lock_taken_over_reports_not_held() -> common::TestResult {
+    let server = common::server();
+    let (a, b) = tokio::join!(common::client(&server), common::client(&server));
+    let (short, long) = (LockOptions::new(SHORT), LockOptions::new(LONG));
+    let not_held = |what: &str, r: dlm::Result<()>| match r {
+        Err(Error::NotHeld { .. }) => None,
+        other => Some(format!("{what}: {other:?}")),
+    };
+    let mut wrong = Vec::new();
+
+    let first = a.lock("m").acquire(&short).await?;
+    tokio::time::sleep(SHORT_WAIT).await;
+    let _second = b.lock("m").acquire(&long).await?;
+    wrong.extend(not_held("mutex", first.extend(LONG).await));
+
+    let first = a.fair_lock("f").acquire(&short).await?;
+    tokio::time::sleep(SHORT_WAIT).await;
+    let _second = b.fair_lock("f").acquire(&long).await?;
+    wrong.extend(not_held("fair lock", first.extend(LONG).await));
+
+    let first = a.rwlock("rw").write(&short).await?;
+    tokio::time::sleep(SHORT_WAIT).await;
+    let _second = b.rwlock("rw").write(&long).await?;
+    wrong.extend(not_held("write lock", first.extend(LONG).await));
+
+    let first = a.election("e").campaign("a", &short).await?;
+    tokio::time::sleep(SHORT_WAIT).await;
+    let _second = b.election("e").campaign("b", &long).await?;
+    wrong.extend(not_held("leadership", first.extend(LONG).await));
+
+    assert!(wrong.is_empty(), "not NotHeld: {wrong:?}");
+    Ok(())
 }

@@ -66,6 +66,35 @@ pub fn config(default_cases: u32) -> Config {
     }
 }
 
+/// Runs one sequence: builds the system under test with `init`, then
+/// applies each transition to the model and to the system (`step` gets the
+/// model state *after* the transition), calling `check` after each and
+/// `before_step` before each. The first disagreement, as a reason naming
+/// the step.
+pub fn run_case<R, S>(
+    initial: R::State,
+    transitions: &[R::Transition],
+    before_step: impl Fn(),
+    init: &impl Fn(&R::State) -> Result<S, String>,
+    step: &impl Fn(&mut S, &R::State, &R::Transition) -> Result<(), String>,
+    check: &impl Fn(&mut S, &R::State) -> Result<(), String>,
+) -> Result<(), String>
+where
+    R: ReferenceStateMachine,
+    R::Transition: Debug,
+{
+    let mut model = initial;
+    let mut sut = init(&model).map_err(|e| format!("step 0: {e}"))?;
+    check(&mut sut, &model).map_err(|e| format!("step 0: {e}"))?;
+    for (i, t) in transitions.iter().enumerate() {
+        before_step();
+        model = R::apply(model, t);
+        step(&mut sut, &model, t).map_err(|e| format!("step {}: {t:?}: {e}", i + 1))?;
+        check(&mut sut, &model).map_err(|e| format!("step {}: after {t:?}: {e}", i + 1))?;
+    }
+    Ok(())
+}
+
 /// Runs `R`'s sequences of `steps` transitions: for each case `init` builds
 /// the system under test from the initial model state, then every
 /// transition is applied to the model and to the system (`step` gets the
@@ -89,31 +118,34 @@ pub fn run<R, S>(
     let cases = config.cases;
     let ran_cases = Cell::new(0u64);
     let ran_steps = Cell::new(0u64);
-    let last_failure = RefCell::new(String::new());
+    // The last failing sequence and its reason: the smallest found. (What
+    // `TestError::Fail` carries is the shrinker's last *current* value,
+    // which after an undo it could not make may be one that passed.)
+    type Failure<T> = RefCell<Option<(String, Vec<T>)>>;
+    let last_failure: Failure<R::Transition> = RefCell::new(None);
+    let first_failure: Failure<R::Transition> = RefCell::new(None);
     let mut runner = TestRunner::new(config);
     let outcome = runner.run(
         &R::sequential_strategy(steps),
         |(initial, transitions, seen)| {
             ran_cases.set(ran_cases.get() + 1);
-            let mut model = initial;
-            let fail = |at: usize, what: String| {
-                let reason = format!("step {at}: {what}");
-                *last_failure.borrow_mut() = reason.clone();
-                TestCaseError::fail(reason)
-            };
-            let mut sut = init(&model).map_err(|e| fail(0, e))?;
-            check(&mut sut, &model).map_err(|e| fail(0, e))?;
-            for (i, t) in transitions.iter().enumerate() {
+            let counted = || {
                 // As `test_sequential`: tells the shrinker how far the case got.
                 if let Some(seen) = &seen {
                     seen.fetch_add(1, Ordering::SeqCst);
                 }
                 ran_steps.set(ran_steps.get() + 1);
-                model = R::apply(model, t);
-                step(&mut sut, &model, t).map_err(|e| fail(i + 1, format!("{t:?}: {e}")))?;
-                check(&mut sut, &model).map_err(|e| fail(i + 1, format!("after {t:?}: {e}")))?;
-            }
-            Ok(())
+            };
+            run_case::<R, S>(initial, &transitions, counted, &init, &step, &check).map_err(
+                |reason| {
+                    let failed = Some((reason.clone(), transitions.clone()));
+                    if first_failure.borrow().is_none() {
+                        *first_failure.borrow_mut() = failed.clone();
+                    }
+                    *last_failure.borrow_mut() = failed;
+                    TestCaseError::fail(reason)
+                },
+            )
         },
     );
     eprintln!(
@@ -122,22 +154,28 @@ pub fn run<R, S>(
         ran_steps.get(),
         started.elapsed()
     );
-    match outcome {
-        Ok(()) => {}
-        Err(TestError::Fail(reason, (_, transitions, _))) => {
-            let mut listing = String::new();
-            for (i, t) in transitions.iter().enumerate() {
-                listing.push_str(&format!("\n  {}. {t:?}", i + 1));
-            }
-            panic!(
-                "{name}: the model and the system disagree: {reason}\nminimal sequence:{listing}"
-            );
-        }
-        Err(TestError::Abort(why)) => {
-            panic!(
-                "{name}: aborted: {why} (last failure: {})",
-                last_failure.borrow()
-            )
+    let listing = |ts: &[R::Transition]| {
+        ts.iter()
+            .enumerate()
+            .map(|(i, t)| format!("\n  {}. {t:?}", i + 1))
+            .collect::<String>()
+    };
+    if let Err(e) = outcome {
+        let kind = match e {
+            TestError::Fail(..) => "the model and the system disagree",
+            TestError::Abort(..) => "aborted",
+        };
+        let (first, last) = (first_failure.borrow(), last_failure.borrow());
+        match (&*first, &*last) {
+            (Some((why0, ts0)), Some((why, ts))) => panic!(
+                "{name}: {kind}: {why}\nshortest failing sequence ({} steps):{}\n\n\
+                 first failing sequence ({} steps): {why0}{}",
+                ts.len(),
+                listing(ts),
+                ts0.len(),
+                listing(ts0)
+            ),
+            _ => panic!("{name}: {kind}: {e}"),
         }
     }
 }
