@@ -1207,7 +1207,7 @@ impl Sut {
             .iter()
             .map(|l| {
                 let t = l.task();
-                let idx = t.id[1..].parse::<usize>().unwrap_or(usize::MAX);
+                let idx = index(&t.id).unwrap_or(usize::MAX);
                 let group = t
                     .group
                     .as_deref()
