@@ -43,7 +43,7 @@
 //! Abandoned waits are cleaned up in the background: every step ends with
 //! `client.settle` on each client, so none of it is left for the next.
 //!
-//! **Cases**: 96 by default, of 1 ..= 40 steps (about 55 s in a debug
+//! **Cases**: 96 by default, of 1 ..= 40 steps (about 45 s in a debug
 //! build on 2 cores; see RELIABILITY.md, "Model-based tests"). Raise it
 //! with `PROPTEST_CASES`, e.g.
 //! `PROPTEST_CASES=5000 cargo test -p dlm --test model_locks`. No failure

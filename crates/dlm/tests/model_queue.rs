@@ -50,7 +50,7 @@
 //! read), then the whole of `stats()`, and runs `check_invariants()`, which
 //! must report no violation.
 //!
-//! **Cases**: 200 by default, of 1 ..= 40 steps (about 50 s in a debug
+//! **Cases**: 200 by default, of 1 ..= 40 steps (about 45 s in a debug
 //! build on 2 cores; see RELIABILITY.md, "Model-based tests"). Raise it
 //! with `PROPTEST_CASES`, e.g.
 //! `PROPTEST_CASES=5000 cargo test -p dlm --test model_queue`. No failure
