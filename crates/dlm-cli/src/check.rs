@@ -219,7 +219,7 @@ impl CheckPrimitive {
 pub const HOLD_DISTRIBUTION: &str = "90% 0-1 ms, 9.9% 1-10 ms, 0.1% 10 ms to TTL/4";
 
 /// One hold time drawn from [`HOLD_DISTRIBUTION`].
-fn hold_time(rng: &mut SplitMix, ttl: Duration) -> Duration {
+pub(crate) fn hold_time(rng: &mut SplitMix, ttl: Duration) -> Duration {
     let (roll, r) = (rng.next() % 1000, rng.next());
     let ms = |lo: u64, hi: u64| Duration::from_micros(lo * 1000 + r % ((hi - lo).max(1) * 1000));
     match roll {
@@ -229,8 +229,8 @@ fn hold_time(rng: &mut SplitMix, ttl: Duration) -> Duration {
     }
 }
 
-/// What one acquisition of the checked primitive holds.
-enum Held {
+/// What one acquisition of the checked primitive holds (also the soak's).
+pub(crate) enum Held {
     Mutex(dlm::LockGuard),
     Fair(dlm::FairGuard),
     Read(dlm::ReadGuard),
@@ -240,7 +240,7 @@ enum Held {
 }
 
 impl Held {
-    fn fence(&self) -> Option<u64> {
+    pub(crate) fn fence(&self) -> Option<u64> {
         match self {
             Held::Mutex(g) => g.fence().map(dlm::Fence::get),
             Held::Fair(g) => Some(g.fence().get()),
@@ -251,7 +251,7 @@ impl Held {
         }
     }
 
-    fn remaining(&self) -> Duration {
+    pub(crate) fn remaining(&self) -> Duration {
         match self {
             Held::Mutex(g) => g.remaining(),
             Held::Fair(g) => g.remaining(),
@@ -263,11 +263,23 @@ impl Held {
     }
 
     /// Nobody else may hold it meanwhile (all but a read share and a permit).
-    fn exclusive(&self) -> bool {
+    pub(crate) fn exclusive(&self) -> bool {
         !matches!(self, Held::Read(_) | Held::Permit(_))
     }
 
-    async fn release(self) -> dlm::Result<()> {
+    /// Set the lease to `ttl` from now, if still held.
+    pub(crate) async fn extend(&self, ttl: Duration) -> dlm::Result<()> {
+        match self {
+            Held::Mutex(g) => g.extend(ttl).await,
+            Held::Fair(g) => g.extend(ttl).await,
+            Held::Read(g) => g.extend(ttl).await,
+            Held::Write(g) => g.extend(ttl).await,
+            Held::Permit(g) => g.extend(ttl).await,
+            Held::Leader(g) => g.extend(ttl).await,
+        }
+    }
+
+    pub(crate) async fn release(self) -> dlm::Result<()> {
         match self {
             Held::Mutex(g) => g.release().await.map(|_| ()),
             Held::Fair(g) => g.release().await,
