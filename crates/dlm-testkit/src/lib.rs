@@ -34,6 +34,7 @@
 mod cluster;
 pub mod history;
 pub mod layers;
+pub mod linearizable;
 mod proxy;
 mod replicated;
 mod resp;
