@@ -221,7 +221,8 @@ pub fn queues(faults: &FaultLog, epochs: Vec<QueueEpoch>, slack: Duration, v: &m
             v.judged(verdict.checker, verdict.operations);
             v.undecided(&verdict.undecided);
             for what in verdict.violations {
-                found(verdict.checker, what);
+                let detail = task_ops(&q.ops, &what);
+                found(verdict.checker, format!("{what}{detail}"));
             }
         }
         for (checker, what) in list {
@@ -233,4 +234,41 @@ pub fn queues(faults: &FaultLog, epochs: Vec<QueueEpoch>, slack: Duration, v: &m
             });
         }
     }
+}
+
+/// The operations on the task a queue violation names (`task "ID"`), to
+/// show with it.
+fn task_ops(ops: &[super::lin::QueueOp], what: &str) -> String {
+    use super::lin::{QueueAction as A, QueueResult as R};
+    let Some(id) = what.split('"').nth(1) else {
+        return String::new();
+    };
+    // The task and its dependencies.
+    let mut ids = vec![id.to_string()];
+    for op in ops {
+        if let A::Enqueue { task, deps, .. } = &op.action
+            && task == id
+        {
+            ids.extend(deps.iter().cloned());
+        }
+    }
+    let on = |op: &super::lin::QueueOp| match (&op.action, &op.result) {
+        (A::Enqueue { task, .. }, _)
+        | (A::Ack { task, .. }, _)
+        | (A::Nack { task, .. }, _)
+        | (A::Extend { task, .. }, _) => ids.contains(task),
+        (A::Claim { .. }, R::Leased { task, .. }) => ids.contains(task),
+        _ => false,
+    };
+    let shown: Vec<String> = ops
+        .iter()
+        .filter(|op| on(op))
+        .map(|op| {
+            format!(
+                "p{} {:?} -> {:?} [{:?}, {:?}]",
+                op.process, op.action, op.result, op.invoke, op.complete
+            )
+        })
+        .collect();
+    format!("; its operations: {}", shown.join("; "))
 }

@@ -54,11 +54,6 @@ impl Procs {
         cmd
     }
 
-    /// Can the wall clock of the subprocesses jump?
-    pub fn clock_jumps(&self) -> bool {
-        self.offset_file.is_some()
-    }
-
     /// Set the subprocesses' wall-clock offset (e.g. `+2h`, `-3h`, `+0`).
     pub fn jump(&self, offset: &str) -> bool {
         match &self.offset_file {
@@ -89,11 +84,6 @@ impl Procs {
         }
         let i = rng.next() as usize % live.len();
         live.iter().nth(i).map(|(p, r)| (*p, *r))
-    }
-
-    /// How many run now.
-    pub fn count(&self) -> usize {
-        self.live().len()
     }
 
     /// Send `sig` to `pid` if it is one of ours and not reaped yet.

@@ -137,7 +137,6 @@ pub async fn groups_and_deps(
         rec.queue_epoch(QueueEpoch {
             queue: name,
             flavour: "groups+deps",
-            epoch: n,
             from,
             until,
             ops: ops.into_inner().unwrap_or_default(),
@@ -405,7 +404,7 @@ pub async fn priorities_and_schedules(
         let done = AtomicBool::new(false);
         let fired = AtomicUsize::new(0);
         let work = futures_util::future::join_all(
-            (0..workers).map(|_| cli_worker(&rec, &procs, &url, &name, &log, &done)),
+            (0..workers).map(|_| cli_worker(&procs, &url, &name, &log, &done)),
         );
         let produce = async {
             produce_priorities(&rec, &queue, &history, &fired, n, seed ^ n).await;
@@ -420,7 +419,6 @@ pub async fn priorities_and_schedules(
         rec.queue_epoch(QueueEpoch {
             queue: name,
             flavour: "priorities+schedules",
-            epoch: n,
             from,
             until: rec.clock.now(),
             ops: Vec::new(),
@@ -479,14 +477,7 @@ async fn produce_priorities(
 
 /// One `dlm queue work` subprocess after another (a killed one is
 /// replaced) until `done`; then SIGTERM, and SIGKILL after 3 s.
-async fn cli_worker(
-    rec: &Recorder,
-    procs: &Procs,
-    url: &str,
-    queue: &str,
-    log: &Path,
-    done: &AtomicBool,
-) {
+async fn cli_worker(procs: &Procs, url: &str, queue: &str, log: &Path, done: &AtomicBool) {
     let line = format!(
         "S=$(date +%s%N); sleep 0.00$(( $$ % 5 )); echo \"$DLM_TASK_ID $DLM_FENCE $S $(date +%s%N)\" >> '{}'",
         log.display()

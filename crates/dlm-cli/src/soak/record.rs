@@ -91,8 +91,6 @@ pub struct QueueEpoch {
     pub queue: String,
     /// Which of the soak's queues (`groups+deps` or `priorities+schedules`).
     pub flavour: &'static str,
-    /// The epoch.
-    pub epoch: u64,
     /// When its first and last operation happened.
     pub from: Duration,
     /// See `from`.
