@@ -842,12 +842,18 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
             s.set(*task, t);
             true
         }
-        (QAct::Ack { task, fence }, Some(true)) | (QAct::Nack { task, fence }, Some(true)) => {
+        (QAct::Ack { task, fence }, outcome @ (Some(true) | None))
+        | (QAct::Nack { task, fence }, outcome @ Some(true)) => {
             let mut t = s.task(*task);
             match t.status {
                 Status::Leased { fence: f, .. } if f == *fence => {}
+                // An ack whose outcome is unknown (its reply lost) placed
+                // where its lease is no longer the current one failed.
+                _ if outcome.is_none() => return true,
                 _ => return false,
             }
+            // Placed while its lease is current, an unknown ack took effect
+            // (the search may also place it last, where it failed).
             let acked = matches!(op.act, QAct::Ack { .. });
             t.status = if acked && !t.replaced {
                 Status::Done
@@ -1257,6 +1263,32 @@ mod tests {
         early[4].invoke = ms(5);
         early[4].complete = ms(5);
         early[3].invoke = ms(6);
+        assert!(!check_queue(&QueueSpec::default(), &early).ok());
+    }
+
+    #[test]
+    fn an_ack_of_unknown_outcome_may_have_completed_its_task() {
+        use QueueResult::{Done, Unknown};
+        // a's ack lost its reply but took effect: b (after a) is leased.
+        let history = vec![
+            q(enqueue("a", &[], None), Done, 0),
+            q(enqueue("b", &["a"], None), Done, 2),
+            q(claim(), leased("a", 1), 4),
+            q(ack("a", 1), Unknown, 6),
+            q(claim(), leased("b", 2), 8),
+        ];
+        assert!(check_queue(&QueueSpec::default(), &history).ok());
+        // Or it did not: a's lease ran out and a is leased again, then acked
+        // (b cannot have been leased before that).
+        let mut again = history[..4].to_vec();
+        again.push(q(claim(), leased("a", 3), 1500));
+        again.push(q(ack("a", 3), Done, 1502));
+        assert!(check_queue(&QueueSpec::default(), &again).ok());
+        again.insert(4, q(claim(), leased("b", 2), 8));
+        assert!(!check_queue(&QueueSpec::default(), &again).ok());
+        // Its task acked, it cannot be leased again before its lease ran out.
+        let mut early = history;
+        early.push(q(claim(), leased("a", 4), 20));
         assert!(!check_queue(&QueueSpec::default(), &early).ok());
     }
 
