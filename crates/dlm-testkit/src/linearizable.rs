@@ -1056,12 +1056,21 @@ pub fn check_queue(spec: &QueueSpec, ops: &[QueueOp]) -> Verdict {
             })
             .collect::<Vec<_>>()
     };
-    // Each task, with the dependencies it waits for.
+    // Each task, with the dependencies it waits for (whose own
+    // dependencies are judged in their own projections: here their
+    // enqueues wait for nothing).
     for t in 0..tasks.names.len() as u32 {
         let deps = deps_of.get(&t).cloned().unwrap_or_default();
-        let ops = project(Projection::Task, &|act| {
+        let mut ops = project(Projection::Task, &|act| {
             act_task(act).is_some_and(|x| x == t || deps.contains(&x))
         });
+        for (_, op) in &mut ops {
+            if let QAct::Enqueue { task, deps } = &mut op.act
+                && *task != t
+            {
+                deps.clear();
+            }
+        }
         judge::<QueueObject>(
             &mut verdict,
             format!("task {:?}", tasks.names[t as usize]),
@@ -1264,6 +1273,22 @@ mod tests {
         early[4].complete = ms(5);
         early[3].invoke = ms(6);
         assert!(!check_queue(&QueueSpec::default(), &early).ok());
+    }
+
+    #[test]
+    fn a_chain_of_dependencies_is_judged_link_by_link() {
+        use QueueResult::Done;
+        let chain = vec![
+            q(enqueue("a", &[], None), Done, 0),
+            q(enqueue("b", &["a"], None), Done, 2),
+            q(claim(), leased("a", 1), 4),
+            q(ack("a", 1), Done, 6),
+            q(claim(), leased("b", 2), 8),
+            q(ack("b", 2), Done, 10),
+            q(enqueue("c", &["b"], None), Done, 12),
+            q(claim(), leased("c", 3), 14),
+        ];
+        assert!(check_queue(&QueueSpec::default(), &chain).ok());
     }
 
     #[test]
