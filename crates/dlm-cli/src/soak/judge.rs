@@ -165,10 +165,11 @@ pub fn locks(
         v.judged(verdict.checker, verdict.operations);
         v.undecided(&verdict.undecided);
         for what in verdict.violations {
+            let detail = lock_ops(&log.ops, &what);
             v.findings.push(Finding {
                 checker: verdict.checker.into(),
                 object: kind.label().into(),
-                what: format!("epoch {epoch}: {what}"),
+                what: format!("epoch {epoch}: {what}{detail}"),
                 expected,
             });
         }
@@ -267,6 +268,26 @@ fn task_ops(ops: &[super::lin::QueueOp], what: &str) -> String {
             format!(
                 "p{} {:?} -> {:?} [{:?}, {:?}]",
                 op.process, op.action, op.result, op.invoke, op.complete
+            )
+        })
+        .collect();
+    format!("; its operations: {}", shown.join("; "))
+}
+
+/// The operations on the lock a violation names (`lock "NAME"`), to show
+/// with it (the first 400).
+fn lock_ops(ops: &[super::lin::LockOp], what: &str) -> String {
+    let Some(name) = what.split('"').nth(1) else {
+        return String::new();
+    };
+    let shown: Vec<String> = ops
+        .iter()
+        .filter(|op| op.lock == name)
+        .take(400)
+        .map(|op| {
+            format!(
+                "p{} l{} {:?} -> {:?} [{:?}, {:?}]",
+                op.process, op.lease, op.action, op.result, op.invoke, op.complete
             )
         })
         .collect();
