@@ -7,7 +7,9 @@
 -- KEYS[4]  the fencing counter of the lock's hash slot
 -- ARGV[1]  our owner token
 -- ARGV[2]  the share's TTL in milliseconds
--- Returns  {1, fence}    a read share is ours (also when a lost reply had granted it already)
+-- Returns  {1, fence}    a read share is ours (also when a lost reply had granted it already:
+--                        then with a fresh fence, as the semaphore does, since the counter's
+--                        current value may be another reader's)
 --          {0, wait_ms}  a writer holds it (its PTTL, -1 without expiry) or waits for it (until
 --                        the first waiting writer's marker runs out)
 local t = redis.call('TIME')
@@ -15,7 +17,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
-  return {1, tonumber(redis.call('GET', KEYS[4]) or '0')}
+  return {1, redis.call('INCR', KEYS[4])}
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, redis.call('PTTL', KEYS[1])}
