@@ -153,7 +153,12 @@ pub async fn nemesis(
         if rec.stopping() {
             break;
         }
-        let kind = KINDS[rng.next() as usize % KINDS.len()];
+        // Breaking persistence on purpose: every other fault is a restart.
+        let kind = if t.no_persistence && rng.next().is_multiple_of(2) {
+            "redis-restart"
+        } else {
+            KINDS[rng.next() as usize % KINDS.len()]
+        };
         let at = rec.clock.now();
         let mut breaks = None;
         let mut kind_done = kind;

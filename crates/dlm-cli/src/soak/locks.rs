@@ -130,7 +130,7 @@ pub async fn run(
             rec.lock_op(
                 kind,
                 epoch,
-                op(process, action, result.clone(), invoke, complete),
+                op(process, action, result, invoke, complete),
             );
             if result == LockResult::Unknown {
                 process = rec.process();
@@ -150,7 +150,7 @@ pub async fn run(
             op(
                 process,
                 LockAction::Release,
-                result.clone(),
+                result,
                 invoke,
                 complete,
             ),

@@ -121,6 +121,17 @@ pub fn summary(
             .take(20 - examples.len())
             .cloned(),
     );
+    // An example names its history's operations: keep the summary readable.
+    for f in &mut examples {
+        if f.what.len() > 4000 {
+            let cut = (0..=4000)
+                .rev()
+                .find(|i| f.what.is_char_boundary(*i))
+                .unwrap_or(0);
+            f.what.truncate(cut);
+            f.what.push_str(" ...");
+        }
+    }
     let ok = v.unexplained() == 0 && broken.iter().all(|b| b.caught);
     Summary {
         check: "soak",
