@@ -16,6 +16,7 @@ mod elect_cmd;
 mod error;
 mod generate_cmd;
 mod global;
+mod held;
 mod id_cmd;
 mod lock_cmd;
 mod output;

@@ -8,7 +8,7 @@ use dlm_testkit::history::Hold;
 
 use super::lin::{LockAction, LockOp, LockResult, Mode};
 use super::record::{Kind, PERMITS, Recorder};
-use crate::check::{Held, hold_time};
+use crate::held::{Held, hold_time};
 use crate::rng::SplitMix;
 
 /// The lease of the library's acquisitions, and how long an acquire waits.
@@ -127,11 +127,7 @@ pub async fn run(
                 believed = (complete + held.remaining()).min(invoke + lease.ttl);
             }
             let action = LockAction::Extend { ttl: lease.ttl };
-            rec.lock_op(
-                kind,
-                epoch,
-                op(process, action, result, invoke, complete),
-            );
+            rec.lock_op(kind, epoch, op(process, action, result, invoke, complete));
             if result == LockResult::Unknown {
                 process = rec.process();
             }
@@ -147,13 +143,7 @@ pub async fn run(
         rec.lock_op(
             kind,
             epoch,
-            op(
-                process,
-                LockAction::Release,
-                result,
-                invoke,
-                complete,
-            ),
+            op(process, LockAction::Release, result, invoke, complete),
         );
         rec.hold(
             kind,
