@@ -11,6 +11,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 bash scripts/features.sh
 bash scripts/package.sh
 cargo test --workspace
+# The nemesis soak, 2 minutes on the debug binary `cargo test` built: every lock kind and the queue
+# under faults, judged by the homegrown and the linearizability checkers (scripts/soak.sh).
+bash scripts/soak.sh 2m
 bash scripts/examples.sh
 # The Python package: `pip install ./python` into a virtualenv, mypy on its stubs and tests, pytest
 # (with the CLI interop tests, which use the target/debug/dlm that `cargo test` built).
