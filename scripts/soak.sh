@@ -19,4 +19,6 @@ else
   cargo build -q -p dlm-cli
   bin=target/debug/dlm
 fi
+# The library's and redis-rs' warnings under faults (reconnects, slot refreshes) are expected here.
+export DLM_LOG=${DLM_LOG:-error}
 exec "$bin" --threads 2 soak --duration "$duration" "$@"

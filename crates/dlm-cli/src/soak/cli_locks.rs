@@ -229,7 +229,7 @@ pub async fn run(
     let limit = c.ttl * 2 + c.wait + Duration::from_secs(5);
     while !rec.stopping() {
         let epoch = rec.epoch();
-        let name = rec.lock_name(kind, epoch, rng.next() as usize % rec.names_per_kind);
+        let name = rec.lock_name("", kind, epoch, rng.next() as usize % rec.names_per_kind);
         let write = kind == Kind::Rw && rng.next().is_multiple_of(3);
         let mode = match kind {
             Kind::Semaphore => Mode::Shared,

@@ -11,13 +11,24 @@ use super::record::{Kind, PERMITS, Recorder};
 use crate::held::{Held, hold_time};
 use crate::rng::SplitMix;
 
-/// The lease of the library's acquisitions, and how long an acquire waits.
+/// The lease of the library's acquisitions, how long an acquire waits,
+/// and what the deployment needs.
 #[derive(Debug, Clone, Copy)]
 pub struct Lease {
     /// TTL of every acquisition.
     pub ttl: Duration,
     /// How long an acquire may wait.
     pub wait: Duration,
+    /// The deployment's tag in lock names ("" for the standalone server).
+    pub tag: &'static str,
+    /// Count a grant only once this many replicas have it
+    /// (`LockOptions::replicas`): behind Sentinel, whose failover kills the
+    /// master.
+    pub replicas: Option<u64>,
+    /// Extend leases now and then (not behind Sentinel: an extension is
+    /// not replicated before it is acknowledged, so a failover may lose it,
+    /// which breaks assumption 1).
+    pub extends: bool,
 }
 
 /// One acquisition of `kind` (a writer when `write`).
@@ -29,7 +40,10 @@ async fn acquire(
     write: bool,
     lease: Lease,
 ) -> dlm::Result<Held> {
-    let opts = dlm::LockOptions::new(lease.ttl).wait(lease.wait);
+    let mut opts = dlm::LockOptions::new(lease.ttl).wait(lease.wait);
+    if let Some(n) = lease.replicas {
+        opts = opts.replicas(n, Duration::from_millis(300));
+    }
     Ok(match kind {
         Kind::Mutex => Held::Mutex(client.lock(name).acquire(&opts).await?),
         Kind::Fair => Held::Fair(client.fair_lock(name).acquire(&opts).await?),
@@ -65,7 +79,12 @@ pub async fn run(
     let me = format!("{label}-{client_id}");
     while !rec.stopping() {
         let epoch = rec.epoch();
-        let name = rec.lock_name(kind, epoch, rng.next() as usize % rec.names_per_kind);
+        let name = rec.lock_name(
+            lease.tag,
+            kind,
+            epoch,
+            rng.next() as usize % rec.names_per_kind,
+        );
         let id = rec.lease();
         let write = kind == Kind::Rw && rng.next().is_multiple_of(4);
         let mode = match kind {
@@ -117,7 +136,7 @@ pub async fn run(
         let granted = complete;
         let mut believed = (complete + held.remaining()).min(invoke + lease.ttl);
         tokio::time::sleep(hold_time(&mut rng, lease.ttl)).await;
-        if rng.next().is_multiple_of(8) {
+        if lease.extends && rng.next().is_multiple_of(8) {
             let invoke = rec.clock.now();
             let r = held.extend(lease.ttl).await;
             let complete = rec.clock.now();

@@ -10,6 +10,7 @@
 //! [`faults`] (the nemesis), [`judge`] (the checkers), [`report`].
 
 mod cli_locks;
+mod deploy;
 mod faults;
 mod judge;
 mod lin;
@@ -66,12 +67,19 @@ pub struct SoakArgs {
     /// do not fail the run.
     #[arg(long = "break", value_enum, value_name = "ASSUMPTION")]
     pub breaks: Vec<Break>,
+    /// Only the standalone server: no Redis Cluster and no Sentinel setup
+    /// beside it (with --break they are left out anyway).
+    #[arg(long)]
+    pub standalone_only: bool,
 }
 
 /// The lease of the library's acquisitions.
 const LIB: locks::Lease = locks::Lease {
     ttl: Duration::from_secs(2),
     wait: Duration::from_millis(500),
+    tag: "",
+    replicas: None,
+    extends: true,
 };
 /// The CLI's lease: its watchdog renews every TTL/3, past any SIGSTOP the
 /// nemesis gives (at most 500 ms).
@@ -150,7 +158,6 @@ async fn run(
             "AOF, appendfsync always"
         }
     )];
-    topologies.truncate(1);
     let mut clients = vec![
         "library by URL".to_string(),
         "library on a connection (Client::builder().connection)".to_string(),
@@ -160,7 +167,20 @@ async fn run(
         Some(why) => notes.push(format!("Python clients skipped: {why}")),
         None => clients.push("Python".into()),
     }
-    notes.push("Sentinel and Cluster failovers are not in this soak yet (see RELIABILITY.md: the fault matrix covers them)".into());
+    let extra = if args.standalone_only || !args.breaks.is_empty() {
+        notes.push("no Cluster and no Sentinel in this run (--standalone-only or --break)".into());
+        deploy::Extra::default()
+    } else {
+        deploy::start(&mut notes).await
+    };
+    if extra.cluster.is_some() {
+        topologies.push(
+            "Redis Cluster (3 masters, 3 replicas), CLUSTER FAILOVER of a lock's slot".into(),
+        );
+    }
+    if extra.sentinels.is_some() {
+        topologies.push("Sentinel (master, replica, 3 sentinels), master SIGKILLed and replaced; grants wait for the replica (LockOptions::replicas(1))".into());
+    }
 
     let mut tasks = tokio::task::JoinSet::new();
     let mut rng = SplitMix(seed);
@@ -203,6 +223,31 @@ async fn run(
         let (r, p, id, s) = (rec.clone(), procs.clone(), next_id(), rng.next());
         tasks.spawn(cli_locks::run(r, p, cli, kind, id, s));
     }
+    for kind in Kind::ALL {
+        let mut on: Vec<(dlm::Client, &'static str, locks::Lease)> = Vec::new();
+        if let Some(c) = &extra.cluster {
+            let client = deploy::cluster_client(c).await?;
+            on.push((client, "library-cluster", deploy::CLUSTER));
+        }
+        if let Some(sn) = &extra.sentinels {
+            let client = deploy::sentinel_client(sn).await?;
+            on.push((client, "library-sentinel", deploy::SENTINEL));
+        }
+        for (client, label, lease) in on {
+            let (r, id, s) = (rec.clone(), next_id(), rng.next());
+            tasks.spawn(locks::run(r, client, kind, id, label, s, lease));
+        }
+    }
+    let has_extra = extra.cluster.is_some() || extra.sentinels.is_some();
+    let failovers = has_extra.then(|| {
+        tokio::spawn(deploy::failovers(
+            rec.clone(),
+            fault_log.clone(),
+            extra,
+            args.fault_every * 5,
+            rng.next(),
+        ))
+    });
     let queue_clients = vec![
         (lib_url(url.clone()).await?, "library-url"),
         (on_conn(url.clone()).await?, "library-connection"),
@@ -279,6 +324,9 @@ async fn run(
     }
     rec.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = nemesis.await;
+    if let Some(f) = failovers {
+        let _ = f.await;
+    }
     proxy.clear();
     // The workloads end their epochs (a queue drains for up to 30 s).
     let ended = tokio::time::timeout(Duration::from_secs(90), async {
@@ -351,7 +399,7 @@ async fn paused_holders(
             break;
         }
         let epoch = rec.epoch();
-        let name = rec.lock_name(Kind::Mutex, epoch, 0);
+        let name = rec.lock_name("", Kind::Mutex, epoch, 0);
         let args: Vec<String> = [
             "--redis",
             &url,

@@ -180,9 +180,10 @@ impl Recorder {
         self.epoch_len * u32::try_from(e).unwrap_or(u32::MAX)
     }
 
-    /// Lock `i` of `kind` in epoch `e`.
-    pub fn lock_name(&self, kind: Kind, e: u64, i: usize) -> String {
-        format!("soak:{}:{e}:{i}", kind.label())
+    /// Lock `i` of `kind` in epoch `e` on the deployment tagged `tag` (""
+    /// for the standalone server, else e.g. "cluster:").
+    pub fn lock_name(&self, tag: &str, kind: Kind, e: u64, i: usize) -> String {
+        format!("soak:{tag}{}:{e}:{i}", kind.label())
     }
 
     /// A fresh process id (a new one after an operation of unknown outcome).
