@@ -19,6 +19,10 @@ else
   cargo build -q -p dlm-cli
   bin=target/debug/dlm
 fi
+# The Python clients use the virtualenv scripts/test-python.sh makes, when there is one.
+if [ -z "${DLM_SOAK_PYTHON:-}" ] && [ -x target/python-venv/bin/python ]; then
+  export DLM_SOAK_PYTHON=$PWD/target/python-venv/bin/python
+fi
 # The library's and redis-rs' warnings under faults (reconnects, slot refreshes) are expected here.
 export DLM_LOG=${DLM_LOG:-error}
 exec "$bin" --threads 2 soak --duration "$duration" "$@"

@@ -16,6 +16,7 @@ mod judge;
 mod lin;
 mod locks;
 mod procs;
+mod python;
 mod queues;
 mod record;
 mod report;
@@ -163,9 +164,10 @@ async fn run(
         "library on a connection (Client::builder().connection)".to_string(),
         "CLI subprocesses (lock run, lock run --fair, rwlock run, semaphore run, elect run, queue work)".to_string(),
     ];
-    match python_available() {
+    let python = python::unavailable();
+    match &python {
         Some(why) => notes.push(format!("Python clients skipped: {why}")),
-        None => clients.push("Python".into()),
+        None => clients.push("Python (the dlm package, every lock kind)".into()),
     }
     let extra = if args.standalone_only || !args.breaks.is_empty() {
         notes.push("no Cluster and no Sentinel in this run (--standalone-only or --break)".into());
@@ -248,6 +250,12 @@ async fn run(
             rng.next(),
         ))
     });
+    if python.is_none() {
+        for kind in Kind::ALL {
+            let (r, p, id) = (rec.clone(), procs.clone(), next_id());
+            tasks.spawn(python::run(r, p, url.clone(), kind, id, LIB.ttl));
+        }
+    }
     let queue_clients = vec![
         (lib_url(url.clone()).await?, "library-url"),
         (on_conn(url.clone()).await?, "library-connection"),
@@ -468,24 +476,5 @@ async fn paused_holders(
                 scope: Scope::Locks(Kind::Mutex),
             });
         }
-    }
-}
-
-/// Why the Python package cannot be used (None: it can).
-fn python_available() -> Option<String> {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import dlm"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        // Not wired in yet: say so rather than pretend.
-        Some("the package imports, but the soak's Python client is not written yet".into())
-    } else {
-        Some(
-            "`python3 -c \"import dlm\"` fails (install it with scripts/test-python.sh's venv)"
-                .into(),
-        )
     }
 }
