@@ -139,13 +139,19 @@ pub async fn groups_and_deps(
             flavour: "groups+deps",
             from,
             until,
-            ops: ops.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner),
+            ops: ops
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
             spec: QueueSpec {
                 group_limit: Some(GROUP_LIMIT),
             },
             history,
-            deps: deps.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner),
-            runs: runs.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner),
+            deps: deps
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            runs: runs
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
             drained,
             ticks_fired: 0,
             ticks_handled: 0,
