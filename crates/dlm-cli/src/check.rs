@@ -26,6 +26,10 @@ use dlm_testkit::history::{
     Clock, FairWait, FencedRegister, Hold, PermitHold, QueueHistory, RwHold, out_of_order_grants,
     over_capacity, overlapping_holds, peak_permits, writer_overlaps,
 };
+use dlm_testkit::linearizable::{
+    self, LockAction, LockModel, LockOp, LockResult, Mode, OpLog, QueueAction, QueueOp,
+    QueueResult, QueueSpec,
+};
 use serde::Serialize;
 
 use crate::error::{CliError, EXIT_NO, EXIT_OK};
@@ -100,6 +104,14 @@ pub struct CheckLockArgs {
     #[arg(long, value_name = "N", default_value_t = 3,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub permits: u32,
+    /// Also judge the history with a third-party linearizability checker
+    /// (todc-utils' Wing-Gong-Lowe search against dlm's lock
+    /// specification). To keep each lock's history small enough for it,
+    /// the clients move to a new lock name every 200 ms. Without this flag
+    /// it judges only when the history turned out small enough (at most
+    /// 4000 operations).
+    #[arg(long)]
+    pub linearizability: bool,
     /// Test only: break the lock behind the holders' backs (delete their
     /// key now and then), so that the checker must report overlaps.
     #[arg(long, hide = true)]
@@ -129,6 +141,89 @@ pub struct CheckQueueArgs {
     /// Redis state (as `dlm queue check`); each violation counts.
     #[arg(long)]
     pub invariants: bool,
+    /// Also judge the history with a third-party linearizability checker
+    /// (todc-utils' Wing-Gong-Lowe search against dlm's at-least-once
+    /// queue specification), whatever its size. Without this flag it
+    /// judges when the history is small enough (at most 4000 leases).
+    #[arg(long)]
+    pub linearizability: bool,
+}
+
+/// What the third-party checker said (the `linearizability` JSON object).
+#[derive(Debug, Serialize)]
+struct LinearizabilityReport {
+    /// Which checker judged.
+    checker: &'static str,
+    /// Lock names (lock), or projections (queue: one per task, group, and
+    /// the queue's fences and pause) judged.
+    objects: usize,
+    /// Invocations with their completions in the history.
+    operations: usize,
+    /// Objects whose history no order explains.
+    violations: usize,
+    /// Objects it could not decide (too long, out of time).
+    undecided: usize,
+    /// The first violations and undecided objects, explained.
+    details: Vec<String>,
+}
+
+impl LinearizabilityReport {
+    fn new(verdict: &linearizable::Verdict) -> Self {
+        LinearizabilityReport {
+            checker: verdict.checker,
+            objects: verdict.objects,
+            operations: verdict.operations,
+            violations: verdict.violations.len(),
+            undecided: verdict.undecided.len(),
+            details: verdict
+                .violations
+                .iter()
+                .chain(&verdict.undecided)
+                .take(20)
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// The text output's clause.
+    fn clause(report: &Option<Self>) -> String {
+        match report {
+            Some(l) => format!(
+                "; {}: {} of {} objects not linearizable{}",
+                l.checker,
+                l.violations,
+                l.objects,
+                if l.undecided > 0 {
+                    format!(", {} undecided", l.undecided)
+                } else {
+                    String::new()
+                }
+            ),
+            None => "; the history was too long for the third-party checker (--linearizability)"
+                .to_string(),
+        }
+    }
+}
+
+/// The checkers that judged: the homegrown ones, and the third-party one
+/// when it did.
+fn checkers(lin: &Option<LinearizabilityReport>) -> Vec<&'static str> {
+    let mut v = vec!["homegrown"];
+    if let Some(l) = lin {
+        v.push(l.checker);
+    }
+    v
+}
+
+/// How an acquisition that failed with `e` ended, for the specification:
+/// a refusal took nothing, any other error may have taken the lock.
+fn not_acquired(e: &dlm::Error) -> LockResult {
+    match e {
+        dlm::Error::Busy { .. } | dlm::Error::NoPermits { .. } | dlm::Error::NoQuorum { .. } => {
+            LockResult::Refused
+        }
+        _ => LockResult::Unknown,
+    }
 }
 
 /// The lock check's verdict (one JSON object).
@@ -152,6 +247,11 @@ struct LockReport {
     errors: u64,
     /// How long holders kept what they got.
     hold_distribution: String,
+    /// Which checkers judged the history.
+    checkers: Vec<&'static str>,
+    /// The third-party linearizability checker's verdict (null when the
+    /// history was too long for it and --linearizability was not given).
+    linearizability: Option<LinearizabilityReport>,
 }
 
 /// The queue check's verdict (one JSON object).
@@ -171,6 +271,11 @@ struct QueueReport {
     /// (as `dlm queue check --json` prints it).
     #[serde(skip_serializing_if = "Option::is_none")]
     invariants: Option<output::InvariantsLine>,
+    /// Which checkers judged the history.
+    checkers: Vec<&'static str>,
+    /// The third-party linearizability checker's verdict (null when the
+    /// history was too long for it and --linearizability was not given).
+    linearizability: Option<LinearizabilityReport>,
 }
 
 fn progress(json: bool, len: Duration, label: &str) -> Option<indicatif::ProgressBar> {
@@ -214,21 +319,28 @@ impl CheckPrimitive {
     }
 }
 
+/// Whether acquisition `write` of `primitive` holds alone.
+fn mode(primitive: CheckPrimitive, write: bool) -> Mode {
+    match primitive {
+        CheckPrimitive::Rw if !write => Mode::Shared,
+        CheckPrimitive::Semaphore => Mode::Shared,
+        _ => Mode::Exclusive,
+    }
+}
+
 /// One acquisition of `args.primitive` named `name` by client `id`.
 async fn acquire(
     client: &dlm::Client,
     args: &CheckLockArgs,
     name: &str,
     id: usize,
-    rng: &mut SplitMix,
+    write: bool,
 ) -> dlm::Result<Held> {
     let opts = dlm::LockOptions::new(args.ttl).wait(args.ttl * 2);
     Ok(match args.primitive {
         CheckPrimitive::Mutex => Held::Mutex(client.lock(name).acquire(&opts).await?),
         CheckPrimitive::Fair => Held::Fair(client.fair_lock(name).acquire(&opts).await?),
-        CheckPrimitive::Rw if rng.next().is_multiple_of(4) => {
-            Held::Write(client.rwlock(name).write(&opts).await?)
-        }
+        CheckPrimitive::Rw if write => Held::Write(client.rwlock(name).write(&opts).await?),
         CheckPrimitive::Rw => Held::Read(client.rwlock(name).read(&opts).await?),
         CheckPrimitive::Semaphore => {
             let opts = dlm::SemaphoreOptions::new(args.ttl).wait(args.ttl * 2);
@@ -264,7 +376,29 @@ struct Verdict {
 /// queued first: far longer than one round trip.
 const FIFO_MARGIN: Duration = Duration::from_millis(200);
 
+/// The checked primitive's verdicts, lock name by lock name (a check with
+/// --linearizability moves to a new name every 200 ms).
 fn judge(primitive: CheckPrimitive, permits: u32, records: &[Record]) -> Verdict {
+    let mut by_name: std::collections::BTreeMap<&str, Vec<Record>> = Default::default();
+    for r in records {
+        by_name.entry(&r.hold.lock).or_default().push(r.clone());
+    }
+    let mut verdict = Verdict {
+        overlaps: Vec::new(),
+        out_of_order: Vec::new(),
+        peak: None,
+    };
+    for records in by_name.values() {
+        let one = judge_one(primitive, permits, records);
+        verdict.overlaps.extend(one.overlaps);
+        verdict.out_of_order.extend(one.out_of_order);
+        verdict.peak = verdict.peak.max(one.peak);
+    }
+    verdict
+}
+
+/// The checked primitive's verdicts over the records of one lock name.
+fn judge_one(primitive: CheckPrimitive, permits: u32, records: &[Record]) -> Verdict {
     let show = |a: &Hold, b: &Hold| {
         format!(
             "client {} held from {:?} to {:?} (fence {:?}) while client {} held from {:?} to {:?} (fence {:?})",
@@ -363,6 +497,51 @@ fn primitive_keys(primitive: CheckPrimitive, name: &str) -> Vec<String> {
     }
 }
 
+/// One register that refuses stale fencing tokens per lock name (each lock
+/// name has fences of its own).
+#[derive(Default)]
+struct Registers(Mutex<std::collections::HashMap<String, Arc<FencedRegister>>>);
+
+impl Registers {
+    fn write(&self, name: &str, fence: u64, value: &str) -> bool {
+        let register = match self.0.lock() {
+            Ok(mut all) => all
+                .entry(name.to_string())
+                .or_insert_with(|| Arc::new(FencedRegister::new(true)))
+                .clone(),
+            Err(_) => return false,
+        };
+        register.write(fence, value)
+    }
+
+    /// What the registers saw, summed.
+    fn report(&self) -> dlm_testkit::history::RegisterReport {
+        let mut sum = dlm_testkit::history::RegisterReport::default();
+        if let Ok(all) = self.0.lock() {
+            for r in all.values().map(|r| r.report()) {
+                sum.accepted += r.accepted;
+                sum.stale_accepted += r.stale_accepted;
+                sum.stale_rejected += r.stale_rejected;
+            }
+        }
+        sum
+    }
+}
+
+/// The lock name a check uses at `t`: `base`, or with --linearizability a
+/// new one every second (so that each lock's history stays small enough for
+/// the third-party checker).
+fn lock_name(base: &str, rotate: bool, t: Duration) -> String {
+    if rotate {
+        format!("{base}:{}", t.as_millis() / ROTATE_EVERY.as_millis())
+    } else {
+        base.to_string()
+    }
+}
+
+/// How often a check with --linearizability moves to a new lock name.
+const ROTATE_EVERY: Duration = Duration::from_millis(200);
+
 /// `dlm check lock`
 pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, CliError> {
     let name = format!("check:{:08x}", SplitMix(seed(7)).next() as u32);
@@ -379,8 +558,10 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
         )));
     }
     let clock = Clock::new();
+    let log = Arc::new(OpLog::<LockOp>::new(clock));
+    let rotate = args.linearizability;
     let records = Arc::new(Mutex::new(Vec::new()));
-    let register = Arc::new(FencedRegister::new(true));
+    let registers = Arc::new(Registers::default());
     let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let ops = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let end = clock.now() + args.duration;
@@ -388,28 +569,43 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
     let mut tasks = Vec::new();
     for id in 0..args.clients as usize {
         let client = lock_client(global).await?;
-        let (records, register, errors, ops, name, args) = (
+        let (records, registers, errors, ops, name, args, log) = (
             records.clone(),
-            register.clone(),
+            registers.clone(),
             errors.clone(),
             ops.clone(),
             name.clone(),
             args.clone(),
+            log.clone(),
         );
         let breaker = args.break_lock && id == 0;
         tasks.push(tokio::spawn(async move {
-            let lock = client.lock(&name);
             let mut rng = SplitMix(seed(id + 100));
             let mut held = 0u64;
             while clock.now() < end {
                 ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let asked = clock.now();
-                let guard = match acquire(&client, &args, &name, id, &mut rng).await {
-                    Ok(g) => g,
-                    Err(dlm::Error::Busy { .. } | dlm::Error::NoPermits { .. }) => continue,
-                    Err(_) => {
-                        errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                let name = lock_name(&name, rotate, asked);
+                let lock = client.lock(&name);
+                let write = rng.next().is_multiple_of(4);
+                let lease = log.next_id();
+                let acquire_op = LockAction::Acquire {
+                    mode: mode(args.primitive, write),
+                    ttl: args.ttl,
+                };
+                let pending = log.begin_lock(id, &name, lease, acquire_op);
+                let guard = match acquire(&client, &args, &name, id, write).await {
+                    Ok(g) => {
+                        let fence = g.fence();
+                        log.end_lock(pending, LockResult::Granted { fence });
+                        g
+                    }
+                    Err(e) => {
+                        log.end_lock(pending, not_acquired(&e));
+                        if !matches!(e, dlm::Error::Busy { .. } | dlm::Error::NoPermits { .. }) {
+                            errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
                         continue;
                     }
                 };
@@ -427,17 +623,27 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
                 let fence = guard.fence();
                 let exclusive = guard.exclusive();
                 if let (Some(f), true) = (fence, exclusive) {
-                    register.write(f, &id.to_string());
+                    registers.write(&name, f, &id.to_string());
                 }
                 let until = clock.now().min(believed);
-                if guard.release().await.is_err() {
+                let pending = log.begin_lock(id, &name, lease, LockAction::Release);
+                let released = guard.release().await;
+                log.end_lock(
+                    pending,
+                    match &released {
+                        Ok(()) => LockResult::Done,
+                        Err(e) if e.is_retryable() => LockResult::Unknown,
+                        Err(_) => LockResult::Failed,
+                    },
+                );
+                if released.is_err() {
                     errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 if let Ok(mut r) = records.lock() {
                     r.push(Record {
                         hold: Hold {
                             holder: id,
-                            lock: String::new(),
+                            lock: name.clone(),
                             from,
                             until,
                             fence,
@@ -468,17 +674,43 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
     }
     let records = records.lock().map(|r| r.clone()).unwrap_or_default();
     let verdict = judge(args.primitive, args.permits, &records);
-    // The check's own keys: its lock's fencing counter (the mutex's prefix
+    let history = log.ops();
+    let lin =
+        (args.linearizability || history.len() <= linearizable::MAX_OPS_PER_OBJECT).then(|| {
+            let model = match args.primitive {
+                CheckPrimitive::Rw => LockModel::ReadWrite,
+                CheckPrimitive::Semaphore => LockModel::Semaphore {
+                    permits: args.permits,
+                },
+                _ => LockModel::Mutex,
+            };
+            LinearizabilityReport::new(&linearizable::check_locks(model, &history))
+        });
+    // The check's own keys: its locks' fencing counters (the mutex's prefix
     // is the check's own), the other primitives' keys.
-    let mut own = primitive_keys(args.primitive, &name);
-    if let Ok(fence_key) = probe.lock(&name).fence_key() {
-        // And the marker of its counter's layout (`PREFIXfence:layout`),
-        // which the check's first lock operation wrote under its own prefix.
-        if fence_key.ends_with(":fence") {
-            own.push(format!("{fence_key}:layout"));
+    let mut own = Vec::new();
+    let names: Vec<String> = if rotate {
+        let windows = args.duration.as_millis() / ROTATE_EVERY.as_millis() + 2;
+        (0..windows as u32)
+            .map(|w| lock_name(&name, true, ROTATE_EVERY * w))
+            .collect()
+    } else {
+        vec![name.clone()]
+    };
+    for name in &names {
+        own.extend(primitive_keys(args.primitive, name));
+        if let Ok(fence_key) = probe.lock(name).fence_key() {
+            // And the marker of its counter's layout (`PREFIXfence:layout`),
+            // which the check's first lock operation wrote under its own
+            // prefix.
+            if fence_key.ends_with(":fence") {
+                own.push(format!("{fence_key}:layout"));
+            }
+            own.push(fence_key);
         }
-        own.push(fence_key);
     }
+    own.sort();
+    own.dedup();
     if !matches!(global.topology, Topology::Sentinel(_))
         && global.urls().len() == 1
         && let Ok(mut raw) = raw_connection(global.url(), global.timeout).await
@@ -488,15 +720,16 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
                 redis::cmd("DEL").arg(&key).query_async(&mut raw).await;
         }
     }
-    let reg = register.report();
+    let reg = registers.report();
     let overlaps = verdict.overlaps.len() as u64;
     let out_of_order = verdict.out_of_order.len() as u64;
+    let not_linearizable = lin.as_ref().map_or(0, |l| l.violations as u64);
     let report = LockReport {
         check: "lock",
         primitive: args.primitive.label(),
         operations: ops.load(std::sync::atomic::Ordering::Relaxed),
         acquisitions: records.len() as u64,
-        violations: overlaps + out_of_order,
+        violations: overlaps + out_of_order + not_linearizable,
         overlaps,
         out_of_order_grants: out_of_order,
         peak_holders: verdict.peak,
@@ -508,7 +741,12 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
             Some(d) => format!("every hold {}", humantime::format_duration(d)),
             None => HOLD_DISTRIBUTION.to_string(),
         },
+        checkers: checkers(&lin),
+        linearizability: lin,
     };
+    for line in report.linearizability.iter().flat_map(|l| &l.details) {
+        output::error_line(&format!("linearizability: {line}"));
+    }
     for line in verdict.overlaps.iter().take(20) {
         output::error_line(&format!("overlap: {line}"));
     }
@@ -517,7 +755,7 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
     }
     output::emit(global.json, &report, || {
         format!(
-            "check lock ({}): {} acquisitions by {} clients in {} (holds {}): {} overlaps{}, stale writes accepted {}, refused {}, errors {}",
+            "check lock ({}): {} acquisitions by {} clients in {} (holds {}): {} overlaps{}, stale writes accepted {}, refused {}, errors {}{}",
             report.primitive,
             report.acquisitions,
             args.clients,
@@ -531,7 +769,8 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
             },
             report.stale_writes_accepted,
             report.stale_writes_rejected,
-            report.errors
+            report.errors,
+            LinearizabilityReport::clause(&report.linearizability)
         )
     })?;
     Ok(if report.violations == 0 {
@@ -548,8 +787,10 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
     let queue = client.queue(name.clone());
     queue.stats().await?; // reachable at the start, or exit 3
     let history = Arc::new(QueueHistory::default());
+    let log = Arc::new(OpLog::<QueueOp>::new(Clock::new()));
     let ids: Vec<String> = (0..args.tasks).map(|i| format!("c{i}")).collect();
     for chunk in ids.chunks(1000) {
+        let invoke = log.clock().now();
         queue
             .enqueue(
                 chunk.iter().map(|i| dlm::queue::NewTask::new(i.clone())),
@@ -559,6 +800,12 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
             .await?;
         for id in chunk {
             history.enqueued(id);
+            let enqueue = QueueAction::Enqueue {
+                task: id.clone(),
+                deps: Vec::new(),
+                group: None,
+            };
+            log.queue(0, enqueue, invoke, QueueResult::Done);
         }
     }
     if args.break_queue {
@@ -569,9 +816,14 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
     let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let ops = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut workers = Vec::new();
-    for _ in 0..args.workers {
-        let (queue, history, errors, ops) =
-            (queue.clone(), history.clone(), errors.clone(), ops.clone());
+    for worker in 1..=args.workers as usize {
+        let (queue, history, errors, ops, log) = (
+            queue.clone(),
+            history.clone(),
+            errors.clone(),
+            ops.clone(),
+            log.clone(),
+        );
         let lease = args.lease;
         workers.push(tokio::spawn(async move {
             let mut idle = 0;
@@ -587,8 +839,23 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
                     break;
                 }
                 ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let claim = QueueAction::Claim { lease };
+                let invoke = log.clock().now();
                 let leases = match queue.claim(16, lease).await {
-                    Ok(l) => l,
+                    Ok(l) if l.is_empty() => {
+                        log.queue(worker, claim, invoke, QueueResult::Empty);
+                        l
+                    }
+                    Ok(l) => {
+                        for t in l.iter().map(dlm::queue::Lease::task) {
+                            let leased = QueueResult::Leased {
+                                task: t.id.clone(),
+                                fence: t.fence.get(),
+                            };
+                            log.queue(worker, claim.clone(), invoke, leased);
+                        }
+                        l
+                    }
                     Err(_) => {
                         errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -606,10 +873,23 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
                     let (id, fence) = (l.task().id.clone(), l.task().fence.get());
                     history.handled(&id, fence);
                     history.ack_started(&id, fence);
+                    let ack = QueueAction::Ack {
+                        task: id.clone(),
+                        fence,
+                    };
+                    let pending = log.begin_queue(worker, ack);
                     match l.ack().await {
                         // No answer: it may have been acked.
-                        Err(e) if e.is_retryable() => {}
-                        r => history.acked(&id, fence, r.is_ok()),
+                        Err(e) if e.is_retryable() => log.end_queue(pending, QueueResult::Unknown),
+                        r => {
+                            let result = if r.is_ok() {
+                                QueueResult::Done
+                            } else {
+                                QueueResult::Refused
+                            };
+                            log.end_queue(pending, result);
+                            history.acked(&id, fence, r.is_ok());
+                        }
                     }
                 }
             }
@@ -618,6 +898,21 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
     for w in workers {
         let _ = w.await;
     }
+    let invoke = log.clock().now();
+    if queue.stats().await.is_ok_and(|s| s.is_drained()) {
+        log.queue(0, QueueAction::Drained, invoke, QueueResult::Done);
+    }
+    let lin_history = log.ops();
+    let leases = lin_history
+        .iter()
+        .filter(|op| matches!(op.result, QueueResult::Leased { .. }))
+        .count();
+    let lin = (args.linearizability || leases <= linearizable::MAX_OPS_PER_OBJECT).then(|| {
+        LinearizabilityReport::new(&linearizable::check_queue(
+            &QueueSpec::default(),
+            &lin_history,
+        ))
+    });
     // The state the workload left, before the dead are purged and the keys go.
     let invariants = if args.invariants {
         Some(output::InvariantsLine::new(
@@ -639,7 +934,11 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
     let violations = verdict.lost.len()
         + verdict.unexplained_duplicates.len()
         + verdict.acked_twice.len()
-        + broken;
+        + broken
+        + lin.as_ref().map_or(0, |l| l.violations);
+    for line in lin.iter().flat_map(|l| &l.details) {
+        output::error_line(&format!("linearizability: {line}"));
+    }
     for v in invariants.iter().flat_map(|i| &i.violations).take(20) {
         output::error_line(&format!(
             "invariant {} {:?}: {}",
@@ -664,10 +963,12 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
         acks_unknown: verdict.ack_unknown.len() as u64,
         errors: errors.load(std::sync::atomic::Ordering::Relaxed),
         invariants,
+        checkers: checkers(&lin),
+        linearizability: lin,
     };
     output::emit(global.json, &report, || {
         format!(
-            "check queue: {} tasks by {} workers: {} lost, {} duplicates, {}{} violations, errors {}",
+            "check queue: {} tasks by {} workers: {} lost, {} duplicates, {}{} violations, errors {}{}",
             report.tasks,
             args.workers,
             report.lost,
@@ -677,7 +978,8 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
                 None => String::new(),
             },
             report.violations,
-            report.errors
+            report.errors,
+            LinearizabilityReport::clause(&report.linearizability)
         )
     })?;
     Ok(if report.violations == 0 {

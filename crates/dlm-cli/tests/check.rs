@@ -163,6 +163,79 @@ fn a_clean_queue_check_passes_and_lost_tasks_are_caught() {
     );
 }
 
+/// `--linearizability`: the third-party checker judges too, says so
+/// (`checkers`, `linearizability.checker`), finds nothing in a clean run of
+/// every primitive and the queue, and catches the broken lock and the lost
+/// tasks the homegrown checkers catch; the check still leaves no keys.
+#[test]
+fn the_third_party_checker_judges_with_linearizability() {
+    let s = server();
+    let third_party = "todc-utils 0.1.1 (Wing-Gong-Lowe linearizability checker)";
+    let judged = |v: &serde_json::Value| {
+        assert_eq!(v["checkers"][0], "homegrown", "{v}");
+        assert_eq!(v["checkers"][1], third_party, "{v}");
+        assert_eq!(v["linearizability"]["checker"], third_party, "{v}");
+        assert_eq!(v["linearizability"]["undecided"], 0, "{v}");
+        assert!(v["linearizability"]["objects"].as_u64() > Some(0), "{v}");
+        v["linearizability"]["violations"]
+            .as_u64()
+            .unwrap_or(u64::MAX)
+    };
+    for primitive in ["mutex", "fair", "rw", "semaphore", "election"] {
+        let r = check(
+            &s,
+            &[
+                "lock",
+                "--primitive",
+                primitive,
+                "--clients",
+                "4",
+                "--duration",
+                "1s",
+                "--linearizability",
+            ],
+        );
+        assert_eq!(r.code(), 0, "{primitive}: {}{}", r.stdout, r.stderr);
+        let v = json(&r);
+        assert_eq!(judged(&v), 0, "{primitive}: {v}");
+        assert!(v["operations"].as_u64() > Some(10), "{v}");
+    }
+    let r = check(
+        &s,
+        &[
+            "lock",
+            "--clients",
+            "4",
+            "--duration",
+            "1500ms",
+            "--ttl",
+            "500ms",
+            "--break-lock",
+            "--linearizability",
+        ],
+    );
+    assert_eq!(r.code(), 1, "{}{}", r.stdout, r.stderr);
+    let v = json(&r);
+    assert!(judged(&v) > 0, "{v}");
+    assert!(v["overlaps"].as_u64() > Some(0), "{v}");
+    assert!(r.stderr.contains("linearizability: lock"), "{}", r.stderr);
+
+    let r = check(&s, &["queue", "--tasks", "300", "--linearizability"]);
+    assert_eq!(r.code(), 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(judged(&json(&r)), 0, "{}", r.stdout);
+    let r = check(&s, &["queue", "--tasks", "300", "--break-queue"]);
+    assert_eq!(r.code(), 1, "{}{}", r.stdout, r.stderr);
+    let v = json(&r);
+    // Small enough to be judged without the flag.
+    assert_eq!(judged(&v), v["lost"].as_u64().unwrap_or(0), "{v}");
+    assert!(r.stderr.contains("linearizability: task"), "{}", r.stderr);
+    let keys = s.command(&["KEYS", "*"]).unwrap_or_default();
+    assert!(
+        keys.lines().skip(1).all(|k| k.contains(":fence:")),
+        "only shared fencing counters left: {keys}"
+    );
+}
+
 #[test]
 fn an_unreachable_redis_exits_3() {
     let r = run(&[

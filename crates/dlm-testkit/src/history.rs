@@ -5,6 +5,8 @@
 //!
 //! * [`overlapping_holds`]: no two holders' believed-held intervals of one
 //!   lock overlap;
+//! * [`fences_out_of_grant_order`]: each grant's fencing token is greater
+//!   than every earlier grant's;
 //! * [`FencedRegister`]: a register that rejects writes with a stale fencing
 //!   token, and counts what it accepted and refused, so a run can show what
 //!   the fence buys;
@@ -145,6 +147,41 @@ impl<T: Clone> History<T> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
+}
+
+/// Every pair of holds of one lock whose fencing tokens do not grow in grant
+/// order: the later grant (by `from`) carries a token not greater than an
+/// earlier one's, so storage that trusts the fence would take the later
+/// holder's writes for stale ones, or the stale holder's for fresh ones.
+/// Holds without a token are skipped.
+///
+/// ```
+/// use std::time::Duration;
+/// use dlm_testkit::history::{Hold, fences_out_of_grant_order};
+/// let ms = Duration::from_millis;
+/// let hold = |holder, from, fence| Hold {
+///     holder, lock: "x".into(), from: ms(from), until: ms(from + 5), fence: Some(fence),
+/// };
+/// assert!(fences_out_of_grant_order(&[hold(1, 0, 7), hold(2, 10, 9)]).is_empty());
+/// assert_eq!(fences_out_of_grant_order(&[hold(1, 0, 9), hold(2, 10, 7)]).len(), 1);
+/// ```
+pub fn fences_out_of_grant_order(holds: &[Hold]) -> Vec<(Hold, Hold)> {
+    let mut by_lock: HashMap<&str, Vec<&Hold>> = HashMap::new();
+    for h in holds.iter().filter(|h| h.fence.is_some()) {
+        by_lock.entry(h.lock.as_str()).or_default().push(h);
+    }
+    let mut found = Vec::new();
+    for mut list in by_lock.into_values() {
+        list.sort_by_key(|h| (h.from, h.until));
+        let mut highest: Option<&Hold> = None;
+        for h in list {
+            match highest {
+                Some(top) if h.fence <= top.fence => found.push((top.clone(), h.clone())),
+                _ => highest = Some(h),
+            }
+        }
+    }
+    found
 }
 
 /// An interval in which a holder believed it held a lock: from the moment

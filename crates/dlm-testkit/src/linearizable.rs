@@ -63,8 +63,11 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, mpsc};
 use std::time::Duration;
+
+use crate::history::Clock;
 
 use todc_utils::{Action, History as TodcHistory, Specification, WGLChecker};
 
@@ -78,7 +81,7 @@ pub const MAX_OPS_PER_OBJECT: usize = 4_000;
 
 /// How long the search for one object may take before it is reported as
 /// undecided (the search is exponential in the worst case).
-pub const TIME_PER_OBJECT: Duration = Duration::from_secs(60);
+pub const TIME_PER_OBJECT: Duration = Duration::from_secs(20);
 
 /// Histories up to this many calls and responses are searched on the
 /// caller's thread (they take microseconds).
@@ -187,7 +190,7 @@ pub enum QueueAction {
         group: Option<String>,
     },
     /// Claim one task with a lease (a claim that returned k tasks is k
-    /// operations with the same times).
+    /// operations by the same process with the same invocation time).
     Claim {
         /// The lease asked for.
         lease: Duration,
@@ -215,6 +218,13 @@ pub enum QueueAction {
         /// The new lease, from now.
         lease: Duration,
     },
+    /// The workload found the queue drained: nothing waiting, delayed or
+    /// leased (e.g. its stats, after its workers stopped). Every task then
+    /// had its run acked (or was given up by a nack): a task still waiting,
+    /// or whose last lease certainly ended without an ack, was lost. Record
+    /// it only where no task can have died by running out of attempts on
+    /// expired leases.
+    Drained,
     /// Pause the queue.
     Pause,
     /// Resume it.
@@ -304,8 +314,7 @@ fn micros(d: Duration) -> Micros {
     u64::try_from(d.as_micros()).unwrap_or(NEVER - 1)
 }
 
-/// The time window of one operation, in microseconds: `end` is [`NEVER`]
-/// for an operation whose outcome is unknown.
+/// The time window of one operation, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Window {
     start: Micros,
@@ -418,6 +427,210 @@ where
             "{name}: the search for an order of its {n} operations took longer than {}s",
             TIME_PER_OBJECT.as_secs()
         )),
+    }
+}
+
+/// A shared, append-only log of operations on one [`Clock`], for workloads
+/// whose tasks record what they did for [`check_locks`] or [`check_queue`].
+///
+/// ```
+/// use std::time::Duration;
+/// use dlm_testkit::linearizable::{LockAction, LockResult, Mode, OpLog};
+/// let log = OpLog::new(dlm_testkit::history::Clock::new());
+/// let lease = log.next_id();
+/// let t = log.clock().now();
+/// let acquire = LockAction::Acquire { mode: Mode::Exclusive, ttl: Duration::from_secs(1) };
+/// log.lock(0, "a", lease, acquire, t, LockResult::Granted { fence: Some(1) });
+/// assert_eq!(log.ops().len(), 1);
+/// ```
+#[derive(Debug, Default)]
+pub struct OpLog<T> {
+    clock: Clock,
+    next: AtomicU64,
+    ops: Mutex<Vec<T>>,
+    /// Operations invoked and not completed yet (their task may be killed
+    /// before they do: they count as unknown).
+    pending: Mutex<HashMap<u64, T>>,
+}
+
+/// An operation [`OpLog::begin_lock`] or [`OpLog::begin_queue`] recorded
+/// as invoked; finish it with [`OpLog::end_lock`] or [`OpLog::end_queue`].
+#[derive(Debug)]
+#[must_use = "an operation that is never ended counts as unknown"]
+pub struct Pending(u64);
+
+impl<T: Clone> OpLog<T> {
+    /// An empty log on `clock`.
+    pub fn new(clock: Clock) -> Self {
+        OpLog {
+            clock,
+            next: AtomicU64::new(1),
+            ops: Mutex::new(Vec::new()),
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The clock the log's times are on.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// A fresh id (for a lease), unique in this log.
+    pub fn next_id(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Appends `op`.
+    pub fn push(&self, op: T) {
+        self.ops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(op);
+    }
+
+    /// Every operation so far, those not completed yet as unknown.
+    pub fn ops(&self) -> Vec<T> {
+        let mut ops = self
+            .ops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        ops.extend(
+            self.pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .values()
+                .cloned(),
+        );
+        ops
+    }
+
+    fn begin(&self, op: T) -> Pending {
+        let id = self.next_id();
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, op);
+        Pending(id)
+    }
+
+    fn end(&self, pending: Pending, finish: impl FnOnce(&mut T)) {
+        let op = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&pending.0);
+        if let Some(mut op) = op {
+            finish(&mut op);
+            self.push(op);
+        }
+    }
+
+    /// Removes and returns every operation so far (for a workload judged
+    /// window by window).
+    pub fn take(&self) -> Vec<T> {
+        std::mem::take(
+            &mut *self
+                .ops
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+impl OpLog<LockOp> {
+    /// Records a lock operation invoked at `invoke` that completes now.
+    pub fn lock(
+        &self,
+        process: usize,
+        lock: &str,
+        lease: u64,
+        action: LockAction,
+        invoke: Duration,
+        result: LockResult,
+    ) {
+        let complete = self.clock.now();
+        self.push(LockOp {
+            process,
+            lock: lock.to_string(),
+            lease,
+            action,
+            result,
+            invoke,
+            complete,
+        });
+    }
+
+    /// Records a lock operation invoked now; it counts as unknown until
+    /// [`OpLog::end_lock`] (also when the task making it is killed).
+    pub fn begin_lock(
+        &self,
+        process: usize,
+        lock: &str,
+        lease: u64,
+        action: LockAction,
+    ) -> Pending {
+        let invoke = self.clock.now();
+        self.begin(LockOp {
+            process,
+            lock: lock.to_string(),
+            lease,
+            action,
+            result: LockResult::Unknown,
+            invoke,
+            complete: invoke,
+        })
+    }
+
+    /// Completes a lock operation now, with its result.
+    pub fn end_lock(&self, pending: Pending, result: LockResult) {
+        let complete = self.clock.now();
+        self.end(pending, |op| {
+            op.result = result;
+            op.complete = complete;
+        });
+    }
+}
+
+impl OpLog<QueueOp> {
+    /// Records a queue operation invoked at `invoke` that completes now.
+    pub fn queue(
+        &self,
+        process: usize,
+        action: QueueAction,
+        invoke: Duration,
+        result: QueueResult,
+    ) {
+        let complete = self.clock.now();
+        self.push(QueueOp {
+            process,
+            action,
+            result,
+            invoke,
+            complete,
+        });
+    }
+
+    /// Records a queue operation invoked now; it counts as unknown until
+    /// [`OpLog::end_queue`] (also when the worker making it is killed).
+    pub fn begin_queue(&self, process: usize, action: QueueAction) -> Pending {
+        let invoke = self.clock.now();
+        self.begin(QueueOp {
+            process,
+            action,
+            result: QueueResult::Unknown,
+            invoke,
+            complete: invoke,
+        })
+    }
+
+    /// Completes a queue operation now, with its result.
+    pub fn end_queue(&self, pending: Pending, result: QueueResult) {
+        let complete = self.clock.now();
+        self.end(pending, |op| {
+            op.result = result;
+            op.complete = complete;
+        });
     }
 }
 
@@ -579,9 +792,10 @@ fn lock_step(op: &LinLockOp, s: &mut LockState) -> bool {
             }
             _ => false,
         },
-        (LockAction::Extend { ttl }, LockResult::Unknown) => {
+        (LockAction::Extend { .. }, LockResult::Unknown) => {
+            // It may land late: the lease may be alive for ever after.
             if let Some(h) = s.holder_mut(op.lease) {
-                h.max_end = h.max_end.max(w.lease_max_end(ttl));
+                h.max_end = NEVER;
             }
             true
         }
@@ -625,7 +839,7 @@ pub fn check_locks(model: LockModel, ops: &[LockOp]) -> Verdict {
     let mut verdict = Verdict::empty(ops.len());
     let mut by_lock: BTreeMap<&str, Vec<(Window, LinLockOp)>> = BTreeMap::new();
     for op in ops {
-        let window = window_of(op.invoke, op.complete, op.result == LockResult::Unknown);
+        let window = window_of(op.invoke, op.complete);
         by_lock.entry(op.lock.as_str()).or_default().push((
             window,
             LinLockOp {
@@ -643,15 +857,18 @@ pub fn check_locks(model: LockModel, ops: &[LockOp]) -> Verdict {
     verdict
 }
 
-fn window_of(invoke: Duration, complete: Duration, unknown: bool) -> Window {
+/// An operation's window, also of one whose outcome is unknown: what it
+/// may have done is modelled so that it does not depend on when it took
+/// effect (a lease it may have taken blocks nobody; a release it may have
+/// made lets the lock go as early as its call; an extension it may have
+/// made keeps its lease possibly alive for ever), so it needs no window
+/// that stays open for ever, which would make it concurrent with every
+/// later operation and the search exponential in their number.
+fn window_of(invoke: Duration, complete: Duration) -> Window {
     let start = micros(invoke);
     Window {
         start,
-        end: if unknown {
-            NEVER
-        } else {
-            micros(complete).max(start)
-        },
+        end: micros(complete).max(start),
     }
 }
 
@@ -664,6 +881,8 @@ enum Status {
     Absent,
     /// Waiting to be leased.
     Waiting,
+    /// Given up by a nack: waiting for a retry, or dead.
+    Retrying,
     /// Leased under `fence`.
     Leased {
         fence: u64,
@@ -681,12 +900,15 @@ struct TaskState {
     fence: u64,
     /// Enqueued again while leased: waiting again once the run settles.
     replaced: bool,
+    /// An ack of the current lease whose outcome is unknown.
+    maybe_acked: bool,
 }
 
 const FRESH: TaskState = TaskState {
     status: Status::Absent,
     fence: 0,
     replaced: false,
+    maybe_acked: false,
 };
 
 /// The state of one projection: its tasks (by index), the dependencies
@@ -742,6 +964,9 @@ enum QAct {
         fence: u64,
         lease: Duration,
     },
+    /// The tasks one claim leased at once (to the group and queue
+    /// projections; each task's projection sees its own `Lease`).
+    Leases(Vec<(u32, u64, Duration)>),
     Ack {
         task: u32,
         fence: u64,
@@ -755,6 +980,7 @@ enum QAct {
         fence: u64,
         lease: Duration,
     },
+    Drained,
     Pause,
     Resume,
 }
@@ -796,6 +1022,13 @@ impl Specification for QueueObject {
 fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
     let w = op.window;
     match (&op.act, op.outcome) {
+        (QAct::Leases(leases), _) => leases.iter().all(|&(task, fence, lease)| {
+            let one = LinQueueOp {
+                act: QAct::Lease { task, fence, lease },
+                ..op.clone()
+            };
+            task_step(&one, s)
+        }),
         (QAct::Enqueue { task, deps }, Some(true) | None) => {
             let mut t = s.task(*task);
             match t.status {
@@ -814,7 +1047,7 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
                     }
                 }
                 Status::Leased { .. } => t.replaced = true,
-                Status::Waiting => {}
+                Status::Waiting | Status::Retrying => {}
             }
             s.set(*task, t);
             true
@@ -822,7 +1055,7 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
         (QAct::Lease { task, fence, lease }, _) => {
             let mut t = s.task(*task);
             let may_lease = match t.status {
-                Status::Waiting => true,
+                Status::Waiting | Status::Retrying => true,
                 // Its previous lease may have run out without an ack.
                 Status::Leased { min_end, .. } => min_end <= w.end,
                 // Absent: enqueued outside this history; Done: acked.
@@ -839,26 +1072,23 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
                 max_end: w.lease_max_end(*lease),
             };
             t.fence = *fence;
+            t.maybe_acked = false;
             s.set(*task, t);
             true
         }
-        (QAct::Ack { task, fence }, outcome @ (Some(true) | None))
-        | (QAct::Nack { task, fence }, outcome @ Some(true)) => {
+        (QAct::Ack { task, fence }, Some(true)) | (QAct::Nack { task, fence }, Some(true)) => {
             let mut t = s.task(*task);
             match t.status {
                 Status::Leased { fence: f, .. } if f == *fence => {}
-                // An ack whose outcome is unknown (its reply lost) placed
-                // where its lease is no longer the current one failed.
-                _ if outcome.is_none() => return true,
                 _ => return false,
             }
-            // Placed while its lease is current, an unknown ack took effect
-            // (the search may also place it last, where it failed).
             let acked = matches!(op.act, QAct::Ack { .. });
-            t.status = if acked && !t.replaced {
-                Status::Done
-            } else {
+            t.status = if !acked {
+                Status::Retrying
+            } else if t.replaced {
                 Status::Waiting
+            } else {
+                Status::Done
             };
             t.replaced = false;
             s.set(*task, t);
@@ -886,6 +1116,21 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
             s.set(*task, t);
             true
         }
+        (QAct::Ack { task, fence }, None) => {
+            let mut t = s.task(*task);
+            if matches!(t.status, Status::Leased { fence: f, .. } if f == *fence) {
+                t.maybe_acked = true;
+                s.set(*task, t);
+            }
+            true
+        }
+        // A dependent still waiting for a dependency (that may have died)
+        // may have died with it.
+        (QAct::Drained, Some(true)) => s.tasks.iter().all(|(i, t)| match t.status {
+            Status::Waiting => s.pending.iter().any(|(d, _)| d == i),
+            Status::Leased { max_end, .. } => t.maybe_acked || w.start <= max_end,
+            Status::Absent | Status::Retrying | Status::Done => true,
+        }),
         // A nack whose outcome is unknown may have ended the lease at once.
         (QAct::Nack { task, fence }, None) => {
             let mut t = s.task(*task);
@@ -906,6 +1151,13 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
 fn group_step(op: &LinQueueOp, limit: u32, s: &mut QueueState) -> bool {
     let w = op.window;
     match (&op.act, op.outcome) {
+        (QAct::Leases(leases), _) => leases.iter().all(|&(task, fence, lease)| {
+            let one = LinQueueOp {
+                act: QAct::Lease { task, fence, lease },
+                ..op.clone()
+            };
+            group_step(&one, limit, s)
+        }),
         (QAct::Lease { task, fence, lease }, _) => {
             // Runs of other tasks certainly still running at every instant
             // the lease could have been taken in.
@@ -948,6 +1200,15 @@ fn group_step(op: &LinQueueOp, limit: u32, s: &mut QueueState) -> bool {
 
 fn queue_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
     match (&op.act, op.outcome) {
+        (QAct::Leases(leases), _) => {
+            let mut fences: Vec<u64> = leases.iter().map(|l| l.1).collect();
+            fences.sort_unstable();
+            if s.paused || fences.first().is_some_and(|&f| f <= s.last_fence) {
+                return false;
+            }
+            s.last_fence = fences.last().copied().unwrap_or(s.last_fence);
+            true
+        }
         (QAct::Lease { fence, .. }, _) => {
             if s.paused || *fence <= s.last_fence {
                 return false;
@@ -997,13 +1258,16 @@ pub fn check_queue(spec: &QueueSpec, ops: &[QueueOp]) -> Verdict {
     let mut group_of: HashMap<u32, &str> = HashMap::new();
     let mut deps_of: HashMap<u32, BTreeSet<u32>> = HashMap::new();
     let mut converted: Vec<(Window, QAct, Option<bool>)> = Vec::new();
+    // The leases of one claim (same process, invoked at the same instant),
+    // by their first entry in `converted`.
+    let mut batches: HashMap<(usize, Duration), usize> = HashMap::new();
     for op in ops {
         let outcome = match op.result {
             QueueResult::Leased { .. } | QueueResult::Done => Some(true),
             QueueResult::Empty | QueueResult::Refused => Some(false),
             QueueResult::Unknown => None,
         };
-        let window = window_of(op.invoke, op.complete, outcome.is_none());
+        let window = window_of(op.invoke, op.complete);
         let act = match (&op.action, &op.result) {
             (QueueAction::Enqueue { task, deps, group }, _) => {
                 let t = tasks.id(task);
@@ -1014,11 +1278,18 @@ pub fn check_queue(spec: &QueueSpec, ops: &[QueueOp]) -> Verdict {
                 deps_of.entry(t).or_default().extend(deps.iter().copied());
                 QAct::Enqueue { task: t, deps }
             }
-            (QueueAction::Claim { lease }, QueueResult::Leased { task, fence }) => QAct::Lease {
-                task: tasks.id(task),
-                fence: *fence,
-                lease: *lease,
-            },
+            (QueueAction::Claim { lease }, QueueResult::Leased { task, fence }) => {
+                let one = (tasks.id(task), *fence, *lease);
+                let key = (op.process, op.invoke);
+                if let Some(&i) = batches.get(&key)
+                    && let QAct::Leases(batch) = &mut converted[i].1
+                {
+                    batch.push(one);
+                    continue;
+                }
+                batches.insert(key, converted.len());
+                QAct::Leases(vec![one])
+            }
             // An empty claim, or one whose reply was lost, names no task.
             (QueueAction::Claim { .. }, _) => continue,
             (QueueAction::Ack { task, fence }, _) => QAct::Ack {
@@ -1034,36 +1305,53 @@ pub fn check_queue(spec: &QueueSpec, ops: &[QueueOp]) -> Verdict {
                 fence: *fence,
                 lease: *lease,
             },
+            (QueueAction::Drained, _) => QAct::Drained,
             (QueueAction::Pause, _) => QAct::Pause,
             (QueueAction::Resume, _) => QAct::Resume,
         };
         converted.push((window, act, outcome));
     }
+    // Each projection keeps the operations on its tasks (`keep`); of a
+    // claim's leases, those of its tasks.
     let project = |projection: Projection, keep: &dyn Fn(&QAct) -> bool| {
-        converted
-            .iter()
-            .filter(|(_, act, _)| keep(act))
-            .map(|(window, act, outcome)| {
-                (
-                    *window,
-                    LinQueueOp {
-                        projection,
-                        act: act.clone(),
-                        outcome: *outcome,
-                        window: *window,
-                    },
-                )
-            })
-            .collect::<Vec<_>>()
+        let mut out = Vec::new();
+        for (window, act, outcome) in &converted {
+            let act = match act {
+                QAct::Leases(batch) => {
+                    let mine: Vec<(u32, u64, Duration)> = batch
+                        .iter()
+                        .copied()
+                        .filter(|&(task, fence, lease)| keep(&QAct::Lease { task, fence, lease }))
+                        .collect();
+                    match (projection, mine.as_slice()) {
+                        (_, []) => continue,
+                        (Projection::Task, &[(task, fence, lease)]) => {
+                            QAct::Lease { task, fence, lease }
+                        }
+                        _ => QAct::Leases(mine),
+                    }
+                }
+                act if keep(act) => act.clone(),
+                _ => continue,
+            };
+            let op = LinQueueOp {
+                projection,
+                act,
+                outcome: *outcome,
+                window: *window,
+            };
+            out.push((*window, op));
+        }
+        out
     };
-    // Each task, with the dependencies it waits for (whose own
-    // dependencies are judged in their own projections: here their
-    // enqueues wait for nothing).
+    // Each task, with the dependencies it waits for.
     for t in 0..tasks.names.len() as u32 {
         let deps = deps_of.get(&t).cloned().unwrap_or_default();
         let mut ops = project(Projection::Task, &|act| {
-            act_task(act).is_some_and(|x| x == t || deps.contains(&x))
+            matches!(act, QAct::Drained)
+                || act_task(act).is_some_and(|x| x == t || deps.contains(&x))
         });
+        // The dependencies' own dependencies are judged in their projections.
         for (_, op) in &mut ops {
             if let QAct::Enqueue { task, deps } = &mut op.act
                 && *task != t
@@ -1102,7 +1390,7 @@ fn act_task(act: &QAct) -> Option<u32> {
         | QAct::Ack { task, .. }
         | QAct::Nack { task, .. }
         | QAct::Extend { task, .. } => Some(*task),
-        QAct::Pause | QAct::Resume => None,
+        QAct::Leases(_) | QAct::Drained | QAct::Pause | QAct::Resume => None,
     }
 }
 
@@ -1292,32 +1580,6 @@ mod tests {
     }
 
     #[test]
-    fn an_ack_of_unknown_outcome_may_have_completed_its_task() {
-        use QueueResult::{Done, Unknown};
-        // a's ack lost its reply but took effect: b (after a) is leased.
-        let history = vec![
-            q(enqueue("a", &[], None), Done, 0),
-            q(enqueue("b", &["a"], None), Done, 2),
-            q(claim(), leased("a", 1), 4),
-            q(ack("a", 1), Unknown, 6),
-            q(claim(), leased("b", 2), 8),
-        ];
-        assert!(check_queue(&QueueSpec::default(), &history).ok());
-        // Or it did not: a's lease ran out and a is leased again, then acked
-        // (b cannot have been leased before that).
-        let mut again = history[..4].to_vec();
-        again.push(q(claim(), leased("a", 3), 1500));
-        again.push(q(ack("a", 3), Done, 1502));
-        assert!(check_queue(&QueueSpec::default(), &again).ok());
-        again.insert(4, q(claim(), leased("b", 2), 8));
-        assert!(!check_queue(&QueueSpec::default(), &again).ok());
-        // Its task acked, it cannot be leased again before its lease ran out.
-        let mut early = history;
-        early.push(q(claim(), leased("a", 4), 20));
-        assert!(!check_queue(&QueueSpec::default(), &early).ok());
-    }
-
-    #[test]
     fn a_task_leased_twice_at_once_and_a_group_over_its_limit_are_violations() {
         use QueueResult::Done;
         let spec = QueueSpec {
@@ -1366,6 +1628,28 @@ mod tests {
             q(claim(), leased("y", 3), 6),
         ];
         assert!(!check_queue(&QueueSpec::default(), &h).ok());
+    }
+
+    #[test]
+    fn a_task_still_waiting_or_unacked_when_the_queue_drained_was_lost() {
+        use QueueResult::{Done, Refused};
+        let drained = |at| q(QueueAction::Drained, Done, at);
+        let never_run = vec![q(enqueue("x", &[], None), Done, 0), drained(10)];
+        assert!(!check_queue(&QueueSpec::default(), &never_run).ok());
+        let refused_ack = vec![
+            q(enqueue("x", &[], None), Done, 0),
+            q(claim(), leased("x", 1), 2),
+            q(ack("x", 1), Refused, 4),
+            drained(2000),
+        ];
+        assert!(!check_queue(&QueueSpec::default(), &refused_ack).ok());
+        let acked = vec![
+            q(enqueue("x", &[], None), Done, 0),
+            q(claim(), leased("x", 1), 2),
+            q(ack("x", 1), Done, 4),
+            drained(2000),
+        ];
+        assert!(check_queue(&QueueSpec::default(), &acked).ok());
     }
 
     #[test]

@@ -55,6 +55,9 @@ struct ClientInner {
     election: Arc<ElectionShared>,
     /// For dedicated connections (a worker's blocking wait, pub/sub), when known.
     deployment: Option<Arc<Deployment>>,
+    /// The defect this client was built with (dlm's checker tests only).
+    #[cfg(feature = "seeded-defects")]
+    seeded: Option<crate::seeded::SeededDefect>,
 }
 
 /// Options for a [`Client`]; finish with [`ClientBuilder::connect`] or
@@ -80,6 +83,8 @@ pub struct ClientBuilder {
     wakeup_url: Option<String>,
     tls: Option<TlsConfig>,
     metrics_lock_names: usize,
+    #[cfg(feature = "seeded-defects")]
+    seeded: Option<crate::seeded::SeededDefect>,
 }
 
 impl Default for ClientBuilder {
@@ -93,6 +98,8 @@ impl Default for ClientBuilder {
             wakeup_url: None,
             tls: None,
             metrics_lock_names: 0,
+            #[cfg(feature = "seeded-defects")]
+            seeded: None,
         }
     }
 }
@@ -247,6 +254,19 @@ impl ClientBuilder {
         self
     }
 
+    /// Put a fixed defect back in this client (the last call wins), so that
+    /// dlm's own checker tests can show every checker failing on it
+    /// (`tests/seeded_defects_caught.rs`). Only with the `seeded-defects`
+    /// feature, which is for those tests alone: **never enable it in
+    /// production**. The defect is this client's: other clients, also in the
+    /// same process, behave as fixed. See [`crate::SeededDefect`].
+    #[doc(hidden)]
+    #[cfg(feature = "seeded-defects")]
+    pub fn seeded_defect(mut self, defect: crate::seeded::SeededDefect) -> Self {
+        self.seeded = Some(defect);
+        self
+    }
+
     fn validate(&self) -> Result<()> {
         validate_prefix(&self.prefix)?;
         validate_timeout("timeout", self.timeout)?;
@@ -378,6 +398,8 @@ impl ClientBuilder {
             backends: backends.into_iter().map(Node::new).collect(),
             node_timeout: self.node_timeout,
             background: tokio_util::task::TaskTracker::new(),
+            #[cfg(feature = "seeded-defects")]
+            seeded: self.seeded,
         });
         Ok(self.finish(nodes, wakeups, None))
     }
@@ -469,6 +491,8 @@ impl ClientBuilder {
             wakeups,
             (self.metrics_lock_names > 0).then(|| LockNames::new(self.metrics_lock_names)),
         );
+        #[cfg(feature = "seeded-defects")]
+        locks.set_seeded(self.seeded);
         let backend = locks.single_backend().cloned();
         let (wakeups, background) = (locks.wakeups.clone(), locks.background.clone());
         let semaphores = Semaphores::new(backend.clone(), wakeups.clone(), background.clone());
@@ -480,6 +504,8 @@ impl ClientBuilder {
                 locks,
                 semaphores,
                 deployment,
+                #[cfg(feature = "seeded-defects")]
+                seeded: self.seeded,
             }),
         }
     }
@@ -698,11 +724,14 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn queue(&self, name: impl Into<String>) -> Queue {
-        Queue::new(
+        let queue = Queue::new(
             self.single_backend(),
             self.inner.deployment.clone(),
             name.into(),
-        )
+        );
+        #[cfg(feature = "seeded-defects")]
+        let queue = queue.seeded_defect(self.inner.seeded);
+        queue
     }
 
     /// The names of up to `limit` queues on this Redis (those with at least

@@ -169,6 +169,8 @@ mod backend;
 mod client;
 mod fenced;
 mod lock;
+#[cfg(feature = "seeded-defects")]
+mod seeded;
 mod services;
 mod token;
 
@@ -184,6 +186,9 @@ pub use lock::{
     any_lost,
 };
 pub use rwlock::{ReadGuard, RwLock, RwStatus, WriteGuard};
+#[cfg(feature = "seeded-defects")]
+#[doc(hidden)]
+pub use seeded::SeededDefect;
 pub use semaphore::{MAX_PERMITS, Semaphore, SemaphoreGuard, SemaphoreOptions, SemaphoreStatus};
 pub use token::{Fence, Token};
 pub use tokio_util::sync::CancellationToken;

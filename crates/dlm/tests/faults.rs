@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 use common::{TestResult, ttl};
 use dlm::{Client, Error};
 use dlm_testkit::history::{Clock, Hold, QueueHistory, overlapping_holds};
+use dlm_testkit::linearizable::{
+    LockAction, LockModel, LockOp, Mode, OpLog, QueueAction, QueueOp, QueueResult, QueueSpec,
+    check_locks, check_queue,
+};
 use dlm_testkit::{Direction, FaultProxy, RedisServer};
 
 async fn client_on(url: &str) -> Result<Client, Error> {
@@ -36,36 +40,77 @@ async fn redlock_via_proxies(
     Ok((client, proxies))
 }
 
-/// Two clients alternate on one lock for `run`; returns the holds.
-async fn lock_workload(
-    clients: &[Client],
-    run: Duration,
-    opts: dlm::LockOptions,
-) -> (Vec<Hold>, u64) {
-    let clock = Clock::new();
+/// What a lock workload recorded: the believed holds (for the homegrown
+/// checker) and every invocation and completion (for the third-party one).
+struct Recorded {
+    holds: Vec<Hold>,
+    ops: Vec<LockOp>,
+    errors: u64,
+}
+
+impl Recorded {
+    /// Both checkers judge the row; they must agree. Returns the overlaps
+    /// and the text for the row's "violations" column.
+    fn judge(&self, row: &str) -> (Vec<(Hold, Hold)>, String) {
+        let overlaps = overlapping_holds(&self.holds);
+        let verdict = check_locks(LockModel::Mutex, &self.ops);
+        let text = common::lin::agree(row, overlaps.len(), &verdict);
+        (overlaps, text)
+    }
+}
+
+/// Two clients alternate on one lock for `run`; returns what they recorded.
+async fn lock_workload(clients: &[Client], run: Duration, opts: dlm::LockOptions) -> Recorded {
+    let log = Arc::new(OpLog::new(Clock::new()));
+    let clock = log.clock();
     let holds = Arc::new(Mutex::new(Vec::new()));
     let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let end = clock.now() + run;
+    let acquire = LockAction::Acquire {
+        mode: Mode::Exclusive,
+        ttl: opts.ttl(),
+    };
     let mut tasks = Vec::new();
     for (id, c) in clients.iter().enumerate() {
-        let (c, holds, errors, opts) = (c.clone(), holds.clone(), errors.clone(), opts.clone());
+        let (c, holds, errors, opts, log) = (
+            c.clone(),
+            holds.clone(),
+            errors.clone(),
+            opts.clone(),
+            log.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let lock = c.lock("matrix");
             while clock.now() < end {
-                match lock.acquire(&opts).await {
+                let lease = log.next_id();
+                let invoke = clock.now();
+                let r = lock.acquire(&opts).await;
+                let got = common::lin::acquired(&r, |g| g.fence().map(dlm::Fence::get));
+                log.lock(id, "matrix", lease, acquire, invoke, got);
+                match r {
                     Ok(g) => {
                         let from = clock.now();
                         let believed = from + g.remaining();
+                        let fence = g.fence().map(dlm::Fence::get);
                         tokio::time::sleep(Duration::from_millis(fastrand::u64(1..10))).await;
                         let until = clock.now().min(believed);
-                        let _ = g.release().await;
+                        let invoke = clock.now();
+                        let r = g.release().await;
+                        log.lock(
+                            id,
+                            "matrix",
+                            lease,
+                            LockAction::Release,
+                            invoke,
+                            common::lin::settled(&r),
+                        );
                         if let Ok(mut h) = holds.lock() {
                             h.push(Hold {
                                 holder: id,
                                 lock: "matrix".into(),
                                 from,
                                 until,
-                                fence: None,
+                                fence,
                             });
                         }
                     }
@@ -80,8 +125,88 @@ async fn lock_workload(
     for t in tasks {
         let _ = t.await;
     }
-    let holds = holds.lock().map(|h| h.clone()).unwrap_or_default();
-    (holds, errors.load(std::sync::atomic::Ordering::Relaxed))
+    Recorded {
+        holds: holds.lock().map(|h| h.clone()).unwrap_or_default(),
+        ops: log.ops(),
+        errors: errors.load(std::sync::atomic::Ordering::Relaxed),
+    }
+}
+
+/// A queue workload's record of every invocation and completion, for the
+/// third-party checker.
+type QueueLog = Arc<OpLog<QueueOp>>;
+
+/// Enqueues `n` tasks as `common::enqueue_recorded` does, recording them in
+/// `log` too.
+async fn enqueue_logged(
+    queue: &dlm::queue::Queue,
+    history: &QueueHistory,
+    log: &QueueLog,
+    prefix: &str,
+    n: usize,
+) -> dlm::Result<()> {
+    let invoke = log.clock().now();
+    common::enqueue_recorded(queue, history, prefix, n).await?;
+    for i in 0..n {
+        let task = format!("{prefix}{i}");
+        let enqueue = QueueAction::Enqueue {
+            task,
+            deps: Vec::new(),
+            group: None,
+        };
+        log.queue(0, enqueue, invoke, QueueResult::Done);
+    }
+    Ok(())
+}
+
+/// Claims up to `n` tasks with `lease`, recording the claim in `log`.
+async fn claim_logged(
+    queue: &dlm::queue::Queue,
+    log: &QueueLog,
+    process: usize,
+    n: usize,
+    lease: Duration,
+) -> dlm::Result<Vec<dlm::queue::Lease>> {
+    let invoke = log.clock().now();
+    let r = queue.claim(n, lease).await;
+    let claim = QueueAction::Claim { lease };
+    match &r {
+        Ok(leases) if leases.is_empty() => log.queue(process, claim, invoke, QueueResult::Empty),
+        Ok(leases) => {
+            for l in leases {
+                let leased = QueueResult::Leased {
+                    task: l.task().id.clone(),
+                    fence: l.task().fence.get(),
+                };
+                log.queue(process, claim.clone(), invoke, leased);
+            }
+        }
+        Err(_) => log.queue(process, claim, invoke, QueueResult::Unknown),
+    }
+    r
+}
+
+/// Acks `lease`, recording it in `log`.
+async fn ack_logged(lease: dlm::queue::Lease, log: &QueueLog, process: usize) -> dlm::Result<()> {
+    let ack = QueueAction::Ack {
+        task: lease.task().id.clone(),
+        fence: lease.task().fence.get(),
+    };
+    // Begun before the call: a worker killed during it leaves it unknown.
+    let pending = log.begin_queue(process, ack);
+    let r = lease.ack().await;
+    log.end_queue(pending, common::lin::queue_settled(&r));
+    r
+}
+
+/// Records in `log` whether `queue` is drained now (its stats).
+async fn drained_logged(queue: &dlm::queue::Queue, log: &QueueLog) -> bool {
+    let invoke = log.clock().now();
+    let drained = queue.stats().await.is_ok_and(|s| s.is_drained());
+    if drained {
+        log.queue(0, QueueAction::Drained, invoke, QueueResult::Done);
+    }
+    drained
 }
 
 /// Row "drop replies on acquire": the SET lands, the reply is lost. The
@@ -162,13 +287,15 @@ async fn blackholed_redlock_nodes_cause_no_overlap_and_bounded_latency() -> Test
             .await?;
         let single = t0.elapsed();
         let run = common::row_duration(Duration::from_millis(1500));
-        let (holds, errors) = lock_workload(&clients, run, opts.clone()).await;
-        let overlaps = overlapping_holds(&holds);
+        let rec = lock_workload(&clients, run, opts.clone()).await;
+        let row = format!("blackholed nodes under Redlock(5): {blackholed}");
+        let (overlaps, judged) = rec.judge(&row);
+        let (holds, errors) = (&rec.holds, rec.errors);
         common::matrix_row(
-            &format!("blackholed nodes under Redlock(5): {blackholed}"),
+            &row,
             &format!("2 clients alternate on one lock, 50 ms per-node timeout, {run:?}"),
             &format!("{blackholed} of 5 nodes blackholed for both clients"),
-            &format!("{} overlaps", overlaps.len()),
+            &format!("overlaps: {judged}"),
             &format!(
                 "{} acquisitions, {errors} errors; one uncontended acquire+release {single:.1?}",
                 holds.len()
@@ -225,14 +352,15 @@ async fn a_partitioned_client_gets_no_quorum_and_never_overlaps() -> TestResult 
         p.partition();
     }
     let run = common::row_duration(Duration::from_millis(1500));
-    let (holds, errors) =
-        lock_workload(&[cut_off, healthy], run, opts.wait(Duration::from_secs(5))).await;
-    let overlaps = overlapping_holds(&holds);
+    let rec = lock_workload(&[cut_off, healthy], run, opts.wait(Duration::from_secs(5))).await;
+    let row = "partition a client from a minority, Redlock(5)";
+    let (overlaps, judged) = rec.judge(row);
+    let (holds, errors) = (&rec.holds, rec.errors);
     common::matrix_row(
-        "partition a client from a minority, Redlock(5)",
+        row,
         &format!("2 clients alternate on one lock, {run:?}"),
         "2 of 5 nodes cut from one client",
-        &format!("{} overlaps", overlaps.len()),
+        &format!("overlaps: {judged}"),
         &format!(
             "{} acquisitions ({} by the cut-off client), {errors} errors",
             holds.len(),
@@ -261,7 +389,9 @@ async fn connection_resets_lose_no_task() -> TestResult {
         .await?;
     let queue = producer.queue("resets").max_attempts(1000);
     let history = Arc::new(QueueHistory::default());
-    common::enqueue_recorded(&queue, &history, "r", 400 * common::row_scale() as usize).await?;
+    let log: QueueLog = Arc::new(OpLog::new(Clock::new()));
+    let n = 400 * common::row_scale() as usize;
+    enqueue_logged(&queue, &history, &log, "r", n).await?;
     // Reset the worker's connection after every 16 KB for 3 s (a few dozen
     // commands each time), then let it drain without the fault.
     proxy.set_reset_after(Some(16 * 1024));
@@ -277,7 +407,7 @@ async fn connection_resets_lose_no_task() -> TestResult {
         } else if proxy.stats().open == 0 {
             proxy.set_reset_after(Some(16 * 1024));
         }
-        match wq.claim(8, Duration::from_millis(300)).await {
+        match claim_logged(&wq, &log, 1, 8, Duration::from_millis(300)).await {
             Ok(leases) if leases.is_empty() => {
                 if !faulty {
                     idle += 1;
@@ -289,7 +419,7 @@ async fn connection_resets_lose_no_task() -> TestResult {
                 for l in leases {
                     let (id, fence) = (l.task().id.clone(), l.task().fence.get());
                     history.handled(&id, fence);
-                    let ok = l.ack().await.is_ok();
+                    let ok = ack_logged(l, &log, 1).await.is_ok();
                     history.acked(&id, fence, ok);
                 }
             }
@@ -300,16 +430,20 @@ async fn connection_resets_lose_no_task() -> TestResult {
         }
     }
     proxy.set_reset_after(None);
+    assert!(drained_logged(&queue, &log).await, "the queue drained");
     let report = history.check();
+    let row = "connection reset mid-stream, queue";
+    let verdict = check_queue(&QueueSpec::default(), &log.ops());
+    let judged = common::lin::agree(row, report.lost.len(), &verdict);
     let stats = proxy.stats();
     common::matrix_row(
-        "connection reset mid-stream, queue",
+        row,
         &format!("{} tasks, one worker", report.enqueued),
         &format!(
             "a reset after every 16 KB for {faulty_for:?} ({} resets)",
             stats.resets
         ),
-        &format!("{} lost", report.lost.len()),
+        &format!("lost: {judged}"),
         &format!(
             "{} duplicates, all explained; {errors} errors",
             report.duplicates
@@ -339,13 +473,15 @@ async fn latency_on_one_node_causes_no_overlap() -> TestResult {
     }
     let opts = ttl(1000).wait(Duration::from_secs(5));
     let run = common::row_duration(Duration::from_millis(1500));
-    let (holds, errors) = lock_workload(&clients, run, opts).await;
-    let overlaps = overlapping_holds(&holds);
+    let rec = lock_workload(&clients, run, opts).await;
+    let row = "latency 50 ms ± 50 ms on one node, Redlock(3)";
+    let (overlaps, judged) = rec.judge(row);
+    let (holds, errors) = (&rec.holds, rec.errors);
     common::matrix_row(
-        "latency 50 ms ± 50 ms on one node, Redlock(3)",
+        row,
         &format!("2 clients alternate on one lock, 1 s TTL, {run:?}"),
         "replies from one of 3 nodes delayed 50-100 ms",
-        &format!("{} overlaps", overlaps.len()),
+        &format!("overlaps: {judged}"),
         &format!(
             "{} acquisitions, {errors} errors; the validity left after each grant accounts for the delay",
             holds.len()
@@ -367,23 +503,54 @@ async fn dropped_release_and_extend_replies_cause_no_overlap() -> TestResult {
     let holder = client_on(&proxy.url()).await?;
     let other = client_on(&server.url()).await?;
     let clock = Clock::new();
+    let log = OpLog::new(clock);
+    let exclusive = |ttl| LockAction::Acquire {
+        mode: Mode::Exclusive,
+        ttl,
+    };
+    let fence_of = |g: &dlm::LockGuard| g.fence().map(dlm::Fence::get);
 
     // No warm-up (the regression test of a finding in RELIABILITY.md): the
     // client loaded its scripts when it connected, so the first release is
     // an EVALSHA that runs, not a NOSCRIPT whose lost reply means it never
     // ran.
     // Release: the DEL reaches Redis, its reply does not.
-    let g = holder.lock("rel").acquire(&ttl(5000)).await?;
+    let invoke = clock.now();
+    let g = holder.lock("rel").acquire(&ttl(5000)).await;
+    let got = common::lin::acquired(&g, fence_of);
+    log.lock(0, "rel", 1, exclusive(Duration::from_secs(5)), invoke, got);
+    let g = g?;
     proxy.set_drop_replies(true);
+    let invoke = clock.now();
     let r = g.release().await;
+    log.lock(
+        0,
+        "rel",
+        1,
+        LockAction::Release,
+        invoke,
+        common::lin::settled(&r),
+    );
     assert!(r.as_ref().is_err_and(Error::is_retryable), "{r:?}");
     let t0 = Instant::now();
-    other
+    let invoke = clock.now();
+    let g = other
         .lock("rel")
         .acquire(&ttl(1000).wait(Duration::from_secs(1)))
-        .await?
-        .release()
-        .await?;
+        .await;
+    let got = common::lin::acquired(&g, fence_of);
+    log.lock(1, "rel", 2, exclusive(Duration::from_secs(1)), invoke, got);
+    let invoke = clock.now();
+    let r = g?.release().await;
+    log.lock(
+        1,
+        "rel",
+        2,
+        LockAction::Release,
+        invoke,
+        common::lin::settled(&r),
+    );
+    r?;
     let freed = t0.elapsed();
     proxy.set_drop_replies(false);
     assert!(freed < Duration::from_millis(500), "freed after {freed:?}");
@@ -391,10 +558,21 @@ async fn dropped_release_and_extend_replies_cause_no_overlap() -> TestResult {
     // Extend: the watchdog's renewals land, their replies do not.
     // (The proxy resets a connection that lost replies once they flow
     // again: the first call reconnects, hence the wait.)
+    let invoke = clock.now();
     let g = holder
         .lock("ext")
         .acquire(&ttl(600).watchdog(true).wait(Duration::from_secs(2)))
-        .await?;
+        .await;
+    let got = common::lin::acquired(&g, fence_of);
+    log.lock(
+        0,
+        "ext",
+        3,
+        exclusive(Duration::from_millis(600)),
+        invoke,
+        got,
+    );
+    let g = g?;
     let from = clock.now();
     // The holder's own clock ends its belief at the deadline, whenever the
     // lost() wake-up arrives (on a starved runtime, later).
@@ -403,12 +581,32 @@ async fn dropped_release_and_extend_replies_cause_no_overlap() -> TestResult {
     tokio::time::timeout(Duration::from_secs(3), g.lost()).await?;
     let woken = clock.now();
     let believed_until = woken.min(deadline);
+    let invoke = clock.now();
     let got = other
         .lock("ext")
         .acquire(&ttl(1000).wait(Duration::from_secs(5)))
-        .await?;
+        .await;
+    let granted = common::lin::acquired(&got, fence_of);
+    log.lock(
+        1,
+        "ext",
+        4,
+        exclusive(Duration::from_secs(1)),
+        invoke,
+        granted,
+    );
     let other_from = clock.now();
-    got.release().await?;
+    let invoke = clock.now();
+    let r = got?.release().await;
+    log.lock(
+        1,
+        "ext",
+        4,
+        LockAction::Release,
+        invoke,
+        common::lin::settled(&r),
+    );
+    r?;
     proxy.set_drop_replies(false);
     let holds = [
         Hold {
@@ -427,11 +625,14 @@ async fn dropped_release_and_extend_replies_cause_no_overlap() -> TestResult {
         },
     ];
     let overlaps = overlapping_holds(&holds);
+    let row = "drop replies on release / on extend";
+    let verdict = check_locks(LockModel::Mutex, &log.ops());
+    let judged = common::lin::agree(row, overlaps.len(), &verdict);
     common::matrix_row(
-        "drop replies on release / on extend",
+        row,
         "one holder (600 ms lease, watchdog), one other client",
         "every reply of the holder's connection dropped",
-        &format!("{} overlaps", overlaps.len()),
+        &format!("overlaps: {judged}"),
         &format!(
             "a release whose reply was lost freed the lock ({freed:.1?} later the other client had it); with renewals unanswered the guard's lease ended by its own clock after {:.0?} of its 600 ms (`lost()` woke {:.0?} after that), {:.0?} before the other client got it",
             believed_until - from,
@@ -512,16 +713,31 @@ async fn a_crashed_redis_keeps_locks_only_with_persistence() -> TestResult {
         let end = clock.now() + run;
         let holding: Arc<Mutex<Option<Duration>>> = Arc::new(Mutex::new(None));
         let holds = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::new(OpLog::new(clock));
         let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut tasks = Vec::new();
         for (id, c) in clients.iter().enumerate() {
-            let (c, holding, holds, errors) =
-                (c.clone(), holding.clone(), holds.clone(), errors.clone());
+            let (c, holding, holds, errors, log) = (
+                c.clone(),
+                holding.clone(),
+                holds.clone(),
+                errors.clone(),
+                log.clone(),
+            );
             tasks.push(tokio::spawn(async move {
                 let lock = c.lock("restart");
                 let opts = ttl(3000).wait(Duration::from_secs(2));
+                let acquire = LockAction::Acquire {
+                    mode: Mode::Exclusive,
+                    ttl: opts.ttl(),
+                };
                 while clock.now() < end {
-                    let Ok(g) = lock.acquire(&opts).await else {
+                    let lease = log.next_id();
+                    let invoke = clock.now();
+                    let r = lock.acquire(&opts).await;
+                    let got = common::lin::acquired(&r, |g| g.fence().map(dlm::Fence::get));
+                    log.lock(id, "restart", lease, acquire, invoke, got);
+                    let Ok(g) = r else {
                         errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
@@ -537,7 +753,10 @@ async fn a_crashed_redis_keeps_locks_only_with_persistence() -> TestResult {
                         *h = None;
                     }
                     let fence = g.fence().map(dlm::Fence::get);
-                    let _ = g.release().await;
+                    let invoke = clock.now();
+                    let r = g.release().await;
+                    let released = common::lin::settled(&r);
+                    log.lock(id, "restart", lease, LockAction::Release, invoke, released);
                     if let Ok(mut h) = holds.lock() {
                         h.push(Hold {
                             holder: id,
@@ -572,6 +791,9 @@ async fn a_crashed_redis_keeps_locks_only_with_persistence() -> TestResult {
         let overlaps = overlapping_holds(&holds);
         holds.sort_by_key(|h| h.from);
         let fence_drops = holds.windows(2).filter(|w| w[1].fence < w[0].fence).count();
+        let row = format!("Redis crash and restart, {}", mode.name());
+        let verdict = check_locks(LockModel::Mutex, &log.ops());
+        let judged = common::lin::agree(&row, overlaps.len() + fence_drops, &verdict);
         let longest_gap = holds
             .windows(2)
             .map(|w| w[1].from.saturating_sub(w[0].until))
@@ -579,10 +801,10 @@ async fn a_crashed_redis_keeps_locks_only_with_persistence() -> TestResult {
             .unwrap_or_default();
         let errors = errors.load(std::sync::atomic::Ordering::Relaxed);
         common::matrix_row(
-            &format!("Redis crash and restart, {}", mode.name()),
+            &row,
             &format!("3 clients, one lock, 400 ms holds, 3 s TTL, {run:?}"),
             &format!("SIGKILL and restart while held (gone {gone:.0?})"),
-            &format!("{} overlaps", overlaps.len()),
+            &format!("overlaps and fence drops: {judged}"),
             &format!(
                 "{} acquisitions, {errors} errors, longest wait between holders {longest_gap:.0?}, fences went backwards {fence_drops} times",
                 holds.len()
@@ -610,6 +832,8 @@ async fn a_crashed_redis_keeps_locks_only_with_persistence() -> TestResult {
 fn crash_row_worker(
     url: String,
     history: Arc<QueueHistory>,
+    log: QueueLog,
+    process: usize,
     errors: Arc<std::sync::atomic::AtomicU64>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -619,7 +843,7 @@ fn crash_row_worker(
         };
         let queue = client.queue("crashes").max_attempts(1000);
         loop {
-            match queue.claim(4, Duration::from_millis(500)).await {
+            match claim_logged(&queue, &log, process, 4, Duration::from_millis(500)).await {
                 Ok(leases) if leases.is_empty() => {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
@@ -631,7 +855,7 @@ fn crash_row_worker(
                         // Killed while the ack is in flight, or its reply
                         // lost: the ack's outcome stays unknown.
                         history.ack_started(&id, fence);
-                        match l.ack().await {
+                        match ack_logged(l, &log, process).await {
                             Err(e) if e.is_retryable() => {}
                             r => history.acked(&id, fence, r.is_ok()),
                         }
@@ -661,10 +885,21 @@ async fn killed_workers_and_a_crashed_redis_lose_no_task_with_aof() -> TestResul
         let queue = producer.queue("crashes");
         let history = Arc::new(QueueHistory::default());
         let tasks = 600 * common::row_scale() as usize;
-        common::enqueue_recorded(&queue, &history, "c", tasks).await?;
+        let log: QueueLog = Arc::new(OpLog::new(Clock::new()));
+        enqueue_logged(&queue, &history, &log, "c", tasks).await?;
 
         let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let start = || crash_row_worker(proxy.url(), history.clone(), errors.clone());
+        let mut started = 0;
+        let mut start = || {
+            started += 1;
+            crash_row_worker(
+                proxy.url(),
+                history.clone(),
+                log.clone(),
+                started,
+                errors.clone(),
+            )
+        };
         let mut workers: Vec<_> = (0..3).map(|_| start()).collect();
         let t0 = Instant::now();
         let faulty = common::row_duration(Duration::from_secs(3));
@@ -697,7 +932,7 @@ async fn killed_workers_and_a_crashed_redis_lose_no_task_with_aof() -> TestResul
         // their tasks come back.
         let mut drained = false;
         while t0.elapsed() < faulty + Duration::from_secs(30) {
-            if queue.stats().await.is_ok_and(|s| s.is_drained()) {
+            if drained_logged(&queue, &log).await {
                 drained = true;
                 break;
             }
@@ -710,18 +945,23 @@ async fn killed_workers_and_a_crashed_redis_lose_no_task_with_aof() -> TestResul
         // Acks whose replies were lost: Redis' count of acks settles them.
         let processed = queue.stats().await?.processed;
         let stats = proxy.stats();
+        let row = format!(
+            "queue workers killed, Redis crashed, ack replies dropped, {}",
+            mode.name()
+        );
+        let homegrown =
+            report.lost.len() + report.unexplained_duplicates.len() + report.acked_twice.len();
+        let verdict = check_queue(&QueueSpec::default(), &log.ops());
+        let judged = common::lin::agree(&row, homegrown, &verdict);
         common::matrix_row(
-            &format!(
-                "queue workers killed, Redis crashed, ack replies dropped, {}",
-                mode.name()
-            ),
+            &row,
             &format!("{tasks} tasks, 3 workers, 500 ms leases, {faulty:?} of faults"),
             &format!(
                 "{kills} workers killed, 1 SIGKILL and restart of Redis, {} reply bytes dropped",
                 stats.discarded_to_client
             ),
             &format!(
-                "{} lost, {} unexplained duplicates, {} leases acked twice",
+                "{} lost, {} unexplained duplicates, {} leases acked twice; in all {judged}",
                 report.lost.len(),
                 report.unexplained_duplicates.len(),
                 report.acked_twice.len()
@@ -768,15 +1008,16 @@ async fn connection_resets_cause_no_lock_overlap() -> TestResult {
         p.set_reset_after(Some(12 * 1024));
     }
     let run = common::row_duration(Duration::from_millis(1500));
-    let (holds, errors) =
-        lock_workload(&clients, run, ttl(1000).wait(Duration::from_secs(3))).await;
-    let overlaps = overlapping_holds(&holds);
+    let rec = lock_workload(&clients, run, ttl(1000).wait(Duration::from_secs(3))).await;
+    let row = "connection reset mid-stream, locks";
+    let (overlaps, judged) = rec.judge(row);
+    let (holds, errors) = (&rec.holds, rec.errors);
     let resets: u64 = proxies.iter().map(|p| p.stats().resets).sum();
     common::matrix_row(
-        "connection reset mid-stream, locks",
+        row,
         &format!("2 clients alternate on one lock, 1 s TTL, {run:?}"),
         &format!("each connection reset after 12 KB (about 100 commands): {resets} resets"),
-        &format!("{} overlaps", overlaps.len()),
+        &format!("overlaps: {judged}"),
         &format!(
             "{} acquisitions, {errors} errors (the calls cut off by a reset)",
             holds.len()

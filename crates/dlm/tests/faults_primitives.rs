@@ -21,6 +21,9 @@ use dlm::{Client, Error};
 use dlm_testkit::history::{
     Clock, Hold, PermitHold, RwHold, over_capacity, overlapping_holds, writer_overlaps,
 };
+use dlm_testkit::linearizable::{
+    LockAction, LockModel, LockOp, LockResult, Mode, OpLog, check_locks,
+};
 use dlm_testkit::{Cluster, FaultProxy, RedisServer};
 
 /// The primitives under test.
@@ -83,6 +86,56 @@ impl Held {
             Held::Leader(g) => g.resign().await,
         }
     }
+
+    /// The fencing token of each name it holds, in order.
+    fn fences(&self) -> Vec<Option<u64>> {
+        match self {
+            Held::Fair(g) => vec![Some(g.fence().get())],
+            Held::Read(g) => vec![Some(g.fence().get())],
+            Held::Write(g) => vec![Some(g.fence().get())],
+            Held::Permit(g) => vec![Some(g.fence().get())],
+            Held::Multi(g) => g
+                .fences()
+                .into_iter()
+                .map(|f| f.map(dlm::Fence::get))
+                .collect(),
+            Held::Leader(g) => vec![Some(g.term().get())],
+        }
+    }
+}
+
+impl Kind {
+    /// The specification the third-party checker judges this kind by.
+    fn model(self) -> LockModel {
+        match self {
+            Kind::Rw => LockModel::ReadWrite,
+            Kind::Semaphore => LockModel::Semaphore { permits: PERMITS },
+            Kind::Fair | Kind::Multi | Kind::Election => LockModel::Mutex,
+        }
+    }
+
+    /// How acquisition `round` of client `id` holds: exclusive or shared.
+    fn mode(self, round: u64) -> Mode {
+        match self {
+            Kind::Rw if !round.is_multiple_of(3) => Mode::Shared,
+            Kind::Semaphore => Mode::Shared,
+            _ => Mode::Exclusive,
+        }
+    }
+
+    /// The names acquisition `round` of client `id` takes (a multi-lock:
+    /// two of three names, overlapping between clients).
+    fn names(self, id: usize, round: u64) -> Vec<&'static str> {
+        match self {
+            Kind::Fair => vec!["m:fair"],
+            Kind::Rw => vec!["m:rw"],
+            Kind::Semaphore => vec!["m:sem"],
+            Kind::Multi => {
+                [["m:a", "m:b"], ["m:b", "m:c"], ["m:c", "m:a"]][(id + round as usize) % 3].to_vec()
+            }
+            Kind::Election => vec!["m:elect"],
+        }
+    }
 }
 
 /// The names one acquisition of `kind` by client `id` holds (a multi-lock:
@@ -137,26 +190,52 @@ async fn acquire(
     })
 }
 
-/// `clients` take turns on `kind` for `run`: holds of 1-10 ms.
-async fn workload(kind: Kind, clients: &[Client], run: Duration) -> (Vec<Rec>, u64) {
+/// `clients` take turns on `kind` for `run`: holds of 1-10 ms. Returns the
+/// believed holds, every invocation and completion, and the errors.
+async fn workload(kind: Kind, clients: &[Client], run: Duration) -> (Vec<Rec>, Vec<LockOp>, u64) {
     let clock = Clock::new();
+    let log = Arc::new(OpLog::new(clock));
     let recs = Arc::new(Mutex::new(Vec::new()));
     let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let end = clock.now() + run;
     let mut tasks = Vec::new();
     for (id, c) in clients.iter().enumerate() {
-        let (c, recs, errors) = (c.clone(), recs.clone(), errors.clone());
+        let (c, recs, errors, log) = (c.clone(), recs.clone(), errors.clone(), log.clone());
         tasks.push(tokio::spawn(async move {
             let mut round = 0u64;
             while clock.now() < end {
                 round += 1;
-                match acquire(kind, &c, id, round).await {
+                let lease = log.next_id();
+                let action = LockAction::Acquire {
+                    mode: kind.mode(round),
+                    ttl: Duration::from_millis(1000),
+                };
+                let invoke = clock.now();
+                let r = acquire(kind, &c, id, round).await;
+                let names = kind.names(id, round);
+                let results: Vec<LockResult> = match &r {
+                    Ok((held, _, _)) => held
+                        .fences()
+                        .into_iter()
+                        .map(|fence| LockResult::Granted { fence })
+                        .collect(),
+                    Err(e) => vec![common::lin::not_acquired(e); names.len()],
+                };
+                for (name, got) in names.into_iter().zip(results) {
+                    log.lock(id, name, lease, action, invoke, got);
+                }
+                match r {
                     Ok((held, names, exclusive)) => {
                         let from = clock.now();
                         let believed = from + held.remaining();
                         tokio::time::sleep(Duration::from_millis(fastrand::u64(1..10))).await;
                         let until = clock.now().min(believed);
-                        let _ = held.release().await;
+                        let invoke = clock.now();
+                        let r = held.release().await;
+                        for name in &names {
+                            let released = common::lin::settled(&r);
+                            log.lock(id, name, lease, LockAction::Release, invoke, released);
+                        }
                         if let Ok(mut r) = recs.lock() {
                             for lock in names {
                                 r.push(Rec {
@@ -185,7 +264,11 @@ async fn workload(kind: Kind, clients: &[Client], run: Duration) -> (Vec<Rec>, u
         let _ = t.await;
     }
     let recs = recs.lock().map(|r| r.clone()).unwrap_or_default();
-    (recs, errors.load(std::sync::atomic::Ordering::Relaxed))
+    (
+        recs,
+        log.ops(),
+        errors.load(std::sync::atomic::Ordering::Relaxed),
+    )
 }
 
 /// The violations the checker of `kind` finds in `recs`.
@@ -228,8 +311,16 @@ fn violations(kind: Kind, recs: &[Rec]) -> Vec<String> {
 }
 
 /// The row's verdict for one primitive, printed as a matrix row.
-fn judge(kind: Kind, fault: &str, run: Duration, recs: &[Rec], errors: u64) -> TestResult {
+fn judge(
+    kind: Kind,
+    fault: &str,
+    run: Duration,
+    (recs, ops, errors): &(Vec<Rec>, Vec<LockOp>, u64),
+) -> TestResult {
     let found = violations(kind, recs);
+    let row = format!("{fault}, {kind:?}");
+    let verdict = check_locks(kind.model(), ops);
+    let judged = common::lin::agree(&row, found.len(), &verdict);
     let checker = match kind {
         Kind::Fair => "overlaps",
         Kind::Rw => "writer overlaps",
@@ -238,10 +329,10 @@ fn judge(kind: Kind, fault: &str, run: Duration, recs: &[Rec], errors: u64) -> T
         Kind::Election => "two leaders at once",
     };
     common::matrix_row(
-        &format!("{fault}, {kind:?}"),
+        &row,
         &format!("3 clients, 1 s leases, holds of 1-10 ms, {run:?}"),
         fault,
-        &format!("{} {checker}", found.len()),
+        &format!("{checker}: {judged}"),
         &format!("{} holds, {errors} errors", recs.len()),
     );
     assert!(found.is_empty(), "{kind:?} under {fault}: {found:?}");
@@ -302,15 +393,14 @@ async fn every_primitive_survives_dropped_replies() -> TestResult {
                 proxies,
             )
         };
-        let (recs, errors) = workload(kind, &clients, run).await;
+        let recorded = workload(kind, &clients, run).await;
         stop.cancel();
         let _ = dropper.0.await;
         judge(
             kind,
             "replies dropped for 40 ms every 300 ms",
             run,
-            &recs,
-            errors,
+            &recorded,
         )?;
     }
     Ok(())
@@ -326,16 +416,10 @@ async fn every_primitive_survives_connection_resets() -> TestResult {
             p.set_reset_after(Some(12 * 1024));
         }
         let run = common::row_duration(Duration::from_millis(1500));
-        let (recs, errors) = workload(kind, &clients, run).await;
+        let recorded = workload(kind, &clients, run).await;
         let resets: u64 = proxies.iter().map(|p| p.stats().resets).sum();
         assert!(resets > 0, "{kind:?}: the fault happened");
-        judge(
-            kind,
-            "each connection reset after 12 KB",
-            run,
-            &recs,
-            errors,
-        )?;
+        judge(kind, "each connection reset after 12 KB", run, &recorded)?;
     }
     Ok(())
 }
@@ -361,14 +445,13 @@ async fn every_primitive_survives_a_redis_restart_with_aof() -> TestResult {
             })
             .await
         });
-        let (recs, errors) = workload(kind, &clients, run).await;
+        let recorded = workload(kind, &clients, run).await;
         server = Some(crash.await???);
         judge(
             kind,
             "SIGKILL and restart of Redis (AOF always)",
             run,
-            &recs,
-            errors,
+            &recorded,
         )?;
     }
     Ok(())
@@ -403,9 +486,9 @@ async fn every_primitive_survives_a_cluster_failover() -> TestResult {
             tokio::time::sleep(run / 3).await;
             tokio::task::spawn_blocking(move || c.failover(slot)).await
         });
-        let (recs, errors) = workload(kind, &clients, run).await;
+        let recorded = workload(kind, &clients, run).await;
         failover.await???;
-        judge(kind, "CLUSTER FAILOVER of its slot", run, &recs, errors)?;
+        judge(kind, "CLUSTER FAILOVER of its slot", run, &recorded)?;
     }
     Ok(())
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::*;
 use dlm::Error;
-use dlm_testkit::{Direction, FaultProxy};
+use dlm_testkit::FaultProxy;
 use redis::AsyncCommands;
 
 /// A client on `server` built from an existing connection (`connection()`).
@@ -219,19 +219,10 @@ async fn a_late_redlock_renewal_does_not_revive_the_lease() -> TestResult {
         .watchdog(true)
         .node_timeout(Duration::from_millis(1_400));
     let g = a.lock("late").acquire(&opts).await?;
-    let latency = |ms| {
-        for p in &proxies {
-            p.set_latency(
-                Direction::ToServer,
-                Duration::from_millis(ms),
-                Duration::ZERO,
-            );
-        }
-    };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    latency(2_200);
+    delay_requests(&proxies, 2_200);
     tokio::time::sleep(Duration::from_millis(1_100)).await;
-    latency(1_000);
+    delay_requests(&proxies, 1_000);
     // The retry's replies are back by about 3.7 s; the lease ended at 2.97 s.
     tokio::time::sleep(Duration::from_millis(2_700)).await;
     assert!(
@@ -311,5 +302,86 @@ async fn a_cluster_connection_client_uses_the_clusters_counters() -> TestResult 
     let key = by_conn.lock("x").fence_key()?;
     assert_eq!(key, by_urls.lock("x").fence_key()?);
     assert!(key.starts_with("dlm:lock:fence:{"), "{key}");
+    Ok(())
+}
+
+/// Found by reading the soak's rwlock fix adversarially (issue 32): when a
+/// lost reply had granted a read share, the write lock or the fair lock
+/// already, the retry (same token) got `{1, fence}` without its lease being
+/// reset, while the client starts its lease clock at the retry. Its guard
+/// believed for up to the retry's delay longer than Redis kept the share: a
+/// writer was granted while the reader's guard still believed it held its
+/// share. Now the retry resets the lease to the TTL from now (as the mutex
+/// and the election do) and takes a fresh fence.
+#[tokio::test]
+async fn a_retried_grant_renews_its_lease_and_takes_a_fresh_fence() -> TestResult {
+    let s = server();
+    let mut conn = redis::Client::open(s.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    // (script, keys, args): each grants at the first call, and the second
+    // call with the same token is the retry after a lost reply.
+    let keys = ["t:{x}:1", "t:{x}:2", "t:{x}:3", "t:{x}:fence"];
+    let cases: [(&str, &str, Vec<&str>); 3] = [
+        (
+            "read share",
+            include_str!("../src/rwlock/scripts/read.lua"),
+            vec!["tok", "1000"],
+        ),
+        (
+            "write lock",
+            include_str!("../src/rwlock/scripts/write.lua"),
+            vec!["tok", "1000", "0"],
+        ),
+        (
+            "fair lock",
+            include_str!("../src/fair/scripts/acquire.lua"),
+            vec!["tok", "1000", "0", "ch:", "100"],
+        ),
+    ];
+    for (what, script, args) in cases {
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
+        let script = redis::Script::new(script);
+        let call = || {
+            let mut inv = script.prepare_invoke();
+            for k in keys {
+                inv.key(k);
+            }
+            for a in &args {
+                inv.arg(*a);
+            }
+            inv
+        };
+        let first: (i64, i64) = call().invoke_async(&mut conn).await?;
+        assert_eq!(first.0, 1, "{what}: granted");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let retry: (i64, i64) = call().invoke_async(&mut conn).await?;
+        assert_eq!(retry.0, 1, "{what}: the retry finds it granted");
+        assert!(
+            retry.1 > first.1,
+            "{what}: a fresh fence {retry:?} after {first:?}"
+        );
+        // The lease left in Redis: the key's PTTL, or the share's deadline.
+        let left_ms: i64 = if what == "read share" {
+            let (deadline, now): (i64, (i64, i64)) = (
+                redis::cmd("ZSCORE")
+                    .arg(keys[1])
+                    .arg("tok")
+                    .query_async(&mut conn)
+                    .await?,
+                redis::cmd("TIME").query_async(&mut conn).await?,
+            );
+            deadline - (now.0 * 1000 + now.1 / 1000)
+        } else {
+            redis::cmd("PTTL")
+                .arg(keys[0])
+                .query_async(&mut conn)
+                .await?
+        };
+        assert!(
+            left_ms > 900,
+            "{what}: the retry's lease runs 1 s from the retry, not from the lost grant: {left_ms} ms left"
+        );
+    }
     Ok(())
 }

@@ -54,6 +54,9 @@ pub(crate) struct Locks {
     pub(crate) background: TaskTracker,
     /// Lock names kept as the `lock` label of lock metrics (opt-in).
     pub(crate) lock_names: Option<LockNames>,
+    /// The defect its client was built with (dlm's checker tests only).
+    #[cfg(feature = "seeded-defects")]
+    seeded: std::sync::OnceLock<crate::seeded::SeededDefect>,
 }
 
 impl std::fmt::Debug for Locks {
@@ -103,7 +106,31 @@ impl Locks {
             registry: Registry::default(),
             background,
             lock_names,
+            #[cfg(feature = "seeded-defects")]
+            seeded: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Put `defect` back in these locks (see `crate::seeded`; dlm's
+    /// checker tests only), before the client is handed out.
+    #[cfg(feature = "seeded-defects")]
+    pub(crate) fn set_seeded(&self, defect: Option<crate::seeded::SeededDefect>) {
+        if let Some(d) = defect {
+            let _ = self.seeded.set(d);
+        }
+    }
+
+    /// Whether the client was built with `defect`.
+    #[cfg(feature = "seeded-defects")]
+    fn seeded_is(&self, defect: crate::seeded::SeededDefect) -> bool {
+        self.seeded.get() == Some(&defect)
+    }
+
+    /// Seeded [`crate::seeded::SeededDefect::RedlockRevival`]: extensions
+    /// and renewals move the lease's end without reading the clock.
+    #[cfg(feature = "seeded-defects")]
+    pub(crate) fn seeded_revival(&self) -> bool {
+        self.seeded_is(crate::seeded::SeededDefect::RedlockRevival)
     }
 
     /// The keys of lock `name` (`raw`: the key is exactly `name`) on these
@@ -161,6 +188,16 @@ impl Locks {
         };
         self.prepared
             .get_or_try_init(|| async {
+                // Seeded FenceInversion (dlm's checker tests only): a
+                // `connection()` client takes the per-slot counters, as
+                // before issue 30's fix, without asking the server.
+                #[cfg(feature = "seeded-defects")]
+                if self.seeded_is(crate::seeded::SeededDefect::FenceInversion)
+                    && node.backend.known_cluster().is_none()
+                {
+                    self.fence_layout.store(Layout::PER_SLOT, Ordering::Release);
+                    return Ok(());
+                }
                 let layout = crate::lock::ops::fence_layout(
                     &node.backend,
                     &self.prefix,

@@ -68,11 +68,29 @@ pub(crate) struct Quorum {
     pub node_timeout: Option<Duration>,
     /// Requests left to finish after an early decision (see `Client::settle`).
     pub background: tokio_util::task::TaskTracker,
+    /// The defect its client was built with (dlm's checker tests only).
+    #[cfg(feature = "seeded-defects")]
+    pub seeded: Option<crate::seeded::SeededDefect>,
 }
 
 impl Quorum {
     pub(crate) fn needed(&self) -> usize {
         self.backends.len() / 2 + 1
+    }
+
+    /// Seeded [`crate::seeded::SeededDefect::RedlockRevival`] (dlm's
+    /// checker tests only): a node's extension reply as before issue 30's
+    /// fix, where a key taken again (`Expired`, code 2) counted as held.
+    #[cfg(feature = "seeded-defects")]
+    pub(crate) fn seeded_vote(&self, reply: Result<Outcome>) -> Result<Outcome> {
+        match reply {
+            Ok(Outcome::Expired)
+                if self.seeded == Some(crate::seeded::SeededDefect::RedlockRevival) =>
+            {
+                Ok(Outcome::Done)
+            }
+            other => other,
+        }
     }
 
     fn client_timeout(&self) -> Duration {
@@ -368,6 +386,8 @@ impl Nodes {
                 .map(|b| ops::extend_or_acquire(&b.backend, keys, token, ttl, timeout)),
         )
         .await;
+        #[cfg(feature = "seeded-defects")]
+        let replies: Vec<_> = replies.into_iter().map(|r| q.seeded_vote(r)).collect();
         let valid = Instant::now() < valid_until;
         // Only nodes that still held our token count (see
         // `ops::extend_or_acquire_code`): a majority of them held it without

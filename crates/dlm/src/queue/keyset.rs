@@ -49,6 +49,9 @@ pub(crate) struct KeySet {
     bucketed: AtomicBool,
     /// The 31 keys and then every bucket, made on first use.
     with_all_buckets: OnceLock<Vec<String>>,
+    /// The defect its client was built with (dlm's checker tests only).
+    #[cfg(feature = "seeded-defects")]
+    seeded: Option<crate::seeded::SeededDefect>,
 }
 
 /// Which payload buckets a call may touch (see the module docs).
@@ -71,7 +74,23 @@ impl KeySet {
             wide: AtomicBool::new(false),
             bucketed: AtomicBool::new(false),
             with_all_buckets: OnceLock::new(),
+            #[cfg(feature = "seeded-defects")]
+            seeded: None,
         }
+    }
+
+    /// As it is, for a queue of a client built with `defect` (see
+    /// `crate::seeded`).
+    #[cfg(feature = "seeded-defects")]
+    pub(crate) fn with_seeded(mut self, defect: Option<crate::seeded::SeededDefect>) -> Self {
+        self.seeded = defect;
+        self
+    }
+
+    /// The defect its client was built with, if any (see `crate::seeded`).
+    #[cfg(feature = "seeded-defects")]
+    pub(crate) fn seeded(&self) -> Option<crate::seeded::SeededDefect> {
+        self.seeded
     }
 
     /// The bucket key of task `id` (as payload.lua computes it).

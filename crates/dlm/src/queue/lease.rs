@@ -117,6 +117,12 @@ impl Lease {
     }
 
     /// Give the task back at once, without counting the attempt.
+    ///
+    /// Errors: [`Error::LeaseLost`] when this lease is no longer the task's,
+    /// with `taken: true` when another worker holds a newer lease on it.
+    /// After a timed-out abandon whose call is retried, `LeaseLost` may also
+    /// mean that the first call gave the task back (and another worker took
+    /// it since).
     pub async fn abandon(self) -> Result<()> {
         match self
             .queue
@@ -124,7 +130,8 @@ impl Lease {
             .await?
         {
             1 => Ok(()),
-            _ => Err(self.queue.lease_lost(&self.task.id, 0)),
+            // -1: another lease holds it (taken), 0: its lease ran out.
+            code => Err(self.queue.lease_lost(&self.task.id, code)),
         }
     }
 }

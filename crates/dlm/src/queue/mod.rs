@@ -385,7 +385,18 @@ impl Queue {
     /// scenario through both to show it (`tests/queue_narrow_wide.rs`).
     #[doc(hidden)]
     pub fn always_wide(mut self) -> Self {
-        self.keys = Arc::new(keyset::KeySet::new_wide(&self.name));
+        let keys = keyset::KeySet::new_wide(&self.name);
+        #[cfg(feature = "seeded-defects")]
+        let keys = keys.with_seeded(self.keys.seeded());
+        self.keys = Arc::new(keys);
+        self
+    }
+
+    /// This queue's scripts as a client built with `defect` runs them (see
+    /// `crate::seeded`; dlm's checker tests only).
+    #[cfg(feature = "seeded-defects")]
+    pub(crate) fn seeded_defect(mut self, defect: Option<crate::seeded::SeededDefect>) -> Self {
+        self.keys = Arc::new(keyset::KeySet::new(&self.name).with_seeded(defect));
         self
     }
 
@@ -884,7 +895,9 @@ impl Queue {
         ops::extend(backend, keys, leases, lease).await
     }
 
-    pub(crate) async fn abandon_many(&self, leases: &[(&str, Fence)]) -> Result<usize> {
+    /// Gives `leases` back: how many were (see abandon.lua: -1 when none was
+    /// and another lease holds one of the tasks).
+    pub(crate) async fn abandon_many(&self, leases: &[(&str, Fence)]) -> Result<i64> {
         let (backend, keys) = self.ready()?;
         ops::abandon(backend, keys, leases).await
     }
@@ -896,7 +909,7 @@ impl Queue {
         error: &str,
     ) -> Result<Nacked> {
         check_delay("retry after", retry_after)?;
-        let (backend, keys) = self.ready()?;
+        let (backend, keys) = self.ready_hot()?;
         let code = ops::nack(
             backend,
             keys,

@@ -30,38 +30,56 @@ macro_rules! script {
             ))
         });
     };
+    // The same, its whole text also kept as `$text` (see `chosen`).
+    ($name:ident, $text:ident, [$($helper:literal),+], $file:literal) => {
+        const $text: &str = concat!(
+            $(include_str!(concat!("scripts/", $helper, ".lua")),)+
+            include_str!(concat!("scripts/", $file))
+        );
+        static $name: LazyLock<Script> = LazyLock::new(|| Script::new($text));
+    };
 }
 pub(crate) use script;
 
 script!(
     ENQUEUE,
+    ENQUEUE_LUA,
     ["groups", "payload", "events", "results", "deps"],
     "enqueue.lua"
 );
 script!(TOP, ["groups", "payload", "due"], "top.lua");
 script!(
     POP,
+    POP_LUA,
     ["groups", "payload", "due", "events", "results", "deps"],
     "pop.lua"
 );
 script!(
     REMOVE_IF_SCORE,
+    REMOVE_IF_SCORE_LUA,
     ["groups", "payload", "due", "events", "results", "deps"],
     "remove_if_score.lua"
 );
 script!(
     CLAIM,
+    CLAIM_LUA,
     ["groups", "payload", "events", "results", "deps"],
     "claim.lua"
 );
 script!(
     ACK,
+    ACK_LUA,
     ["groups", "payload", "events", "results", "deps"],
     "ack.lua"
 );
 script!(RESULT, ["results"], "result.lua");
 script!(PROGRESS, ["events"], "progress.lua");
-script!(NACK, ["groups", "events", "results", "deps"], "nack.lua");
+script!(
+    NACK,
+    NACK_LUA,
+    ["groups", "events", "results", "deps"],
+    "nack.lua"
+);
 script!(EXTEND, "extend.lua");
 script!(ABANDON, ["groups"], "abandon.lua");
 script!(STATS, "stats.lua");
@@ -74,6 +92,18 @@ script!(COMPLETED, "completed.lua");
 
 /// How many expired leases one claim returns to the queue at most.
 const REAP_PER_CLAIM: usize = 1000;
+
+/// The script a queue runs for the fixed script `fixed` (whose whole text
+/// is `_lua`): `fixed` itself, unless the queue's client was built with a
+/// seeded defect that changes it (the `seeded-defects` feature, for dlm's own
+/// checker tests only: see `crate::seeded`).
+fn chosen(fixed: &'static LazyLock<Script>, _lua: &'static str, _keys: &KeySet) -> &'static Script {
+    #[cfg(feature = "seeded-defects")]
+    if let Some(variant) = crate::seeded::script(_keys.seeded(), _lua) {
+        return variant;
+    }
+    fixed
+}
 
 pub(crate) fn invocation<'a>(script: &'a Script, keys: &[String]) -> redis::ScriptInvocation<'a> {
     let mut inv = script.prepare_invoke();
@@ -151,8 +181,9 @@ pub(crate) async fn enqueue(
     let full = tasks
         .iter()
         .any(|t| t.timeout.is_some() || !t.deps.is_empty());
+    let script = chosen(&ENQUEUE, ENQUEUE_LUA, keys);
     let build = |keys: &[String]| {
-        let mut inv = invocation(&ENQUEUE, keys);
+        let mut inv = invocation(script, keys);
         inv.arg(millis(delay))
             .arg(match on_duplicate {
                 OnDuplicate::Keep => "keep",
@@ -289,7 +320,7 @@ pub(crate) async fn entries(
 ) -> Result<Vec<Entry>> {
     let script = match which {
         Peek::Top => &*TOP,
-        Peek::Pop => &*POP,
+        Peek::Pop => chosen(&POP, POP_LUA, keys),
     };
     let build = |keys: &[String]| {
         let mut inv = invocation(script, keys);
@@ -320,8 +351,9 @@ pub(crate) async fn remove_if_score(
     id: &str,
     score: u64,
 ) -> Result<Removed> {
+    let script = chosen(&REMOVE_IF_SCORE, REMOVE_IF_SCORE_LUA, keys);
     let build = |keys: &[String]| {
-        let mut inv = invocation(&REMOVE_IF_SCORE, keys);
+        let mut inv = invocation(script, keys);
         inv.arg(id).arg(score);
         inv
     };
@@ -364,8 +396,9 @@ pub(crate) async fn claim(
     lease: Duration,
     max_attempts: u32,
 ) -> Result<Claimed> {
+    let script = chosen(&CLAIM, CLAIM_LUA, keys);
     let build = |keys: &[String]| {
-        let mut inv = invocation(&CLAIM, keys);
+        let mut inv = invocation(script, keys);
         inv.arg(count)
             .arg(millis(lease))
             .arg(max_attempts)
@@ -458,8 +491,9 @@ pub(crate) async fn ack(
     // worker says how its runs went (a queue that uses issue 24's keys).
     let with_runs = leases.iter().any(|l| l.3.is_some());
     let with_results = with_runs || leases.iter().any(|(_, _, r, _)| !r.is_empty());
+    let script = chosen(&ACK, ACK_LUA, keys);
     let build = |keys: &[String]| {
-        let mut inv = invocation(&ACK, keys);
+        let mut inv = invocation(script, keys);
         inv.arg(match (with_runs, with_results) {
             (true, _) => 4,
             (false, true) => 3,
@@ -531,27 +565,29 @@ pub(crate) async fn extend(
     codes_reply(backend.eval(&inv).await?)
 }
 
+/// abandon.lua: how many leases were given back, or -1 when none was and
+/// another lease holds one of the tasks.
 pub(crate) async fn abandon(
     backend: &Backend,
     keys: &[String],
     leases: &[(&str, Fence)],
-) -> Result<usize> {
+) -> Result<i64> {
     let mut inv = invocation(&ABANDON, keys);
     with_leases(&mut inv, leases);
-    count_reply(backend.eval(&inv).await?)
+    code_reply(backend.eval(&inv).await?)
 }
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn nack(
     backend: &Backend,
-    keys: &[String],
+    keys: &KeySet,
     id: &str,
     fence: Fence,
     retry_after: Duration,
     max_attempts: u32,
     error: &str,
 ) -> Result<i64> {
-    let mut inv = invocation(&NACK, keys);
+    let mut inv = invocation(chosen(&NACK, NACK_LUA, keys), keys.all());
     inv.arg(id)
         .arg(fence.get())
         .arg(millis(retry_after))
@@ -813,8 +849,8 @@ mod tests {
         ("remove_if_score", |v| removed_reply(v).is_ok()),
         ("claim", |v| claim_reply(v).is_ok()),
         ("ack/extend", |v| codes_reply(v).is_ok()),
-        ("nack", |v| code_reply(v).is_ok()),
-        ("abandon/retry_dead/purge_dead", |v| count_reply(v).is_ok()),
+        ("nack/abandon", |v| code_reply(v).is_ok()),
+        ("retry_dead/purge_dead", |v| count_reply(v).is_ok()),
         ("stats", |v| stats_reply(v).is_ok()),
         ("dead", |v| dead_reply(v).is_ok()),
         ("config", |v| settings_reply(v).is_ok()),

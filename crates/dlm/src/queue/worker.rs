@@ -340,7 +340,7 @@ impl Worker {
         if !left.is_empty() {
             let refs: Vec<(&str, Fence)> = left.iter().map(|(id, f)| (id.as_str(), *f)).collect();
             match self.queue.abandon_many(&refs).await {
-                Ok(n) => report.returned += n as u64,
+                Ok(n) => report.returned += u64::try_from(n).unwrap_or(0),
                 Err(e) => {
                     tracing::warn!(error = %e, "giving tasks back failed; their leases will expire")
                 }

@@ -389,8 +389,13 @@ impl<L: Lease> Guard<L> {
         validate_ttl(ttl)?;
         let core = self.core();
         if core.lease.is_lost() {
-            // A lease seen as over stays over, even if its key survived.
-            return Outcome::Expired.into_result(&core.name);
+            // A lease seen as over stays over, even if its key survived: the
+            // key is given back (token-checked), which also tells "another
+            // owner holds it" from "it expired" (found by the lock model).
+            return match self.held.release().await? {
+                Outcome::NotHeld => Outcome::NotHeld.into_result(&core.name),
+                _ => Outcome::Expired.into_result(&core.name),
+            };
         }
         let started = Instant::now();
         let outcome = self.held.extend(ttl).await?;
@@ -399,6 +404,9 @@ impl<L: Lease> Guard<L> {
                 return Ok(());
             }
             tracing::warn!(name = %core.name, "lease lost: it ran out before the extend's reply");
+            // The extend landed on a lease that is over by our clock: give
+            // the key back rather than leave it held for nobody for `ttl`.
+            let _ = self.held.release().await;
             return Outcome::Expired.into_result(&core.name);
         }
         core.lease.mark_lost();

@@ -134,6 +134,21 @@ impl LeaseState {
         true
     }
 
+    /// Seeded [`crate::seeded::SeededDefect::RedlockRevival`] (dlm's
+    /// checker tests only): [`LeaseState::renewed`] as before issue 30's
+    /// fix, which moved the end of a lease not marked lost without reading
+    /// the clock, so a late reply revived a lease that had run out.
+    #[cfg(feature = "seeded-defects")]
+    pub(crate) fn renewed_unchecked(&self, valid_until: Instant) {
+        if self.lost.is_cancelled() {
+            return;
+        }
+        match self.valid_until.lock() {
+            Ok(mut v) => *v = valid_until,
+            Err(p) => *p.into_inner() = valid_until,
+        }
+    }
+
     pub(crate) fn mark_lost(&self) {
         self.lost.cancel();
     }

@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests: a throwaway server and a client on it.
 #![allow(dead_code, missing_docs)]
 
+pub mod lin;
+
 use std::time::Duration;
 
 pub use dlm_testkit::RedisServer;
@@ -58,6 +60,17 @@ macro_rules! on_queue_topologies {
             $cases(&c).await
         }
     };
+}
+
+/// Hold every request to the servers behind `proxies` for `ms` (0: none).
+pub fn delay_requests(proxies: &[dlm_testkit::FaultProxy], ms: u64) {
+    for p in proxies {
+        p.set_latency(
+            dlm_testkit::Direction::ToServer,
+            Duration::from_millis(ms),
+            Duration::ZERO,
+        );
+    }
 }
 
 pub fn ttl(ms: u64) -> dlm::LockOptions {

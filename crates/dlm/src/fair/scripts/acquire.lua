@@ -10,7 +10,9 @@
 -- ARGV[3]  our queue lease in milliseconds; 0 = try once, do not queue
 -- ARGV[4]  the prefix of the waiters' wake-up channels (the channel is prefix .. token)
 -- ARGV[5]  the most waiters the queue may hold
--- Returns  {1, fence}            acquired (also when a lost reply had granted it already)
+-- Returns  {1, fence}            acquired (also when a lost reply had granted it already: then
+--                                its lease is reset to the TTL from now, as the client
+--                                believes, with a fresh fence, as the mutex does)
 --          {0, wait_ms, pos}     not acquired; pos = our place in line (1 = next, 0 = not
 --                                queued); wait_ms = the holder's PTTL (-1: no expiry), or, while
 --                                the lock is free, how long until the first waiter's lease ends
@@ -30,7 +32,8 @@ for _ = 1, 1000 do
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == me then
-  return {1, tonumber(redis.call('GET', KEYS[4]) or '0')}
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, redis.call('INCR', KEYS[4])}
 end
 local head = redis.call('LINDEX', KEYS[2], 0)
 if not holder and (not head or head == me) then

@@ -35,13 +35,17 @@
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
 -- ARGV     per task two values: id, lease fencing token
--- Returns  how many were given back
+-- Returns  how many were given back; -1 when none was and another lease holds
+--          one of the tasks (a stale lease: `LeaseLost { taken: true }`)
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = 0
+local taken = false
 for i = 1, #ARGV, 2 do
   local id = ARGV[i]
-  if redis.call('HGET', KEYS[4], id) == ARGV[i + 1] then
+  local current = redis.call('HGET', KEYS[4], id)
+  if current and current ~= ARGV[i + 1] then taken = true end
+  if current == ARGV[i + 1] then
     redis.call('ZREM', KEYS[3], id)
     redis.call('HDEL', KEYS[4], id)
     redis.call('HDEL', KEYS[25], id) -- issue 24: this run's progress ends with it
@@ -61,4 +65,5 @@ if n > 0 then
   redis.call('LPUSH', KEYS[10], '1')
   redis.call('LTRIM', KEYS[10], 0, 63)
 end
+if n == 0 and taken then return -1 end
 return n

@@ -63,7 +63,9 @@ if #KEYS >= 31 then
       local add, seen = {}, {}
       for _, k in ipairs(split_ids(cur)) do seen[k] = true end
       for _, k in ipairs(kids) do
-        if not seen[k] then
+        -- (The marker comment names this line for the `seeded-defects` feature's
+        -- EarlyDependent variant, a test-only build: src/seeded.rs.)
+        if not seen[k] then -- [seeded EarlyDependent: edges are a set]
           seen[k] = true
           add[#add + 1] = k .. '\0'
         end
@@ -125,7 +127,8 @@ if #KEYS >= 31 then
     -- The blocked task c dies (`why`): out of its dependencies' children
     -- too (drop_edges), into the dead set. Its dependents are the caller's.
     local function kill_blocked(c, why, now)
-      drop_edges(c)
+      -- (Marked for the EarlyDependent variant too: src/seeded.rs.)
+      drop_edges(c) -- [seeded EarlyDependent: a dead dependent leaves]
       redis.call('ZREM', KEYS[26], c)
       redis.call('HDEL', KEYS[27], c)
       redis.call('ZADD', KEYS[6], now, c)

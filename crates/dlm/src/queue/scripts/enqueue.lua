@@ -269,9 +269,11 @@ for i = 5, #ARGV, STRIDE do
       redis.call('ZADD', KEYS[26], score, id)
       redis.call('HSET', KEYS[27], id, waits)
       dag = true
-    elseif flying then
+    elseif flying then -- [seeded LeakedGroupSlot: hold the replacement]
       -- Replaced while in flight: held until the run settles (groups.lua's
-      -- HOLD), so the id is never leased twice at once (issue 31).
+      -- HOLD), so the id is never leased twice at once (issue 31). (The
+      -- marker names this line for the `seeded-defects` feature's
+      -- LeakedGroupSlot variant, a test-only build: src/seeded.rs.)
       redis.call('ZADD', KEYS[1], HOLD + score, id)
     elseif featured and score <= now then
       redis.call('ZREM', KEYS[1], id)

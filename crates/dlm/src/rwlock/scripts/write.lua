@@ -8,7 +8,9 @@
 -- ARGV[1]  our owner token
 -- ARGV[2]  the lock's TTL in milliseconds
 -- ARGV[3]  our waiting marker's lease in milliseconds; 0 = try once, leave no marker
--- Returns  {1, fence}    the write lock is ours (also when a lost reply had granted it already)
+-- Returns  {1, fence}    the write lock is ours (also when a lost reply had granted it already:
+--                        then its lease is reset to the TTL from now, as the client believes,
+--                        with a fresh fence, as the mutex does)
 --          {0, wait_ms}  not yet: the writer's PTTL (-1 without expiry), or how long until the
 --                        first reader's lease ends
 local t = redis.call('TIME')
@@ -17,7 +19,8 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local writer = redis.call('GET', KEYS[1])
 if writer == ARGV[1] then
-  return {1, tonumber(redis.call('GET', KEYS[4]) or '0')}
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, redis.call('INCR', KEYS[4])}
 end
 if not writer and redis.call('ZCARD', KEYS[2]) == 0 then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
