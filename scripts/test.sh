@@ -19,6 +19,10 @@ bash scripts/examples.sh
 # The Python package: `pip install ./python` into a virtualenv, mypy on its stubs and tests, pytest
 # (with the CLI interop tests, which use the target/debug/dlm that `cargo test` built).
 bash scripts/test-python.sh
+# The nemesis soak, 2 minutes on the debug binary `cargo test` built: every lock kind and the queue
+# under faults from the library, the CLI and Python (the virtualenv above), judged by the homegrown
+# and the linearizability checkers (scripts/soak.sh).
+bash scripts/soak.sh 2m
 # The Docker image: built and smoke-run only where a Docker engine answers
 # (the Dockerfile itself is linted by `cargo test`: crates/dlm-cli/tests/ship.rs).
 if command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1; then

@@ -36,6 +36,7 @@ use crate::error::{CliError, EXIT_NO, EXIT_OK};
 use crate::global::parse::{parse_bench_duration, parse_lease, parse_ttl};
 use crate::global::target::{connect, delete_queue_keys, raw_connection};
 use crate::global::{Global, Topology};
+use crate::held::{HOLD_DISTRIBUTION, Held, hold_time};
 use crate::output;
 use crate::rng::{SplitMix, seed};
 
@@ -318,83 +319,16 @@ impl CheckPrimitive {
     }
 }
 
-/// How long each holder keeps what it got: mostly very short, so that a run
-/// makes thousands of acquisitions (races show up at hand-overs), with a few
-/// long holds that make waiters queue and leases near their end.
-pub const HOLD_DISTRIBUTION: &str = "90% 0-1 ms, 9.9% 1-10 ms, 0.1% 10 ms to TTL/4";
-
-/// One hold time drawn from [`HOLD_DISTRIBUTION`].
-fn hold_time(rng: &mut SplitMix, ttl: Duration) -> Duration {
-    let (roll, r) = (rng.next() % 1000, rng.next());
-    let ms = |lo: u64, hi: u64| Duration::from_micros(lo * 1000 + r % ((hi - lo).max(1) * 1000));
-    match roll {
-        0..900 => ms(0, 1),
-        900..999 => ms(1, 10),
-        _ => ms(10, (ttl.as_millis() as u64 / 4).max(11)),
+/// Whether acquisition `write` of `primitive` holds alone.
+fn mode(primitive: CheckPrimitive, write: bool) -> Mode {
+    match primitive {
+        CheckPrimitive::Rw if !write => Mode::Shared,
+        CheckPrimitive::Semaphore => Mode::Shared,
+        _ => Mode::Exclusive,
     }
 }
 
-/// What one acquisition of the checked primitive holds.
-enum Held {
-    Mutex(dlm::LockGuard),
-    Fair(dlm::FairGuard),
-    Read(dlm::ReadGuard),
-    Write(dlm::WriteGuard),
-    Permit(dlm::SemaphoreGuard),
-    Leader(dlm::Leadership),
-}
-
-impl Held {
-    fn fence(&self) -> Option<u64> {
-        match self {
-            Held::Mutex(g) => g.fence().map(dlm::Fence::get),
-            Held::Fair(g) => Some(g.fence().get()),
-            Held::Read(g) => Some(g.fence().get()),
-            Held::Write(g) => Some(g.fence().get()),
-            Held::Permit(g) => Some(g.fence().get()),
-            Held::Leader(g) => Some(g.term().get()),
-        }
-    }
-
-    fn remaining(&self) -> Duration {
-        match self {
-            Held::Mutex(g) => g.remaining(),
-            Held::Fair(g) => g.remaining(),
-            Held::Read(g) => g.remaining(),
-            Held::Write(g) => g.remaining(),
-            Held::Permit(g) => g.remaining(),
-            Held::Leader(g) => g.remaining(),
-        }
-    }
-
-    /// Whether acquisition `write` of `primitive` holds alone.
-    fn mode(primitive: CheckPrimitive, write: bool) -> Mode {
-        match primitive {
-            CheckPrimitive::Rw if !write => Mode::Shared,
-            CheckPrimitive::Semaphore => Mode::Shared,
-            _ => Mode::Exclusive,
-        }
-    }
-
-    /// Nobody else may hold it meanwhile (all but a read share and a permit).
-    fn exclusive(&self) -> bool {
-        !matches!(self, Held::Read(_) | Held::Permit(_))
-    }
-
-    async fn release(self) -> dlm::Result<()> {
-        match self {
-            Held::Mutex(g) => g.release().await.map(|_| ()),
-            Held::Fair(g) => g.release().await,
-            Held::Read(g) => g.release().await,
-            Held::Write(g) => g.release().await,
-            Held::Permit(g) => g.release().await,
-            Held::Leader(g) => g.resign().await,
-        }
-    }
-}
-
-/// One acquisition of `args.primitive` named `name` by client `id` (of the
-/// read-write lock: a writer's when `write`).
+/// One acquisition of `args.primitive` named `name` by client `id`.
 async fn acquire(
     client: &dlm::Client,
     args: &CheckLockArgs,
@@ -656,7 +590,7 @@ pub async fn check_lock(global: &Global, args: &CheckLockArgs) -> Result<u8, Cli
                 let write = rng.next().is_multiple_of(4);
                 let lease = log.next_id();
                 let acquire_op = LockAction::Acquire {
-                    mode: Held::mode(args.primitive, write),
+                    mode: mode(args.primitive, write),
                     ttl: args.ttl,
                 };
                 let pending = log.begin_lock(id, &name, lease, acquire_op);

@@ -244,6 +244,22 @@ pub enum Command {
     /// with its evidence; 3 when Redis cannot be reached).
     #[command(subcommand)]
     Check(CheckCommand),
+    /// The nemesis soak: every lock kind and the queue under faults, judged
+    /// by two checkers, on private servers.
+    ///
+    /// Private servers on free loopback ports (a standalone server behind a
+    /// fault proxy, a Redis Cluster, a Sentinel setup): every lock kind and
+    /// the queue at once, from the library, the CLI and Python, under faults
+    /// on a seeded random schedule (partitions, latency, resets, SIGSTOP and
+    /// SIGKILL of its own subprocesses, Redis restarts with AOF, Cluster and
+    /// Sentinel failovers, clock jumps of its subprocesses with libfaketime);
+    /// the homegrown and the linearizability checkers
+    /// judge the histories every --check-every and at the end. --break
+    /// no-persistence|paused-holder breaks an assumption on purpose: its
+    /// violations are reported as expected and named. Exit 0: no violation
+    /// where the assumptions hold (and every broken one caught); 1: a
+    /// violation; 2: bad usage; 3: setup failed.
+    Soak(crate::soak::SoakArgs),
     /// Serve a web dashboard (overview, queues, dead letters, live workers,
     /// locks), a JSON API (/api/queues, /api/queues/NAME,
     /// /api/queues/NAME/workers, /api/locks), Prometheus metrics (/metrics) and /healthz for the

@@ -16,6 +16,7 @@ mod elect_cmd;
 mod error;
 mod generate_cmd;
 mod global;
+mod held;
 mod id_cmd;
 mod lock_cmd;
 mod output;
@@ -27,6 +28,7 @@ mod seckill;
 mod semaphore_cmd;
 mod serve;
 mod signals;
+mod soak;
 mod stats;
 mod supervise;
 mod work_cmd;
@@ -141,6 +143,7 @@ async fn dispatch(global: &Global, command: Command) -> Result<u8, CliError> {
         Command::Check(CheckCommand::Lock(a)) => check::check_lock(global, &a).await,
         Command::Check(CheckCommand::Queue(a)) => check::check_queue(global, &a).await,
         Command::Serve(a) => serve::serve(global, &a).await,
+        Command::Soak(a) => soak::soak(global, &a).await,
         Command::Rwlock(RwlockCommand::Run(a)) => rwlock_cmd::run(global, &a).await,
         Command::Rwlock(RwlockCommand::Status(a)) => rwlock_cmd::status(global, &a).await,
         Command::Elect(ElectCommand::Run(a)) => elect_cmd::run(global, &a).await,

@@ -19,7 +19,7 @@ const LAYERS: &[Layer<'static>] = &[
     },
     Layer {
         name: "global",
-        modules: &["global", "supervise"],
+        modules: &["global", "supervise", "held"],
         lateral: false,
     },
     Layer {
@@ -46,6 +46,7 @@ const LAYERS: &[Layer<'static>] = &[
             "serve",
             "semaphore_cmd",
             "generate_cmd",
+            "soak",
         ],
         lateral: false,
     },
