@@ -1121,13 +1121,6 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
             if matches!(t.status, Status::Leased { fence: f, .. } if f == *fence) {
                 t.maybe_acked = true;
                 s.set(*task, t);
-                // It may have completed the task: its dependents may run (a
-                // dependent leased now is not judged early; the task itself
-                // stays leased, so a later lease after it ran out is allowed).
-                for (_, waits) in s.pending.iter_mut() {
-                    waits.retain(|d| d != task);
-                }
-                s.pending.retain(|(_, waits)| !waits.is_empty());
             }
             true
         }
@@ -1584,30 +1577,6 @@ mod tests {
             q(claim(), leased("c", 3), 14),
         ];
         assert!(check_queue(&QueueSpec::default(), &chain).ok());
-    }
-
-    #[test]
-    fn an_ack_of_unknown_outcome_may_have_released_the_dependents() {
-        use QueueResult::{Done, Unknown};
-        // a's ack lost its reply but took effect: b (after a) is leased.
-        let history = vec![
-            q(enqueue("a", &[], None), Done, 0),
-            q(enqueue("b", &["a"], None), Done, 2),
-            q(claim(), leased("a", 1), 4),
-            q(ack("a", 1), Unknown, 6),
-            q(claim(), leased("b", 2), 8),
-        ];
-        let v = check_queue(&QueueSpec::default(), &history);
-        assert!(v.ok(), "{v:?}");
-        // Or it did not: a's lease ran out and a is leased again, then acked.
-        let mut again = history[..4].to_vec();
-        again.push(q(claim(), leased("a", 3), 1500));
-        again.push(q(ack("a", 3), Done, 1502));
-        assert!(check_queue(&QueueSpec::default(), &again).ok());
-        // Leased again while its first lease surely ran: a violation.
-        let mut early = history;
-        early.push(q(claim(), leased("a", 4), 20));
-        assert!(!check_queue(&QueueSpec::default(), &early).ok());
     }
 
     #[test]
