@@ -900,15 +900,12 @@ struct TaskState {
     fence: u64,
     /// Enqueued again while leased: waiting again once the run settles.
     replaced: bool,
-    /// An ack of the current lease whose outcome is unknown.
-    maybe_acked: bool,
 }
 
 const FRESH: TaskState = TaskState {
     status: Status::Absent,
     fence: 0,
     replaced: false,
-    maybe_acked: false,
 };
 
 /// The state of one projection: its tasks (by index), the dependencies
@@ -1072,16 +1069,22 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
                 max_end: w.lease_max_end(*lease),
             };
             t.fence = *fence;
-            t.maybe_acked = false;
             s.set(*task, t);
             true
         }
-        (QAct::Ack { task, fence }, Some(true)) | (QAct::Nack { task, fence }, Some(true)) => {
+        (QAct::Ack { task, fence }, outcome @ (Some(true) | None))
+        | (QAct::Nack { task, fence }, outcome @ Some(true)) => {
             let mut t = s.task(*task);
             match t.status {
                 Status::Leased { fence: f, .. } if f == *fence => {}
+                // An ack whose outcome is unknown (its reply lost), placed
+                // where its lease is no longer the current one, failed.
+                _ if outcome.is_none() => return true,
                 _ => return false,
             }
+            // Placed while its lease is current, an unknown ack took effect
+            // (its window stays open in the task's projection, so the
+            // search may also place it after a later lease, where it failed).
             let acked = matches!(op.act, QAct::Ack { .. });
             t.status = if !acked {
                 Status::Retrying
@@ -1116,19 +1119,11 @@ fn task_step(op: &LinQueueOp, s: &mut QueueState) -> bool {
             s.set(*task, t);
             true
         }
-        (QAct::Ack { task, fence }, None) => {
-            let mut t = s.task(*task);
-            if matches!(t.status, Status::Leased { fence: f, .. } if f == *fence) {
-                t.maybe_acked = true;
-                s.set(*task, t);
-            }
-            true
-        }
         // A dependent still waiting for a dependency (that may have died)
         // may have died with it.
         (QAct::Drained, Some(true)) => s.tasks.iter().all(|(i, t)| match t.status {
             Status::Waiting => s.pending.iter().any(|(d, _)| d == i),
-            Status::Leased { max_end, .. } => t.maybe_acked || w.start <= max_end,
+            Status::Leased { max_end, .. } => w.start <= max_end,
             Status::Absent | Status::Retrying | Status::Done => true,
         }),
         // A nack whose outcome is unknown may have ended the lease at once.
@@ -1334,13 +1329,24 @@ pub fn check_queue(spec: &QueueSpec, ops: &[QueueOp]) -> Verdict {
                 act if keep(act) => act.clone(),
                 _ => continue,
             };
+            // An ack whose outcome is unknown may or may not have taken
+            // effect: in a task's projection its window stays open, so that
+            // it can be placed where it did or after everything (where it
+            // did not). Elsewhere its effect does not depend on when.
+            let mut window = *window;
+            if projection == Projection::Task
+                && matches!(act, QAct::Ack { .. })
+                && outcome.is_none()
+            {
+                window.end = NEVER;
+            }
             let op = LinQueueOp {
                 projection,
                 act,
                 outcome: *outcome,
-                window: *window,
+                window,
             };
-            out.push((*window, op));
+            out.push((window, op));
         }
         out
     };
