@@ -121,6 +121,17 @@ pub fn summary(
             .take(20 - examples.len())
             .cloned(),
     );
+    // Every violation in full, for a closer look (`DLM_SOAK_DUMP=FILE`).
+    if let Some(path) = std::env::var_os("DLM_SOAK_DUMP") {
+        let text: Vec<String> = v
+            .findings
+            .iter()
+            .map(|f| format!("{:?} [{}] {}: {}", f.expected, f.checker, f.object, f.what))
+            .collect();
+        if let Err(e) = std::fs::write(&path, text.join("\n")) {
+            tracing::warn!("cannot write {}: {e}", std::path::Path::new(&path).display());
+        }
+    }
     // An example names its history's operations: keep the summary readable.
     for f in &mut examples {
         if f.what.len() > 4000 {
