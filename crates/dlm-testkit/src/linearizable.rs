@@ -1586,6 +1586,34 @@ mod tests {
     }
 
     #[test]
+    fn an_ack_of_unknown_outcome_may_or_may_not_have_taken_effect() {
+        use QueueResult::{Done, Unknown};
+        // a's ack lost its reply but took effect: b (after a) is leased.
+        let history = vec![
+            q(enqueue("a", &[], None), Done, 0),
+            q(enqueue("b", &["a"], None), Done, 2),
+            q(claim(), leased("a", 1), 4),
+            q(ack("a", 1), Unknown, 6),
+            q(claim(), leased("b", 2), 8),
+        ];
+        let v = check_queue(&QueueSpec::default(), &history);
+        assert!(v.ok(), "{v:?}");
+        // Or it did not: a's lease ran out and a is leased again, then acked.
+        let mut again = history[..4].to_vec();
+        again.push(q(claim(), leased("a", 3), 1500));
+        again.push(q(ack("a", 3), Done, 1502));
+        assert!(check_queue(&QueueSpec::default(), &again).ok());
+        // Not both: b leased after the ack that a's later lease says failed.
+        let mut both = again.clone();
+        both.insert(4, q(claim(), leased("b", 2), 8));
+        assert!(!check_queue(&QueueSpec::default(), &both).ok());
+        // Leased again while its first lease surely ran: a violation.
+        let mut early = history;
+        early.push(q(claim(), leased("a", 4), 20));
+        assert!(!check_queue(&QueueSpec::default(), &early).ok());
+    }
+
+    #[test]
     fn a_task_leased_twice_at_once_and_a_group_over_its_limit_are_violations() {
         use QueueResult::Done;
         let spec = QueueSpec {

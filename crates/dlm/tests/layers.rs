@@ -15,7 +15,8 @@ const LAYERS: &[Layer<'static>] = &[
     },
     Layer {
         name: "foundation",
-        modules: &["token", "keys", "metrics"],
+        // `seeded`: the test-only seeded defects (feature `seeded-defects`).
+        modules: &["token", "keys", "metrics", "seeded"],
         lateral: false,
     },
     Layer {
