@@ -129,7 +129,10 @@ pub fn summary(
             .map(|f| format!("{:?} [{}] {}: {}", f.expected, f.checker, f.object, f.what))
             .collect();
         if let Err(e) = std::fs::write(&path, text.join("\n")) {
-            tracing::warn!("cannot write {}: {e}", std::path::Path::new(&path).display());
+            tracing::warn!(
+                "cannot write {}: {e}",
+                std::path::Path::new(&path).display()
+            );
         }
     }
     // An example names its history's operations: keep the summary readable.
