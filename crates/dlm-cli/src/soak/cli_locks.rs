@@ -225,7 +225,7 @@ pub async fn run(
 ) {
     let mut rng = SplitMix(seed);
     let mut process = rec.process();
-    let me = format!("cli-{client_id}");
+    let mut n = 0u64;
     let limit = c.ttl * 2 + c.wait + Duration::from_secs(5);
     while !rec.stopping() {
         let epoch = rec.epoch();
@@ -236,6 +236,9 @@ pub async fn run(
             Kind::Rw if !write => Mode::Shared,
             _ => Mode::Exclusive,
         };
+        // A candidate id per process: a new process is a new candidate.
+        n += 1;
+        let me = format!("cli-{client_id}-{n}");
         let invoke = rec.clock.now();
         let seen = run_one(
             &rec,
@@ -315,8 +318,18 @@ pub fn record(
             );
             end
         }
-        // Killed before its end: it believed until it died.
-        None => seen.exited.max(granted),
+        // Killed before its end: it believed until it died, and its dlm
+        // may have released meanwhile.
+        None => {
+            let exited = seen.exited.max(granted);
+            let unknown = LockResult::Unknown;
+            rec.lock_op(
+                kind,
+                epoch,
+                op(LockAction::Release, unknown, granted, exited),
+            );
+            exited
+        }
     };
     rec.hold(
         kind,

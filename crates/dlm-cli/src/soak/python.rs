@@ -38,9 +38,10 @@ pub fn unavailable() -> Option<String> {
 
 /// The client: acquire, hold 0-3 ms, release, pause; one line per operation.
 const SCRIPT: &str = r#"
-import random, sys, time
+import os, random, sys, time
 import dlm
 url, kind, ttl, wait, seconds, names, me, permits = sys.argv[1:9]
+me = me + "-" + str(os.getpid())
 ttl, wait, seconds, permits = float(ttl), float(wait), float(seconds), int(permits)
 names = names.split(",")
 c = dlm.Client(url, timeout=1.0)
@@ -147,10 +148,68 @@ pub async fn run(
             if tokio::time::timeout(limit, read).await.is_err() {
                 let _ = child.start_kill();
             }
+            procs.ended(pid);
+            let _ = child.wait().await;
+            // Killed holding: it may have released before it died.
+            let exited = rec.clock.now();
+            for (_, grant) in grants.drain() {
+                unfinished(&rec, kind, epoch, holder, ttl, process, grant, exited);
+            }
+        } else {
+            procs.ended(pid);
+            let _ = child.wait().await;
         }
-        procs.ended(pid);
-        let _ = child.wait().await;
     }
+}
+
+/// A grant whose release the process did not report (it was killed): its
+/// release is of unknown outcome, from the grant to the process's end.
+#[allow(clippy::too_many_arguments)]
+fn unfinished(
+    rec: &Recorder,
+    kind: Kind,
+    epoch: u64,
+    holder: usize,
+    ttl: Duration,
+    process: usize,
+    grant: Grant,
+    exited: Duration,
+) {
+    rec.hold(
+        kind,
+        epoch,
+        Hold {
+            holder,
+            lock: grant.name.clone(),
+            from: grant.granted,
+            until: exited.min(grant.invoke + ttl),
+            fence: grant.fence,
+        },
+        grant.exclusive,
+    );
+    rec.lock_op(
+        kind,
+        epoch,
+        LockOp {
+            process,
+            lock: grant.name,
+            lease: grant.id,
+            action: LockAction::Release,
+            result: LockResult::Unknown,
+            invoke: grant.granted,
+            complete: exited.max(grant.granted),
+        },
+    );
+}
+
+/// A grant the script reported, until its release.
+struct Grant {
+    id: u64,
+    name: String,
+    invoke: Duration,
+    granted: Duration,
+    fence: Option<u64>,
+    exclusive: bool,
 }
 
 /// Record one line of the script's output; Some(true) when its outcome was
@@ -164,7 +223,7 @@ fn record_line(
     ttl: Duration,
     map: WallMap,
     process: usize,
-    grants: &mut std::collections::HashMap<u64, (u64, Duration, Duration, Option<u64>, bool)>,
+    grants: &mut std::collections::HashMap<u64, Grant>,
     line: &str,
 ) -> Option<bool> {
     let f: Vec<&str> = line.split_whitespace().collect();
@@ -189,19 +248,28 @@ fn record_line(
             _ => LockResult::Unknown,
         };
         if *r == "G" {
-            grants.insert(own, (id, invoke, complete, fence, mode == Mode::Exclusive));
+            let grant = Grant {
+                id,
+                name: name.to_string(),
+                invoke,
+                granted: complete,
+                fence,
+                exclusive: mode == Mode::Exclusive,
+            };
+            grants.insert(own, grant);
         }
         (LockAction::Acquire { mode, ttl }, (result, id))
     } else {
-        let (id, a_invoke, granted, fence, exclusive) = grants.remove(&own)?;
+        let g = grants.remove(&own)?;
         let hold = Hold {
             holder,
             lock: name.to_string(),
-            from: granted,
-            until: invoke.min(a_invoke + ttl),
-            fence,
+            from: g.granted,
+            until: invoke.min(g.invoke + ttl),
+            fence: g.fence,
         };
-        rec.hold(kind, epoch, hold, exclusive);
+        rec.hold(kind, epoch, hold, g.exclusive);
+        let id = g.id;
         let result = match *r {
             "D" => LockResult::Done,
             "F" => LockResult::Failed,
