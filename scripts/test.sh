@@ -4,26 +4,32 @@
 # Every integration test starts its own redis-server on a free loopback port.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/ensure-deps.sh --tests
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets -- -D warnings
+# Each step's time goes to stderr, so that a slow CI run shows where its time went.
+started=$SECONDS
+step() {
+  local t=$SECONDS
+  "$@"
+  echo "test.sh: [$((SECONDS - t)) s, $((SECONDS - started)) s in all] $*" >&2
+}
+step bash scripts/ensure-deps.sh --tests
+step cargo fmt --all -- --check
+step cargo clippy --workspace --all-targets -- -D warnings
 # The library's feature combinations (none, each alone), then the packages.
-bash scripts/features.sh
-bash scripts/package.sh
-cargo test --workspace
+step bash scripts/features.sh
+step bash scripts/package.sh
+step cargo test --workspace
 # Every checker fails on a seeded defect (issue 32): the test-only `seeded-defects` feature puts
 # a fixed defect back in one client; its markers in the Lua scripts are checked by the unit tests.
-cargo test -p dlm --features seeded-defects --test seeded_defects_caught
-cargo test -p dlm --features seeded-defects --lib seeded::
-bash scripts/examples.sh
+step cargo test -p dlm --features seeded-defects --test seeded_defects_caught
+step cargo test -p dlm --features seeded-defects --lib seeded::
+step bash scripts/examples.sh
 # The Python package: `pip install ./python` into a virtualenv, mypy on its stubs and tests, pytest
 # (with the CLI interop tests, which use the target/debug/dlm that `cargo test` built).
-bash scripts/test-python.sh
+step bash scripts/test-python.sh
 # The nemesis soak, 2 minutes on the debug binary `cargo test` built: every lock kind and the queue
 # under faults from the library, the CLI and Python (the virtualenv above), judged by the homegrown
 # and the linearizability checkers (scripts/soak.sh).
-# Standalone only in CI until the Sentinel finding of RELIABILITY.md ("Soak") is explained.
-bash scripts/soak.sh 2m --standalone-only
+step bash scripts/soak.sh 2m
 # The Docker image: built and smoke-run only where a Docker engine answers
 # (the Dockerfile itself is linted by `cargo test`: crates/dlm-cli/tests/ship.rs).
 if command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1; then

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{TestResult, ttl};
 use dlm::queue::{NewTask, OnDuplicate, WorkerOptions};
-use dlm::{Client, Error};
+use dlm::{Client, Error, LockOptions};
 use dlm_testkit::{Cluster, RedisServer, Sentinels, TlsFiles};
 
 /// A running deployment and how to connect to it.
@@ -276,34 +276,72 @@ async fn primitives(client: &Client, other: &Client) -> TestResult {
     Ok(())
 }
 
-/// `LockOptions::replicas`: counted only once a replica has the grant.
-async fn replicas(client: &Client, topology: &Topology) -> TestResult {
-    let opts = ttl(5000).replicas(1, Duration::from_millis(500));
-    match topology {
-        Topology::Cluster(_)
-        | Topology::ClusterTls(..)
-        | Topology::Sentinel(_)
-        | Topology::SentinelTls(..) => {
-            let g = client.lock("replicated").acquire(&opts).await?;
-            g.release().await?;
+/// Every lock kind under `LockOptions::replicas`.
+const REPLICATED_KINDS: [&str; 6] = ["mutex", "fair", "read", "write", "semaphore", "election"];
+
+/// Acquire one lock kind with `opts` (wait 0) and release it.
+async fn acquire_release(client: &Client, kind: &str, opts: &LockOptions) -> dlm::Result<()> {
+    let name = format!("replicated:{kind}");
+    match kind {
+        "mutex" => client
+            .lock(&name)
+            .acquire(opts)
+            .await?
+            .release()
+            .await
+            .map(drop),
+        "fair" => client.fair_lock(&name).acquire(opts).await?.release().await,
+        "read" => client.rwlock(&name).read(opts).await?.release().await,
+        "write" => client.rwlock(&name).write(opts).await?.release().await,
+        "semaphore" => {
+            client
+                .semaphore(&name, 1)
+                .acquire(1, opts)
+                .await?
+                .release()
+                .await
         }
-        Topology::Standalone(_) | Topology::Tls(..) | Topology::Acl(_) => {
-            let r = client.lock("replicated").acquire(&opts).await;
-            assert!(
-                matches!(
-                    r,
-                    Err(Error::NotReplicated {
-                        replicas: 0,
-                        wanted: 1,
-                        ..
-                    })
-                ),
-                "{r:?}"
-            );
-            assert!(
-                !client.lock("replicated").status().await?.held,
-                "released again"
-            );
+        _ => client
+            .election(&name)
+            .campaign("a", opts)
+            .await?
+            .resign()
+            .await
+            .map(drop),
+    }
+}
+
+/// `LockOptions::replicas`: every lock kind counts a grant only once a
+/// replica has it; without a replica the grant is released again and
+/// reported as `NotReplicated` (the fair lock, the read-write lock, the
+/// semaphore and the election ignored the option before, so a Sentinel
+/// failover could hand their locks out twice).
+async fn replicas(client: &Client, topology: &Topology) -> TestResult {
+    let opts = ttl(5000).replicas(1, Duration::from_millis(300));
+    for kind in REPLICATED_KINDS {
+        let r = acquire_release(client, kind, &opts).await;
+        match topology {
+            Topology::Cluster(_)
+            | Topology::ClusterTls(..)
+            | Topology::Sentinel(_)
+            | Topology::SentinelTls(..) => r.map_err(|e| format!("{kind}: {e}"))?,
+            Topology::Standalone(_) | Topology::Tls(..) | Topology::Acl(_) => {
+                assert!(
+                    matches!(
+                        r,
+                        Err(Error::NotReplicated {
+                            replicas: 0,
+                            wanted: 1,
+                            ..
+                        })
+                    ),
+                    "{kind}: {r:?}"
+                );
+                // Released again: the same kind is free at once.
+                acquire_release(client, kind, &ttl(5000))
+                    .await
+                    .map_err(|e| format!("{kind} was not released: {e}"))?;
+            }
         }
     }
     Ok(())

@@ -31,7 +31,7 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::keys::{ElectionKeys, election_keys};
-use crate::services::held::{Guard, Pending, Shared, Turns, guard_api};
+use crate::services::held::{Guard, Pending, Shared, Turns, guard_api, replicated};
 use crate::services::options::LockOptions;
 use crate::token::{Fence, Token};
 
@@ -226,9 +226,13 @@ impl Election {
         let backend = self.shared.backend("leader election")?;
         let keys = Arc::new(election_keys(&self.name)?);
         let span = tracing::debug_span!("dlm.election.campaign", name = %self.name, id);
-        self.campaign_on(backend, keys, id, opts)
-            .instrument(span)
-            .await
+        replicated("leader election", opts, |o| {
+            let keys = keys.clone();
+            async move { self.campaign_on(backend, keys, id, &o).await.map(|l| l.0) }
+        })
+        .instrument(span)
+        .await
+        .map(Leadership)
     }
 
     async fn campaign_on(

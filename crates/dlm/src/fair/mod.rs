@@ -27,7 +27,7 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::keys::{FairKeys, fair_keys};
-use crate::services::held::{Guard, Pending, Shared, Turns, guard_api};
+use crate::services::held::{Guard, Pending, Shared, Turns, guard_api, replicated};
 use crate::services::options::LockOptions;
 use crate::token::Token;
 
@@ -77,7 +77,7 @@ pub(crate) type FairShared = Shared<FairHeld>;
 /// [`crate::Client::fair_lock`].
 ///
 /// It takes the same [`LockOptions`] as [`crate::Lock`] (TTL, wait,
-/// watchdog; `node_timeout` and `replicas` do not apply) and its
+/// watchdog, `replicas`; `node_timeout` does not apply) and its
 /// [`FairGuard`] has the same methods as [`crate::LockGuard`]. Acquirers
 /// that wait get the lock in the order they first asked for it, whichever
 /// process they are in; an acquire that does not wait (`wait` zero) gets it
@@ -251,7 +251,13 @@ impl FairLock {
         let backend = self.shared.backend("fair lock")?;
         let keys = Arc::new(fair_keys(&self.name)?);
         let span = tracing::debug_span!("dlm.fair.acquire", name = %self.name, key = %keys.lock);
-        self.acquire_on(backend, keys, opts).instrument(span).await
+        replicated("fair lock", opts, |o| {
+            let keys = keys.clone();
+            async move { self.acquire_on(backend, keys, &o).await.map(|g| g.0) }
+        })
+        .instrument(span)
+        .await
+        .map(FairGuard)
     }
 
     async fn acquire_on(

@@ -28,7 +28,7 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::keys::rw_keys;
-use crate::services::held::{Guard, Lease, Pending, Shared, Turns, guard_api};
+use crate::services::held::{Guard, Lease, Pending, Shared, Turns, guard_api, replicated};
 use crate::services::options::{LockOptions, Outcome};
 use crate::token::{Fence, Token};
 
@@ -74,7 +74,7 @@ pub(crate) fn preloaded_scripts() -> Vec<&'static redis::Script> {
 /// [`crate::Client::rwlock`].
 ///
 /// [`RwLock::read`] and [`RwLock::write`] take the same [`LockOptions`] as
-/// [`crate::Lock`] (TTL, wait, watchdog; `node_timeout` and `replicas` do
+/// [`crate::Lock`] (TTL, wait, watchdog, `replicas`; `node_timeout` does
 /// not apply). Their guards have the mutex guard's methods (fencing token,
 /// `lost()`, watchdog, extend, release on drop). A [`WriteGuard`] can be
 /// turned into a [`ReadGuard`] atomically ([`WriteGuard::downgrade`]); the
@@ -291,6 +291,13 @@ impl RwLock {
 
     async fn acquire(&self, mode: Mode, opts: &LockOptions) -> Result<Guard<RwHeld>> {
         opts.validate()?;
+        replicated("rwlock", opts, |o| async move {
+            self.acquire_once(mode, &o).await
+        })
+        .await
+    }
+
+    async fn acquire_once(&self, mode: Mode, opts: &LockOptions) -> Result<Guard<RwHeld>> {
         let backend = self.shared.backend("rwlock")?;
         let keys = Arc::new(rw_keys(&self.name)?);
         let span = tracing::debug_span!("dlm.rwlock.acquire", name = %self.name, ?mode);

@@ -63,7 +63,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::keys::{SemaphoreKeys, semaphore_keys};
-use crate::services::held::{Guard, Pending, Shared, guard_api};
+use crate::services::held::{Guard, Pending, Shared, guard_api, replicated};
 use crate::services::jittered;
 use crate::services::options::LockOptions;
 use crate::services::wakeups::{self as wait};
@@ -99,7 +99,7 @@ fn validate_permits(what: &'static str, n: u32) -> Result<()> {
 /// How to acquire permits: the lease length (required), how long to wait,
 /// how often to retry without a wake-up, and whether a watchdog renews the
 /// lease. The lock family's options: the same type as [`LockOptions`]
-/// (`node_timeout` and `replicas` do not apply to a semaphore).
+/// (`replicas` applies; `node_timeout` does not apply to a semaphore).
 ///
 /// ```
 /// use std::time::Duration;
@@ -253,6 +253,14 @@ impl Semaphore {
                 format!("{n} is more than the semaphore's {} permits", self.permits),
             ));
         }
+        replicated("semaphore", opts, |o| async move {
+            self.acquire_once(n, &o).await.map(|g| g.0)
+        })
+        .await
+        .map(SemaphoreGuard)
+    }
+
+    async fn acquire_once(&self, n: u32, opts: &SemaphoreOptions) -> Result<SemaphoreGuard> {
         let keys = Arc::new(semaphore_keys(&self.name)?);
         let backend = self.state.backend("semaphore")?.clone();
         let token = Token::random()?;

@@ -21,7 +21,7 @@ use tokio_util::task::TaskTracker;
 use crate::backend::{Backend, millis};
 use crate::error::{Error, Result};
 use crate::services::lease::{LeaseState, LostSignal, drift};
-use crate::services::options::{Outcome, validate_ttl};
+use crate::services::options::{LockOptions, Outcome, validate_ttl};
 use crate::services::registry::Registry;
 use crate::services::renew::{Due, Renewable, Renewal, Renewer};
 use crate::services::wakeups::Wakeups;
@@ -436,6 +436,62 @@ impl<L: Lease> Guard<L> {
         let outcome = self.held.release().await?;
         tracing::debug!(name = %core.name, ?outcome, "released");
         outcome.into_result(&core.name)
+    }
+}
+
+/// Acquire with `attempt` and, with [`LockOptions::replicas`], count a grant
+/// only once that many replicas have it (`WAIT n timeout` on the lock's
+/// Redis). A grant too few replicas had in time is released (token-checked)
+/// and tried again while `opts.wait` lasts; then [`Error::NotReplicated`].
+///
+/// The fair lock, the read-write lock, the semaphore and the election share
+/// this; the mutex makes the same decision inside its own retry loop
+/// (`Lock::replicated`): a grant is never reported before it is replicated.
+pub(crate) async fn replicated<L, F, Fut>(
+    what: &'static str,
+    opts: &LockOptions,
+    mut attempt: F,
+) -> Result<Guard<L>>
+where
+    L: Lease,
+    F: FnMut(LockOptions) -> Fut,
+    Fut: Future<Output = Result<Guard<L>>>,
+{
+    let Some((wanted, timeout)) = opts.replicas else {
+        return attempt(opts.clone()).await;
+    };
+    let deadline = Instant::now() + opts.wait;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let guard = attempt(opts.clone().wait(left)).await?;
+        let backend = guard.held.shared().backend(what)?.clone();
+        let wait = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(millis(timeout).max(1))
+            .clone();
+        let replicas: u64 = match backend
+            .query_within(timeout + backend.timeout(), &wait)
+            .await
+        {
+            Ok(n) => n,
+            Err(e) => {
+                // Unknown whether it was replicated: do not count it.
+                let _ = guard.release().await;
+                return Err(e);
+            }
+        };
+        if replicas >= wanted {
+            return Ok(guard);
+        }
+        let name = guard.held.core().name.to_string();
+        let _ = guard.release().await;
+        if Instant::now() >= deadline {
+            return Err(Error::NotReplicated {
+                name,
+                replicas,
+                wanted,
+            });
+        }
     }
 }
 

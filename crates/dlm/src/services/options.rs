@@ -111,8 +111,10 @@ impl LockOptions {
     /// wait runs out). This narrows the failover window in which a master
     /// that dies before replicating hands the same lock to two clients (see
     /// the crate docs' Safety section); it costs one more round trip, to the
-    /// slowest of the `n` replicas. Ignored under Redlock (independent
-    /// masters have no replicas).
+    /// slowest of the `n` replicas. Every lock kind honours it (the mutex,
+    /// the fair lock, both modes of the read-write lock, the semaphore and
+    /// the election). Ignored under Redlock (independent masters have no
+    /// replicas).
     ///
     /// ```
     /// use std::time::Duration;
