@@ -436,6 +436,19 @@ impl Backend {
         }
     }
 
+    /// Run `pipe` (one connection, one round trip) within `bound`, which
+    /// may exceed the client's deadline: for a `WAIT`, whose reply rightly
+    /// takes up to its own timeout. Errors inside the pipeline are values
+    /// when it was built with `ignore_errors`.
+    pub(crate) async fn pipeline_for(
+        &self,
+        bound: Duration,
+        pipe: &redis::Pipeline,
+    ) -> Result<Vec<Value>> {
+        let mut conn = self.conn.handle();
+        deadline(bound, pipe.query_async(&mut conn)).await
+    }
+
     /// Run one command within the client's deadline.
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
         self.query_within(self.timeout, cmd).await

@@ -61,4 +61,8 @@ impl Lease for ElectionHeld {
         let backend = self.shared.backend("leader election")?;
         extend_token(backend, &self.keys.lease, &self.core.token, ttl).await
     }
+
+    fn extend_command(&self, ttl: Duration) -> (&'static redis::Script, redis::Cmd) {
+        crate::services::held::extend_token_command(&self.keys.lease, &self.core.token, ttl)
+    }
 }

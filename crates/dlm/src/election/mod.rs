@@ -31,8 +31,9 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::keys::{ElectionKeys, election_keys};
-use crate::services::held::{Guard, Pending, Shared, Turns, guard_api, replicated};
+use crate::services::held::{Guard, Pending, Shared, Turns, guard_api};
 use crate::services::options::LockOptions;
+use crate::services::replication::replicated;
 use crate::token::{Fence, Token};
 
 pub(crate) use held::ElectionHeld;

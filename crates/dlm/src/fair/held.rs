@@ -49,4 +49,8 @@ impl Lease for FairHeld {
         let backend = self.shared.backend("fair lock")?;
         extend_token(backend, &self.keys.lock, &self.core.token, ttl).await
     }
+
+    fn extend_command(&self, ttl: Duration) -> (&'static redis::Script, redis::Cmd) {
+        crate::services::held::extend_token_command(&self.keys.lock, &self.core.token, ttl)
+    }
 }

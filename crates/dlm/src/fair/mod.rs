@@ -27,8 +27,9 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::keys::{FairKeys, fair_keys};
-use crate::services::held::{Guard, Pending, Shared, Turns, guard_api, replicated};
+use crate::services::held::{Guard, Pending, Shared, Turns, guard_api};
 use crate::services::options::LockOptions;
+use crate::services::replication::replicated;
 use crate::token::Token;
 
 pub(crate) use held::FairHeld;

@@ -48,6 +48,7 @@ use crate::keys::LockKeys;
 use crate::metrics::{AcquireOutcome, LockLabel};
 use crate::services::jittered;
 use crate::services::lease::{LeaseState, drift};
+use crate::services::replication::{Replication, confirm};
 use crate::services::wakeups as wait;
 use crate::token::Token;
 use locks::Held;
@@ -310,6 +311,14 @@ impl Lock {
                     fence: Some(fence),
                     valid_until: sent + opts.ttl.saturating_sub(drift(opts.ttl)),
                 };
+                // A hand-over is a grant like any other: counted only once
+                // replicated. If it is not, the token stays armed, so the
+                // grant is released when this acquisition ends.
+                if let Err(e) = self.replicated(&keys, &token, opts).await {
+                    pending.armed = true;
+                    pending.unsure = true;
+                    return Err(e);
+                }
                 self.label.handoff(sent.elapsed());
                 self.label.wait(started.elapsed());
                 tracing::debug!(fence = ?grant.fence, attempts, "handed over");
@@ -468,24 +477,22 @@ impl Lock {
         }
     }
 
-    /// With [`LockOptions::replicas`], wait until that many replicas have
-    /// the grant; if they do not in time, release it (token-checked) and
-    /// say so.
+    /// With [`LockOptions::replicas`], count the grant only once that many
+    /// replicas have it (`services::replication::confirm`: a token-checked
+    /// extend and `WAIT` in one pipeline); if they do not in time, or the
+    /// grant is gone, release it (token-checked) and say so.
     async fn replicated(&self, keys: &LockKeys, token: &Token, opts: &LockOptions) -> Result<()> {
         let (Some((wanted, timeout)), Some(backend)) = (opts.replicas, self.locks.nodes.single())
         else {
             return Ok(());
         };
-        let wait = redis::cmd("WAIT")
-            .arg(wanted)
-            .arg(crate::backend::millis(timeout).max(1))
-            .clone();
-        let replicas: u64 = backend
-            .query_within(timeout + backend.timeout(), &wait)
-            .await?;
-        if replicas >= wanted {
-            return Ok(());
-        }
+        let (script, extend) =
+            crate::services::held::extend_token_command(&keys.lock, token, opts.ttl);
+        let replicas = match confirm(backend, script, extend, wanted, timeout).await? {
+            Replication::Replicated => return Ok(()),
+            Replication::Short(n) => n,
+            Replication::Gone => 0,
+        };
         let keys = Arc::new(keys.clone());
         let _ = self.locks.nodes.release(&self.name, &keys, token).await;
         Err(Error::NotReplicated {

@@ -100,14 +100,9 @@ impl Lease for RwHeld {
 
     async fn extend(&self, ttl: Duration) -> Result<Outcome> {
         let backend = self.shared.backend("rwlock")?;
+        let (script, cmd) = self.extend_command(ttl);
         let codes: Vec<i64> = backend
-            .eval(
-                EXTEND_MANY
-                    .key(self.key())
-                    .arg(self.mode().arg())
-                    .arg(self.core.token.as_str())
-                    .arg(millis(ttl)),
-            )
+            .evalsha_within(backend.timeout(), script, &cmd)
             .await?;
         match codes.as_slice() {
             [code] => crate::services::held::extend_code(*code),
@@ -115,5 +110,16 @@ impl Lease for RwHeld {
                 "rw extend_many returned another count",
             )),
         }
+    }
+
+    fn extend_command(&self, ttl: Duration) -> (&'static redis::Script, redis::Cmd) {
+        let token = self.core.token.as_str();
+        let mut cmd =
+            crate::backend::evalsha(&EXTEND_MANY, 1, 3, self.key().len() + token.len() + 24);
+        cmd.arg(self.key())
+            .arg(self.mode().arg())
+            .arg(token)
+            .arg(millis(ttl));
+        (&EXTEND_MANY, cmd)
     }
 }

@@ -28,8 +28,9 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::keys::rw_keys;
-use crate::services::held::{Guard, Lease, Pending, Shared, Turns, guard_api, replicated};
+use crate::services::held::{Guard, Lease, Pending, Shared, Turns, guard_api};
 use crate::services::options::{LockOptions, Outcome};
+use crate::services::replication::replicated;
 use crate::token::{Fence, Token};
 
 pub(crate) use held::RwHeld;

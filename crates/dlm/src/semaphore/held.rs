@@ -152,15 +152,25 @@ impl Lease for SemaphoreHeld {
 
     async fn extend(&self, ttl: Duration) -> Result<Outcome> {
         let backend = self.shared.backend("semaphore")?;
+        let (script, cmd) = self.extend_command(ttl);
         let codes: Vec<i64> = backend
-            .eval(
-                EXTEND_MANY
-                    .key(&self.keys.holders)
-                    .arg(self.core.token.as_str())
-                    .arg(self.permits)
-                    .arg(millis(ttl)),
-            )
+            .evalsha_within(backend.timeout(), script, &cmd)
             .await?;
         Ok(Self::outcome(codes.first().copied().unwrap_or(0)))
+    }
+
+    fn extend_command(&self, ttl: Duration) -> (&'static redis::Script, redis::Cmd) {
+        let token = self.core.token.as_str();
+        let mut cmd = crate::backend::evalsha(
+            &EXTEND_MANY,
+            1,
+            3,
+            self.keys.holders.len() + token.len() + 30,
+        );
+        cmd.arg(&self.keys.holders)
+            .arg(token)
+            .arg(self.permits)
+            .arg(millis(ttl));
+        (&EXTEND_MANY, cmd)
     }
 }

@@ -63,9 +63,10 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::keys::{SemaphoreKeys, semaphore_keys};
-use crate::services::held::{Guard, Pending, Shared, guard_api, replicated};
+use crate::services::held::{Guard, Pending, Shared, guard_api};
 use crate::services::jittered;
 use crate::services::options::LockOptions;
+use crate::services::replication::replicated;
 use crate::services::wakeups::{self as wait};
 use crate::token::{Fence, Token};
 

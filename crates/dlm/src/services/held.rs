@@ -13,15 +13,15 @@ use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::Script;
+use redis::{Cmd, Script};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::{Backend, millis};
+use crate::backend::{Backend, evalsha, millis};
 use crate::error::{Error, Result};
 use crate::services::lease::{LeaseState, LostSignal, drift};
-use crate::services::options::{LockOptions, Outcome, validate_ttl};
+use crate::services::options::{Outcome, validate_ttl};
 use crate::services::registry::Registry;
 use crate::services::renew::{Due, Renewable, Renewal, Renewer};
 use crate::services::wakeups::Wakeups;
@@ -49,13 +49,25 @@ pub(crate) async fn extend_token(
     token: &Token,
     ttl: Duration,
 ) -> Result<Outcome> {
+    let (script, cmd) = extend_token_command(key, token, ttl);
     let codes: Vec<i64> = backend
-        .eval(EXTEND_MANY.key(key).arg(token.as_str()).arg(millis(ttl)))
+        .evalsha_within(backend.timeout(), script, &cmd)
         .await?;
     match codes.as_slice() {
         [code] => extend_code(*code),
         _ => Err(Error::protocol("extend_many returned another count")),
     }
+}
+
+/// [`extend_token`]'s `EVALSHA`, for a pipeline.
+pub(crate) fn extend_token_command(
+    key: &str,
+    token: &Token,
+    ttl: Duration,
+) -> (&'static Script, Cmd) {
+    let mut cmd = evalsha(&EXTEND_MANY, 1, 2, key.len() + token.as_str().len() + 20);
+    cmd.arg(key).arg(token.as_str()).arg(millis(ttl));
+    (&EXTEND_MANY, cmd)
 }
 
 /// The watchdog's batch of "key = token" leases of one Redis: one
@@ -334,6 +346,10 @@ pub(crate) trait Lease: Renewable {
     fn release(&self) -> impl Future<Output = Result<Outcome>> + Send;
     /// Token-checked extend to `ttl` from now.
     fn extend(&self, ttl: Duration) -> impl Future<Output = Result<Outcome>> + Send;
+    /// The same extend as one `EVALSHA` of the returned script, replying a
+    /// list whose first code is 1 when it extended the lease (for the
+    /// replication check's pipeline, `services::replication::confirm`).
+    fn extend_command(&self, ttl: Duration) -> (&'static Script, Cmd);
 }
 
 /// The guard of a held lease; the public guards wrap it.
@@ -436,62 +452,6 @@ impl<L: Lease> Guard<L> {
         let outcome = self.held.release().await?;
         tracing::debug!(name = %core.name, ?outcome, "released");
         outcome.into_result(&core.name)
-    }
-}
-
-/// Acquire with `attempt` and, with [`LockOptions::replicas`], count a grant
-/// only once that many replicas have it (`WAIT n timeout` on the lock's
-/// Redis). A grant too few replicas had in time is released (token-checked)
-/// and tried again while `opts.wait` lasts; then [`Error::NotReplicated`].
-///
-/// The fair lock, the read-write lock, the semaphore and the election share
-/// this; the mutex makes the same decision inside its own retry loop
-/// (`Lock::replicated`): a grant is never reported before it is replicated.
-pub(crate) async fn replicated<L, F, Fut>(
-    what: &'static str,
-    opts: &LockOptions,
-    mut attempt: F,
-) -> Result<Guard<L>>
-where
-    L: Lease,
-    F: FnMut(LockOptions) -> Fut,
-    Fut: Future<Output = Result<Guard<L>>>,
-{
-    let Some((wanted, timeout)) = opts.replicas else {
-        return attempt(opts.clone()).await;
-    };
-    let deadline = Instant::now() + opts.wait;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let guard = attempt(opts.clone().wait(left)).await?;
-        let backend = guard.held.shared().backend(what)?.clone();
-        let wait = redis::cmd("WAIT")
-            .arg(wanted)
-            .arg(millis(timeout).max(1))
-            .clone();
-        let replicas: u64 = match backend
-            .query_within(timeout + backend.timeout(), &wait)
-            .await
-        {
-            Ok(n) => n,
-            Err(e) => {
-                // Unknown whether it was replicated: do not count it.
-                let _ = guard.release().await;
-                return Err(e);
-            }
-        };
-        if replicas >= wanted {
-            return Ok(guard);
-        }
-        let name = guard.held.core().name.to_string();
-        let _ = guard.release().await;
-        if Instant::now() >= deadline {
-            return Err(Error::NotReplicated {
-                name,
-                replicas,
-                wanted,
-            });
-        }
     }
 }
 

@@ -20,6 +20,7 @@ pub(crate) mod options;
 pub(crate) mod props;
 pub(crate) mod registry;
 pub(crate) mod renew;
+pub(crate) mod replication;
 pub(crate) mod wakeups;
 
 use std::time::Duration;
