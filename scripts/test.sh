@@ -17,7 +17,15 @@ step cargo clippy --workspace --all-targets -- -D warnings
 # The library's feature combinations (none, each alone), then the packages.
 step bash scripts/features.sh
 step bash scripts/package.sh
-step cargo test --workspace
+# Every test of the workspace: cargo-nextest runs the test binaries side by side (cargo test runs
+# them one after another), then the doc tests, which nextest does not run.
+if cargo nextest --version >/dev/null 2>&1; then
+  step cargo nextest run --workspace --no-fail-fast
+  step cargo test --workspace --doc
+else
+  echo "test.sh: cargo-nextest is not installed; cargo test runs the test binaries one by one" >&2
+  step cargo test --workspace
+fi
 # Every checker fails on a seeded defect (issue 32): the test-only `seeded-defects` feature puts
 # a fixed defect back in one client; its markers in the Lua scripts are checked by the unit tests.
 step cargo test -p dlm --features seeded-defects --test seeded_defects_caught
