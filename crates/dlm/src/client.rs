@@ -4,6 +4,7 @@
 //! library's layers: it may name everything below, and nothing below names it
 //! (see ARCHITECTURE.md).
 
+use crate::error::secs;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -83,6 +84,7 @@ pub struct ClientBuilder {
     wakeup_url: Option<String>,
     tls: Option<TlsConfig>,
     metrics_lock_names: usize,
+    lazy: bool,
     #[cfg(feature = "seeded-defects")]
     seeded: Option<crate::seeded::SeededDefect>,
 }
@@ -98,6 +100,7 @@ impl Default for ClientBuilder {
             wakeup_url: None,
             tls: None,
             metrics_lock_names: 0,
+            lazy: false,
             #[cfg(feature = "seeded-defects")]
             seeded: None,
         }
@@ -106,7 +109,10 @@ impl Default for ClientBuilder {
 
 fn validate_timeout(what: &'static str, d: Duration) -> Result<()> {
     if d.is_zero() || d > Duration::from_secs(3600) {
-        return Err(Error::invalid(what, format!("{d:?} is outside (0, 1h]")));
+        return Err(Error::invalid(
+            what,
+            format!("{} is outside (0, 3600] seconds", secs(d)),
+        ));
     }
     Ok(())
 }
@@ -132,7 +138,7 @@ async fn majority_up(backends: &[Backend], needed: usize) -> Result<bool> {
         for b in backends {
             let (is_up, failure, failed) = b.connecting();
             if let Some(e) = failure {
-                return Err(Error::Unavailable { source: e.into() });
+                return Err(e.into_error());
             }
             up += usize::from(is_up);
             settled += usize::from(is_up || failed > 0);
@@ -151,6 +157,17 @@ impl ClientBuilder {
     /// The prefix of lock keys (default `dlm:lock:`; no `{` or `}`).
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// Connect lazily (default: no): [`ClientBuilder::connect`] and
+    /// [`ClientBuilder::connect_cluster`] return at once and connect in the
+    /// background; a call made before the connection is up waits for it
+    /// within its own deadline, and a server that cannot be reached shows
+    /// as that call's error ([`Error::Timeout`], or the refusal, e.g.
+    /// [`Error::Auth`]). For processes that start before Redis does.
+    pub fn lazy(mut self, lazy: bool) -> Self {
+        self.lazy = lazy;
         self
     }
 
@@ -276,7 +293,10 @@ impl ClientBuilder {
         if let Some(w) = self.quorum_wait
             && w > Duration::from_secs(3600)
         {
-            return Err(Error::invalid("quorum wait", format!("{w:?} is over 1h")));
+            return Err(Error::invalid(
+                "quorum wait",
+                format!("{} is over 3600 seconds", secs(w)),
+            ));
         }
         validate_timeout("connect timeout", self.connect_timeout)
     }
@@ -290,9 +310,17 @@ impl ClientBuilder {
     /// dedicated connections.
     async fn on(self, deployment: Deployment) -> Result<Client> {
         let deployment = Arc::new(deployment);
-        let backend = deployment
-            .connect(self.connect_timeout, self.timeout, preloaded_scripts())
-            .await?;
+        let backend = if self.lazy {
+            deployment.connect_in_background(
+                self.connect_timeout,
+                self.timeout,
+                preloaded_scripts(),
+            )
+        } else {
+            deployment
+                .connect(self.connect_timeout, self.timeout, preloaded_scripts())
+                .await?
+        };
         let wakeups = Some(Wakeups::new(deployment.clone(), self.timeout));
         Ok(self.finish(Nodes::Single(Node::new(backend)), wakeups, Some(deployment)))
     }

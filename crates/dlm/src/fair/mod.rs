@@ -19,6 +19,7 @@
 mod held;
 mod ops;
 
+use crate::error::secs;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -220,7 +221,12 @@ impl FairLock {
         if !(min..=max).contains(&self.queue_lease) {
             return Err(Error::invalid(
                 "queue lease",
-                format!("{:?} is outside {min:?} ..= {max:?}", self.queue_lease),
+                format!(
+                    "{} is outside {} ..= {}",
+                    secs(self.queue_lease),
+                    secs(min),
+                    secs(max)
+                ),
             ));
         }
         Ok(())

@@ -117,6 +117,7 @@ mod types;
 mod worker;
 mod worker_options;
 
+use crate::error::secs;
 use std::time::Duration;
 
 pub use beat::{DROP_PER_BEAT, MAX_IN_FLIGHT_IDS, MAX_WORKERS, TTL_TICKS, WorkerInfo};
@@ -190,7 +191,7 @@ fn check_delay(what: &'static str, d: Duration) -> Result<()> {
     if d > MAX_DELAY {
         return Err(Error::invalid(
             what,
-            format!("{d:?} is longer than 365 days"),
+            format!("{} is longer than 365 days", secs(d)),
         ));
     }
     Ok(())
@@ -278,7 +279,7 @@ fn check_task_timeout(limit: Duration) -> Result<()> {
     if limit < Duration::from_millis(1) || limit > MAX_TASK_TIMEOUT {
         return Err(Error::invalid(
             "task timeout",
-            format!("{limit:?} is outside 1ms ..= 7 days"),
+            format!("{} is outside 0.001 seconds ..= 7 days", secs(limit)),
         ));
     }
     Ok(())
@@ -952,7 +953,7 @@ fn check_lease(lease: Duration) -> Result<()> {
     if lease < Duration::from_millis(10) || lease > MAX_LEASE {
         return Err(Error::invalid(
             "lease",
-            format!("{lease:?} is outside 10ms ..= 7 days"),
+            format!("{} is outside 0.01 seconds ..= 7 days", secs(lease)),
         ));
     }
     Ok(())

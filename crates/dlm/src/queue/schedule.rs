@@ -46,6 +46,7 @@
 //! # Ok(()) }
 //! ```
 
+use crate::error::secs;
 use std::str::FromStr;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -145,7 +146,10 @@ impl Repeat {
                 if *d < MIN_EVERY || *d > MAX_DELAY || !d.subsec_nanos().is_multiple_of(1_000_000) {
                     return Err(Error::invalid(
                         "schedule interval",
-                        format!("{d:?} is not whole milliseconds within 100ms ..= 365 days"),
+                        format!(
+                            "{} is not whole milliseconds within 0.1 seconds ..= 365 days",
+                            secs(*d)
+                        ),
                     ));
                 }
                 Ok(Grid::Every(crate::backend::millis(*d)))

@@ -38,6 +38,7 @@
 //! # Ok(()) }
 //! ```
 
+use crate::error::secs;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -276,7 +277,7 @@ fn window(limit: u64, period: Duration, spread: bool) -> Result<(u64, u64)> {
     if period < MIN_PERIOD || period > MAX_PERIOD {
         return Err(Error::invalid(
             "rate period",
-            format!("{period:?} is outside 1ms ..= 7 days"),
+            format!("{} is outside 0.001 seconds ..= 7 days", secs(period)),
         ));
     }
     let period_us = u64::try_from(period.as_micros()).unwrap_or(u64::MAX);
