@@ -241,7 +241,6 @@ def test_wait_result_tells_outcomes_apart(redis_url: str) -> None:
 # Defect 10: one prefix, refused options.
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33 defect 10: one prefix for every key (next commit)")
 def test_key_prefix_namespaces_everything(redis_url: str, r: Any) -> None:
     c = dlm.Client(redis_url, key_prefix="myapp")
     with c.lock("orders:42", ttl=10.0) as g:

@@ -15,7 +15,7 @@ use crate::consistency::{Stock, Versioned};
 use crate::election::{Election, ElectionShared};
 use crate::error::{Error, Result};
 use crate::fair::{FairLock, FairShared};
-use crate::keys::{DEFAULT_LOCK_PREFIX, validate_prefix};
+use crate::keys::{DEFAULT_KEY_PREFIX, key_root, validate_prefix};
 use crate::lock::{HeldLock, Lock, Locks, MultiLock, Node, Nodes, Quorum, ReleaseAll};
 use crate::metrics::LockNames;
 use crate::queue::Queue;
@@ -54,6 +54,8 @@ struct ClientInner {
     rw: Arc<RwShared>,
     /// The leaderships' registry and watchdog.
     election: Arc<ElectionShared>,
+    /// The root of every key (`dlm:`, or the key prefix).
+    root: Arc<str>,
     /// For dedicated connections (a worker's blocking wait, pub/sub), when known.
     deployment: Option<Arc<Deployment>>,
     /// The defect this client was built with (dlm's checker tests only).
@@ -68,7 +70,7 @@ struct ClientInner {
 /// # async fn demo() -> dlm::Result<()> {
 /// use std::time::Duration;
 /// let client = dlm::Client::builder()
-///     .key_prefix("myapp:lock:")
+///     .key_prefix("myapp")
 ///     .timeout(Duration::from_millis(500))
 ///     .connect("redis://127.0.0.1:6379")
 ///     .await?;
@@ -92,7 +94,7 @@ pub struct ClientBuilder {
 impl Default for ClientBuilder {
     fn default() -> Self {
         ClientBuilder {
-            prefix: DEFAULT_LOCK_PREFIX.into(),
+            prefix: DEFAULT_KEY_PREFIX.into(),
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_TIMEOUT,
             node_timeout: None,
@@ -154,7 +156,19 @@ async fn majority_up(backends: &[Backend], needed: usize) -> Result<bool> {
 }
 
 impl ClientBuilder {
-    /// The prefix of lock keys (default `dlm:lock:`; no `{` or `}`).
+    /// The key prefix of everything this client touches (default `dlm:`;
+    /// at most 128 bytes, not empty, no `{` or `}`): every lock, queue and
+    /// helper key starts with it, followed by a `:` when it does not end
+    /// with one. `key_prefix("myapp")` keeps lock `orders:42` at
+    /// `myapp:lock:{orders:42}`, queue `mail` at `myapp:queue:{mail}:...`,
+    /// semaphore `pool` at `myapp:sem:{pool}`, and so on; the keys that
+    /// belong together keep one `{hash tag}` (one Redis Cluster slot).
+    /// Without it the keys are `dlm:lock:{orders:42}`, ... as always. A raw
+    /// key ([`crate::Lock::raw_key`]) is exactly its name, outside the prefix.
+    ///
+    /// It used to be the prefix of lock keys only (`myapp:lock:` in place
+    /// of `dlm:lock:`; see the CHANGELOG): a client that set it finds its
+    /// locks under `PREFIX:lock:` now.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -286,6 +300,9 @@ impl ClientBuilder {
 
     fn validate(&self) -> Result<()> {
         validate_prefix(&self.prefix)?;
+        if self.prefix.is_empty() {
+            return Err(Error::invalid("key prefix", "must not be empty"));
+        }
         validate_timeout("timeout", self.timeout)?;
         if let Some(t) = self.node_timeout {
             validate_timeout("node timeout", t)?;
@@ -513,9 +530,10 @@ impl ClientBuilder {
         wakeups: Option<Arc<Wakeups>>,
         deployment: Option<Arc<Deployment>>,
     ) -> Client {
+        let root = key_root(&self.prefix);
         let locks = Locks::new(
             nodes,
-            self.prefix,
+            format!("{root}lock:"),
             wakeups,
             (self.metrics_lock_names > 0).then(|| LockNames::new(self.metrics_lock_names)),
         );
@@ -523,12 +541,29 @@ impl ClientBuilder {
         locks.set_seeded(self.seeded);
         let backend = locks.single_backend().cloned();
         let (wakeups, background) = (locks.wakeups.clone(), locks.background.clone());
-        let semaphores = Semaphores::new(backend.clone(), wakeups.clone(), background.clone());
+        let root: Arc<str> = root.into();
+        let semaphores = Semaphores::new(
+            backend.clone(),
+            wakeups.clone(),
+            background.clone(),
+            root.clone(),
+        );
         Client {
             inner: Arc::new(ClientInner {
-                fair: Shared::new(backend.clone(), wakeups.clone(), background.clone()),
-                rw: Shared::new(backend.clone(), wakeups.clone(), background.clone()),
-                election: Shared::new(backend, wakeups, background),
+                fair: Shared::new(
+                    backend.clone(),
+                    wakeups.clone(),
+                    background.clone(),
+                    root.clone(),
+                ),
+                rw: Shared::new(
+                    backend.clone(),
+                    wakeups.clone(),
+                    background.clone(),
+                    root.clone(),
+                ),
+                election: Shared::new(backend, wakeups, background, root.clone()),
+                root,
                 locks,
                 semaphores,
                 deployment,
@@ -756,6 +791,7 @@ impl Client {
             self.single_backend(),
             self.inner.deployment.clone(),
             name.into(),
+            self.inner.root.clone(),
         );
         #[cfg(feature = "seeded-defects")]
         let queue = queue.seeded_defect(self.inner.seeded);
@@ -777,7 +813,7 @@ impl Client {
         let backend = self.single_backend().ok_or_else(|| {
             Error::invalid("client", "queues need a single-Redis client, not Redlock")
         })?;
-        crate::queue::queue_names(&backend, limit).await
+        crate::queue::queue_names(&backend, &self.inner.root, limit).await
     }
 
     /// The names of up to `limit` (at most [`crate::lock::MAX_HELD_LOCKS`])
@@ -800,7 +836,6 @@ impl Client {
         pattern: &str,
         limit: usize,
     ) -> Result<Vec<String>> {
-        use crate::keys::{DEFAULT_SEMAPHORE_PREFIX, ELECTION_PREFIX, FAIR_PREFIX, RW_PREFIX};
         if limit == 0 || limit > crate::lock::MAX_HELD_LOCKS {
             return Err(Error::invalid(
                 "limit",
@@ -813,15 +848,20 @@ impl Client {
                 "lock inspection needs a single-Redis client, not Redlock",
             )
         })?;
-        let (prefix, suffixes): (&str, &[&str]) = match kind {
-            LockKind::Fair => (FAIR_PREFIX, &["", ":queue"]),
-            LockKind::RwLock => (RW_PREFIX, &[":writer", ":readers", ":writers_waiting"]),
-            LockKind::Semaphore => (DEFAULT_SEMAPHORE_PREFIX, &[""]),
-            LockKind::Election => (ELECTION_PREFIX, &[":term"]),
+        let (kind, suffixes): (&str, &[&str]) = match kind {
+            LockKind::Fair => ("fair:", &["", ":queue"]),
+            LockKind::RwLock => ("rw:", &[":writer", ":readers", ":writers_waiting"]),
+            LockKind::Semaphore => ("sem:", &[""]),
+            LockKind::Election => ("elect:", &[":term"]),
         };
+        let prefix = format!("{}{kind}", self.inner.root);
+        let prefix = prefix.as_str();
         let mut names = Vec::new();
         for suffix in suffixes {
-            let glob = format!("{prefix}{{{pattern}}}{suffix}");
+            let glob = format!(
+                "{}{{{pattern}}}{suffix}",
+                crate::backend::glob_escape(prefix)
+            );
             for key in backend.scan(&glob, limit).await? {
                 if let Some(name) = key
                     .strip_prefix(prefix)
@@ -863,7 +903,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn versioned(&self, name: impl Into<String>) -> Versioned {
-        Versioned::new(self.single_backend(), name.into())
+        Versioned::new(self.single_backend(), name.into(), self.inner.root.clone())
     }
 
     /// A rate limiter `dlm:rate:{name}` granting at most `n` per `period`
@@ -882,7 +922,13 @@ impl Client {
         n: u64,
         period: Duration,
     ) -> crate::ratelimit::RateLimiter {
-        crate::ratelimit::RateLimiter::new(self.single_backend(), name.into(), n, period)
+        crate::ratelimit::RateLimiter::new(
+            self.single_backend(),
+            name.into(),
+            n,
+            period,
+            self.inner.root.clone(),
+        )
     }
 
     /// An id generator `dlm:ids:{name}`: unique, increasing ids across
@@ -894,7 +940,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn ids(&self, name: impl Into<String>) -> crate::ids::Ids {
-        crate::ids::Ids::new(self.single_backend(), name.into())
+        crate::ids::Ids::new(self.single_backend(), name.into(), self.inner.root.clone())
     }
 
     /// A stock counter `dlm:stock:{name}` (see [`Stock`]).
@@ -905,7 +951,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn stock(&self, name: impl Into<String>) -> Stock {
-        Stock::new(self.single_backend(), name.into())
+        Stock::new(self.single_backend(), name.into(), self.inner.root.clone())
     }
 
     /// Store `value` for `resource` (key `dlm:fenced:{resource}`) only if
@@ -932,7 +978,7 @@ impl Client {
         value: impl AsRef<[u8]>,
     ) -> Result<()> {
         let backend = self.inner.locks.single_backend();
-        crate::fenced::write(backend, resource, fence, value.as_ref()).await
+        crate::fenced::write(backend, &self.inner.root, resource, fence, value.as_ref()).await
     }
 
     /// The value stored by [`Client::fenced_write`] and the token that wrote it.
@@ -945,7 +991,12 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn fenced_read(&self, resource: &str) -> Result<Option<(Fence, Vec<u8>)>> {
-        crate::fenced::read(self.inner.locks.single_backend(), resource).await
+        crate::fenced::read(
+            self.inner.locks.single_backend(),
+            &self.inner.root,
+            resource,
+        )
+        .await
     }
 
     fn single_backend(&self) -> Option<Backend> {

@@ -174,7 +174,7 @@ impl FairLock {
     /// # Ok(()) }
     /// ```
     pub fn key(&self) -> Result<String> {
-        Ok(fair_keys(&self.name)?.lock)
+        Ok(fair_keys(&self.shared.root, &self.name)?.lock)
     }
 
     /// Release by token (for a fair lock acquired elsewhere, e.g. by
@@ -188,7 +188,7 @@ impl FairLock {
     /// ```
     pub async fn release_token(&self, token: &Token) -> Result<()> {
         let backend = self.shared.backend("fair lock")?;
-        let keys = fair_keys(&self.name)?;
+        let keys = fair_keys(&self.shared.root, &self.name)?;
         let (outcome, _) = ops::release(backend, &keys, token).await?;
         outcome.into_result(&self.name)
     }
@@ -205,7 +205,7 @@ impl FairLock {
     /// ```
     pub async fn status(&self) -> Result<FairStatus> {
         let backend = self.shared.backend("fair lock")?;
-        let keys = fair_keys(&self.name)?;
+        let keys = fair_keys(&self.shared.root, &self.name)?;
         let (holder, fence, waiting) = ops::status(backend, &keys).await?;
         Ok(FairStatus {
             held: holder.is_some(),
@@ -255,7 +255,7 @@ impl FairLock {
     pub async fn acquire(&self, opts: &LockOptions) -> Result<FairGuard> {
         self.validate(opts)?;
         let backend = self.shared.backend("fair lock")?;
-        let keys = Arc::new(fair_keys(&self.name)?);
+        let keys = Arc::new(fair_keys(&self.shared.root, &self.name)?);
         let span = tracing::debug_span!("dlm.fair.acquire", name = %self.name, key = %keys.lock);
         self.acquire_on(backend, keys, opts).instrument(span).await
     }

@@ -166,6 +166,8 @@ pub struct Queue {
     metrics: Arc<QueueMetrics>,
     /// Its Redis keys, made once, and whether hot calls send all of them.
     keys: Arc<keyset::KeySet>,
+    /// The root of its keys (`dlm:`, or the client's key prefix).
+    root: Arc<str>,
 }
 
 /// The longest lease accepted (7 days).
@@ -323,12 +325,14 @@ impl Queue {
         backend: Option<Backend>,
         deployment: Option<Arc<Deployment>>,
         name: String,
+        root: Arc<str>,
     ) -> Self {
         Queue {
             backend,
             deployment,
             metrics: Arc::new(QueueMetrics::new(&name)),
-            keys: Arc::new(keyset::KeySet::new(&name)),
+            keys: Arc::new(keyset::KeySet::new(&root, &name)),
+            root,
             name,
             max_payload: DEFAULT_MAX_PAYLOAD,
             max_attempts: 5,
@@ -386,7 +390,7 @@ impl Queue {
     /// scenario through both to show it (`tests/queue_narrow_wide.rs`).
     #[doc(hidden)]
     pub fn always_wide(mut self) -> Self {
-        let keys = keyset::KeySet::new_wide(&self.name);
+        let keys = keyset::KeySet::new_wide(&self.root, &self.name);
         #[cfg(feature = "seeded-defects")]
         let keys = keys.with_seeded(self.keys.seeded());
         self.keys = Arc::new(keys);
@@ -397,7 +401,7 @@ impl Queue {
     /// `crate::seeded`; dlm's checker tests only).
     #[cfg(feature = "seeded-defects")]
     pub(crate) fn seeded_defect(mut self, defect: Option<crate::seeded::SeededDefect>) -> Self {
-        self.keys = Arc::new(keyset::KeySet::new(&self.name).with_seeded(defect));
+        self.keys = Arc::new(keyset::KeySet::new(&self.root, &self.name).with_seeded(defect));
         self
     }
 
@@ -405,6 +409,11 @@ impl Queue {
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
         self
+    }
+
+    /// The queue's name.
+    pub(crate) fn root(&self) -> &str {
+        &self.root
     }
 
     /// The queue's name.
@@ -426,7 +435,7 @@ impl Queue {
     fn ready_hot(&self) -> Result<(&Backend, &keyset::KeySet)> {
         let keys = &*self.keys;
         if !keys.is_valid() {
-            queue_keys(&self.name)?;
+            queue_keys(&self.root, &self.name)?;
         }
         if self.max_payload > MAX_PAYLOAD_LIMIT {
             return Err(Error::invalid(
@@ -1056,7 +1065,7 @@ mod properties {
 
     #[test]
     fn remove_if_score_refuses_inexact_scores() {
-        let queue = Queue::new(None, None, "q".into());
+        let queue = Queue::new(None, None, "q".into(), "dlm:".into());
         let run = |score| {
             tokio::runtime::Builder::new_current_thread()
                 .build()

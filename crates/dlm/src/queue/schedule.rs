@@ -276,7 +276,7 @@ pub struct ScheduleRun {
 impl Queue {
     fn schedule_ready(&self) -> Result<(&Backend, Vec<String>)> {
         let (backend, _) = self.ready()?;
-        Ok((backend, schedule_keys(self.name())?))
+        Ok((backend, schedule_keys(self.root(), self.name())?))
     }
 
     /// Add (or change) the repeating task `id`: one task `id@TICK` with
@@ -391,7 +391,7 @@ impl Queue {
         let due = due_reply(backend.eval(&inv).await?)?;
         let mut next_in = due.next_in;
         let mut fire_keys = keys;
-        fire_keys.extend(queue_keys(self.name())?);
+        fire_keys.extend(queue_keys(self.root(), self.name())?);
         let mut inv = invocation(&FIRE, &fire_keys);
         let mut firing = 0;
         for (id, tick, spec) in &due.schedules {

@@ -81,6 +81,7 @@ pub struct RateLimiter {
     limit: u64,
     period: Duration,
     spread: bool,
+    root: std::sync::Arc<str>,
 }
 
 /// One granted slot.
@@ -140,9 +141,11 @@ impl RateLimiter {
         name: String,
         limit: u64,
         period: Duration,
+        root: std::sync::Arc<str>,
     ) -> Self {
         RateLimiter {
             backend,
+            root,
             name,
             limit,
             period,
@@ -178,7 +181,7 @@ impl RateLimiter {
 
     /// Check the settings; the key and the (n, period in µs) the script gets.
     fn ready(&self) -> Result<(&Backend, String, u64, u64)> {
-        let key = rate_key(&self.name)?;
+        let key = rate_key(&self.root, &self.name)?;
         let (n, period_us) = window(self.limit, self.period, self.spread)?;
         let backend = self.backend.as_ref().ok_or_else(|| {
             Error::invalid(
