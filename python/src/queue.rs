@@ -358,116 +358,50 @@ impl Core {
         async move { q.result(&id).await.map(|o| o.map(Bytes)).map_err(err) }
     }
 
-    /// The outcome of task `id` within `timeout`: its result (None: it
-    /// completed without one, or the result is no longer kept), else
-    /// dlm.TaskFailed (dead), dlm.NotFound (unknown) or dlm.ResultTimeout.
+    /// The outcome of task `id` within `timeout` (the core's
+    /// `Queue::wait_outcome`): its result (None: it completed without one,
+    /// or the result is no longer kept), else dlm.TaskFailed (dead),
+    /// dlm.NotFound (unknown) or dlm.ResultTimeout.
     fn outcome(
         &self,
         id: String,
         timeout: f64,
     ) -> PyResult<impl Future<Output = PyResult<Option<Bytes>>> + Send + 'static> {
+        use dlm::queue::Outcome;
         let deadline = secs("timeout", timeout).map_err(err)?;
         let q = self.0.clone();
         Ok(async move {
-            let until = tokio::time::Instant::now() + deadline;
-            loop {
-                if let Some(r) = q.result(&id).await.map_err(err)? {
-                    return Ok(Some(Bytes(r)));
+            let queue = q.name();
+            match q.wait_outcome(&id, deadline).await.map_err(err)? {
+                Outcome::Completed(r) => Ok(r.map(Bytes)),
+                Outcome::Failed(error) => Err(py_err(
+                    "TaskFailed",
+                    format!(
+                        "task {id:?} of queue {queue:?} died: {}",
+                        error.as_deref().unwrap_or("(no error text)")
+                    ),
+                    &[("id", Val::Str(id.clone())), ("error", error.into())],
+                )),
+                Outcome::Pending(state) => {
+                    let state = state.as_str();
+                    Err(py_err(
+                        "ResultTimeout",
+                        format!(
+                            "task {id:?} of queue {queue:?} did not finish within {timeout} seconds (it is {state})"
+                        ),
+                        &[
+                            ("id", Val::Str(id.clone())),
+                            ("state", Val::Str(state.to_string())),
+                        ],
+                    ))
                 }
-                let state = q.task(&id).await.map_err(err)?;
-                match state {
-                    None => {
-                        return Err(py_err(
-                            "NotFound",
-                            format!("no task {id:?} is known to queue {:?}", q.name()),
-                            &[("id", Val::Str(id.clone()))],
-                        ));
-                    }
-                    Some(d) if d.state == dlm::queue::TaskState::Dead => {
-                        return Err(py_err(
-                            "TaskFailed",
-                            format!(
-                                "task {id:?} of queue {:?} died: {}",
-                                q.name(),
-                                d.error.as_deref().unwrap_or("(no error text)")
-                            ),
-                            &[("id", Val::Str(id.clone())), ("error", d.error.into())],
-                        ));
-                    }
-                    Some(d) if d.state == dlm::queue::TaskState::Completed => {
-                        // Completed; a result would have been read above.
-                        return match q.result(&id).await.map_err(err)? {
-                            Some(r) => Ok(Some(Bytes(r))),
-                            None => Ok(None),
-                        };
-                    }
-                    Some(d) => {
-                        let left = until.saturating_duration_since(tokio::time::Instant::now());
-                        if left.is_zero() {
-                            let state = d.state.as_str();
-                            return Err(py_err(
-                                "ResultTimeout",
-                                format!(
-                                    "task {id:?} of queue {:?} did not finish within {timeout} seconds (it is {state})",
-                                    q.name()
-                                ),
-                                &[
-                                    ("id", Val::Str(id.clone())),
-                                    ("state", Val::Str(state.to_string())),
-                                ],
-                            ));
-                        }
-                        // A result wakes this at once; a death or a completion
-                        // without a result is seen at the next look.
-                        q.wait_result(&id, left.min(OUTCOME_POLL))
-                            .await
-                            .map_err(err)?;
-                    }
-                }
+                _ => Err(py_err(
+                    "NotFound",
+                    format!("no task {id:?} is known to queue {queue:?}"),
+                    &[("id", Val::Str(id.clone()))],
+                )),
             }
         })
-    }
-
-    /// Cancel task `id` if it waits (due, delayed or parked); False when it
-    /// is not waiting (unknown, in flight, done or dead).
-    fn cancel(&self, id: String) -> impl Future<Output = PyResult<bool>> + Send + 'static {
-        let q = self.0.clone();
-        async move {
-            for _ in 0..3 {
-                let Some(d) = q.task(&id).await.map_err(err)? else {
-                    return Ok(false);
-                };
-                let waiting = matches!(
-                    d.state,
-                    dlm::queue::TaskState::Waiting | dlm::queue::TaskState::Delayed
-                );
-                let Some(score) = d.score.filter(|_| waiting) else {
-                    return Ok(false);
-                };
-                match q.remove_if_score(&id, score).await.map_err(err)? {
-                    dlm::queue::Removed::Removed => return Ok(true),
-                    dlm::queue::Removed::NotPresent => return Ok(false),
-                    // Pushed again meanwhile: look again.
-                    _ => continue,
-                }
-            }
-            Ok(false)
-        }
-    }
-
-    /// Remove every task that waits and is due now; how many.
-    fn clear(&self) -> impl Future<Output = PyResult<usize>> + Send + 'static {
-        let q = self.0.clone();
-        async move {
-            let mut n = 0;
-            loop {
-                let popped = q.pop(1000).await.map_err(err)?.len();
-                n += popped;
-                if popped == 0 {
-                    return Ok(n);
-                }
-            }
-        }
     }
 
     fn dead(&self, count: usize) -> impl Future<Output = PyResult<Vec<Record>>> + Send + 'static {
@@ -580,11 +514,6 @@ impl Core {
         })
     }
 }
-
-/// How often `wait_result` looks at a task that has no result yet (a
-/// result wakes it at once; a death or a completion without one is seen
-/// at the next look).
-const OUTCOME_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// An event of the queue's log as Python reads it.
 fn event_record(e: dlm::queue::Event) -> Record {
@@ -1097,13 +1026,13 @@ macro_rules! queue_methods {
         /// was removed, False when it is not waiting (unknown, blocked,
         /// in flight, completed or dead).
         fn cancel<'py>(&self, py: Python<'py>, id: String) -> PyResult<$run!(py, bool)> {
-            $run(py, self.core.cancel(id))
+            $run(py, self.core.simple(move |q| async move { q.cancel(&id).await }))
         }
 
         /// Remove every task that is waiting and due now (delayed, blocked,
         /// in-flight and dead tasks stay); how many.
         fn clear<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, usize)> {
-            $run(py, self.core.clear())
+            $run(py, self.core.simple(|q| async move { q.clear().await }))
         }
 
         /// One page of the event log (the queue must log events:

@@ -112,6 +112,7 @@ mod inspect;
 mod keyset;
 mod lease;
 mod ops;
+mod outcome;
 mod schedule;
 mod types;
 mod worker;
@@ -129,6 +130,7 @@ pub use events::{Event, EventKind, EventsFrom, MAX_EVENTS_PAGE};
 pub(crate) use inspect::queue_names;
 pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskDetail, TaskInfo, TaskPage, TaskState};
 pub use lease::Lease;
+pub use outcome::{OUTCOME_POLL, Outcome};
 pub use schedule::{MAX_SCHEDULES, MIN_EVERY, Repeat, ScheduleInfo, ScheduleRun, Scheduled};
 pub use types::{
     Backoff, Completed, DEFAULT_EVENTS, DEFAULT_MAX_PAYLOAD, DEFAULT_RESULT_BYTES,
