@@ -1,6 +1,10 @@
 """The exceptions of dlm: one hierarchy under :class:`dlm.Error`, one class per
-``dlm::Error`` variant of the Rust core. The native module raises them with the
-core's message and the variant's fields as attributes."""
+``dlm::Error`` variant of the Rust core (``Error::Auth`` is
+``AuthenticationError``), plus the binding's own: ``StateError`` (misuse of a
+guard, handle, lease or closed client) and the outcomes of
+``Queue.wait_result`` (``TaskFailed``, ``NotFound``, ``ResultTimeout``). The
+native module raises them with the core's message and the variant's fields as
+attributes."""
 
 import builtins
 from typing import Optional

@@ -151,6 +151,25 @@ def test_misuse_raises_state_errors(redis_url: str) -> None:
         lock.release()
 
 
+def test_async_misuse_raises_state_errors(redis_url: str) -> None:
+    async def main() -> None:
+        ac = await dlm.AsyncClient.connect(redis_url)
+        lock = ac.lock("am", ttl=10.0)
+        with pytest.raises(dlm.StateError):
+            await lock.release()  # this task acquired nothing through it
+        await lock.acquire()
+        with pytest.raises(dlm.StateError) as e:
+            await lock.acquire()
+        assert "asyncio task" in str(e.value)
+        await lock.release()
+        async with ac.semaphore("sem", permits=2, ttl=10.0) as sem:
+            async with ac.semaphore("sem", permits=2, ttl=10.0):
+                pass  # permits may be taken again: not a misuse
+            assert not sem.is_lost()
+
+    asyncio.run(main())
+
+
 # Defect 8: Python reprs, seconds, Python wording.
 
 
