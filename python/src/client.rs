@@ -123,9 +123,15 @@ impl MoreLockOpts {
     }
 }
 
+/// The semaphore capacities a client has checked against Redis (name ->
+/// capacity), so that a new handle of a checked one costs no round trip.
+const MAX_CHECKED_CAPACITIES: usize = 10_000;
+
+type CheckedCapacities = Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>;
+
 /// The handles both clients make; every method only builds a core handle.
 #[derive(Clone)]
-struct Handles(dlm::Client);
+struct Handles(dlm::Client, CheckedCapacities);
 
 impl Handles {
     fn lock(
@@ -265,8 +271,9 @@ impl Handles {
         sem.key().map_err(err)?;
         let (s1, s2) = (sem.clone(), sem);
         // The capacity stored in Redis counts; a handle that names another
-        // one is refused (once per handle: its first acquisition checks).
-        let checked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // one is refused. Checked at the first acquisition of a name and
+        // capacity through this client (one round trip, then remembered).
+        let checked = self.1.clone();
         let sem_name = name.to_string();
         Ok(LockCore {
             name: name.to_string(),
@@ -275,7 +282,12 @@ impl Handles {
                 let (s, o, checked, sem_name) =
                     (s1.clone(), opts.clone(), checked.clone(), sem_name.clone());
                 Box::pin(async move {
-                    if !checked.load(std::sync::atomic::Ordering::SeqCst) {
+                    let known = checked
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get(&sem_name)
+                        == Some(&permits);
+                    if !known {
                         if let Some(stored) = s.status().await?.permits
                             && stored != permits
                         {
@@ -287,7 +299,12 @@ impl Handles {
                                 ),
                             });
                         }
-                        checked.store(true, std::sync::atomic::Ordering::SeqCst);
+                        let mut known = checked.lock().unwrap_or_else(|p| p.into_inner());
+                        // Bounded: a client of ever new names checks again.
+                        if known.len() >= MAX_CHECKED_CAPACITIES {
+                            known.clear();
+                        }
+                        known.insert(sem_name.clone(), permits);
                     }
                     let g = s.acquire(n, &o).await?;
                     Ok(acquired!(
@@ -502,7 +519,7 @@ macro_rules! handle_methods {
         impl $t {
             fn wrap(c: dlm::Client) -> Self {
                 Self {
-                    h: Handles(c),
+                    h: Handles(c, CheckedCapacities::default()),
                     closed: std::sync::atomic::AtomicBool::new(false),
                 }
             }
