@@ -566,10 +566,25 @@ impl Follow {
         }
     }
 
+    /// Drop the stream (and its dedicated connection) inside the runtime;
+    /// a `next()` still running drops it when it ends.
     fn close(&self) {
+        let _in_runtime = crate::rt::rt().enter();
         if let Ok(mut g) = self.0.try_lock() {
             *g = None;
         }
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        self.follow.close();
+    }
+}
+
+impl Drop for AsyncEventStream {
+    fn drop(&mut self) {
+        self.follow.close();
     }
 }
 
