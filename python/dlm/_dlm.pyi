@@ -2,11 +2,25 @@
 
 import asyncio
 from types import TracebackType
-from typing import Awaitable, Callable, Literal, Optional, Sequence, Tuple, TypedDict, Union
+from typing import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterator,
+    Literal,
+    Optional,
+    Sequence,
+    Tuple,
+    TypedDict,
+    Union,
+)
 
 __version__: str
 
-Bytes = Union[bytes, bytearray]
+Bytes = Union[bytes, bytearray, memoryview]
+Payload = Union[bytes, bytearray, memoryview, str]
+"""A payload: bytes-like, or a str (stored encoded as UTF-8; read back as bytes)."""
+TaskState = Literal["blocked", "waiting", "delayed", "in_flight", "dead", "completed"]
 TaskResult = Union[bytes, bytearray, str, None]
 
 class LockStatus(TypedDict, total=False):
@@ -65,11 +79,11 @@ class QueueSettings(TypedDict):
     keep_results_bytes: int
 
 class Schedule(TypedDict):
-    """A repeating task (`Queue.schedules()`); next_tick in ms since the epoch."""
+    """A repeating task (`Queue.schedules()`); next_tick in float seconds since the epoch."""
 
     id: str
     repeat: str
-    next_tick: int
+    next_tick: float
     payload: Optional[bytes]
 
 class TaskInfo(TypedDict):
@@ -90,10 +104,10 @@ class TaskInfo(TypedDict):
     pending_deps: int
     timeout: Optional[float]
     dependents: list[str]
-    started_at: Optional[int]
-    """Completed: when its last run started (ms since the epoch, Redis clock), if a worker ran it."""
-    finished_at: Optional[int]
-    """Completed: when it was acked (ms since the epoch, Redis clock)."""
+    started_at: Optional[float]
+    """Completed: when its last run started (float seconds since the epoch, Redis clock), if a worker ran it."""
+    finished_at: Optional[float]
+    """Completed: when it was acked (float seconds since the epoch, Redis clock)."""
     worker: Optional[str]
     """Completed: the id of the worker that ran it (None: acked by hand)."""
 
@@ -128,12 +142,49 @@ class ReleaseAll(TypedDict):
     failed: int
 
 class DeadTask(TypedDict):
-    """A dead-lettered task (`Queue.dead()`); died_at in ms since the epoch."""
+    """A dead-lettered task (`Queue.dead()`); died_at in float seconds since the epoch."""
 
     id: str
     error: Optional[str]
     payload: Optional[bytes]
-    died_at: int
+    died_at: float
+
+class Event(TypedDict):
+    """An event of a queue's log (`Queue.events()`, `Queue.events_page()`)."""
+
+    kind: str
+    """enqueued, claimed, acked, failed, retried, dead, progress, ... (the core's EventKind)."""
+    task: str
+    at: float
+    """When, in float seconds since the epoch (Redis clock)."""
+    cursor: str
+    """Pass it as `after=` to go on after this event."""
+    error: Optional[str]
+    progress: Optional[int]
+    message: Optional[str]
+
+class EventsPage(TypedDict):
+    """One page of the event log: its events and the cursor to go on from."""
+
+    events: list[Event]
+    cursor: Optional[str]
+
+class EventStream(Iterator[Event]):
+    """The event log followed as it grows (`for ev in q.events():`); each
+    step waits for the next event (Ctrl-C interrupts it)."""
+
+    def __iter__(self) -> "EventStream": ...
+    def __next__(self) -> Event: ...
+    def close(self) -> None:
+        """Stop following."""
+
+class AsyncEventStream(AsyncIterator[Event]):
+    """The event log followed as it grows (`async for ev in aq.events():`)."""
+
+    def __aiter__(self) -> "AsyncEventStream": ...
+    def __anext__(self) -> "asyncio.Future[Event]": ...
+    def aclose(self) -> "asyncio.Future[None]":
+        """Stop following."""
 
 class _GuardProps:
     @property
@@ -155,7 +206,9 @@ class _GuardProps:
     def permits(self) -> Optional[int]:
         """Permits held (semaphores), else None."""
     def is_lost(self) -> bool:
-        """True once the lease ran out or renewal failed (no round trip)."""
+        """True once the lease ran out or renewal failed while held (no round
+        trip). After a successful release() it is False: the lock was given
+        back, not lost; after a release that found it lost, True."""
     def remaining(self) -> float:
         """Seconds of the lease surely left; 0.0 once lost (no round trip)."""
     def is_released(self) -> bool:
@@ -190,9 +243,11 @@ class Lock:
     @property
     def name(self) -> str: ...
     def acquire(self) -> LockGuard:
-        """Acquire (waiting as configured); raises Busy when not in time."""
+        """Acquire (waiting as configured); raises Busy when not in time, and
+        StateError when this thread holds it through this handle already."""
     def release(self) -> None:
-        """Release the guard of this handle's last acquire()."""
+        """Release the guard of this thread's last acquire() through this
+        handle; StateError when this thread holds nothing through it."""
     def status(self) -> LockStatus:
         """The lock's state in Redis."""
     def force_release(self) -> bool:
@@ -274,7 +329,7 @@ class Queue:
     def push(
         self,
         id: str,
-        payload: Optional[Bytes] = None,
+        payload: Optional[Payload] = None,
         *,
         delay: float = 0.0,
         priority: int = 0,
@@ -285,11 +340,25 @@ class Queue:
     ) -> bool:
         """Add a task; False when the id is already queued."""
     def push_many(
-        self, tasks: Sequence[Union[str, Tuple[str, Bytes]]], *, delay: float = 0.0, replace: bool = False
+        self, tasks: Sequence[Union[str, Tuple[str, Payload]]], *, delay: float = 0.0, replace: bool = False
     ) -> list[bool]: ...
     def stats(self) -> QueueStats: ...
-    def result(self, id: str) -> Optional[bytes]: ...
-    def wait_result(self, id: str, timeout: float) -> Optional[bytes]: ...
+    def result(self, id: str) -> Optional[bytes]:
+        """The stored result, or None (none yet, none at all, or unknown)."""
+    def wait_result(self, id: str, timeout: float) -> Optional[bytes]:
+        """The task's outcome within `timeout` seconds: its result (None: it
+        completed without one), else raises TaskFailed (dead), NotFound
+        (unknown) or ResultTimeout (not finished in time)."""
+    def status(self, id: str) -> Optional[TaskState]:
+        """Where the task is now, or None when it is not known."""
+    def cancel(self, id: str) -> bool:
+        """Remove the task if it is waiting (due or delayed); False otherwise."""
+    def clear(self) -> int:
+        """Remove every task waiting and due now; how many."""
+    def events_page(self, after: Optional[str] = None, count: int = 100) -> EventsPage:
+        """One page of the event log (after a cursor; None: from the oldest kept)."""
+    def events(self, *, start: bool = False, after: Optional[str] = None) -> EventStream:
+        """Follow the event log: from now on, from the oldest kept (start=True) or after a cursor."""
     def dead(self, count: int = 100) -> list[DeadTask]: ...
     def retry_dead(self, ids: Optional[Sequence[str]] = None) -> int: ...
     def purge_dead(self) -> int: ...
@@ -308,7 +377,7 @@ class Queue:
     ) -> QueueSettings: ...
     def settings(self) -> QueueSettings: ...
     def schedule(
-        self, id: str, *, every: Optional[float] = None, cron: Optional[str] = None, payload: Optional[Bytes] = None
+        self, id: str, *, every: Optional[float] = None, cron: Optional[str] = None, payload: Optional[Payload] = None
     ) -> str: ...
     def unschedule(self, id: str) -> bool: ...
     def schedules(self, limit: int = 100) -> list[Schedule]: ...
@@ -336,7 +405,7 @@ class AsyncQueue:
     def push(
         self,
         id: str,
-        payload: Optional[Bytes] = None,
+        payload: Optional[Payload] = None,
         *,
         delay: float = 0.0,
         priority: int = 0,
@@ -346,11 +415,25 @@ class AsyncQueue:
         replace: bool = False,
     ) -> "asyncio.Future[bool]": ...
     def push_many(
-        self, tasks: Sequence[Union[str, Tuple[str, Bytes]]], *, delay: float = 0.0, replace: bool = False
+        self, tasks: Sequence[Union[str, Tuple[str, Payload]]], *, delay: float = 0.0, replace: bool = False
     ) -> "asyncio.Future[list[bool]]": ...
     def stats(self) -> "asyncio.Future[QueueStats]": ...
-    def result(self, id: str) -> "asyncio.Future[Optional[bytes]]": ...
-    def wait_result(self, id: str, timeout: float) -> "asyncio.Future[Optional[bytes]]": ...
+    def result(self, id: str) -> "asyncio.Future[Optional[bytes]]":
+        """The stored result, or None (none yet, none at all, or unknown)."""
+    def wait_result(self, id: str, timeout: float) -> "asyncio.Future[Optional[bytes]]":
+        """The task's outcome within `timeout` seconds: its result (None: it
+        completed without one), else raises TaskFailed (dead), NotFound
+        (unknown) or ResultTimeout (not finished in time)."""
+    def status(self, id: str) -> "asyncio.Future[Optional[TaskState]]":
+        """Where the task is now, or None when it is not known."""
+    def cancel(self, id: str) -> "asyncio.Future[bool]":
+        """Remove the task if it is waiting (due or delayed); False otherwise."""
+    def clear(self) -> "asyncio.Future[int]":
+        """Remove every task waiting and due now; how many."""
+    def events_page(self, after: Optional[str] = None, count: int = 100) -> "asyncio.Future[EventsPage]":
+        """One page of the event log (after a cursor; None: from the oldest kept)."""
+    def events(self, *, start: bool = False, after: Optional[str] = None) -> AsyncEventStream:
+        """Follow the event log: from now on, from the oldest kept (start=True) or after a cursor."""
     def dead(self, count: int = 100) -> "asyncio.Future[list[DeadTask]]": ...
     def retry_dead(self, ids: Optional[Sequence[str]] = None) -> "asyncio.Future[int]": ...
     def purge_dead(self) -> "asyncio.Future[int]": ...
@@ -369,7 +452,7 @@ class AsyncQueue:
     ) -> "asyncio.Future[QueueSettings]": ...
     def settings(self) -> "asyncio.Future[QueueSettings]": ...
     def schedule(
-        self, id: str, *, every: Optional[float] = None, cron: Optional[str] = None, payload: Optional[Bytes] = None
+        self, id: str, *, every: Optional[float] = None, cron: Optional[str] = None, payload: Optional[Payload] = None
     ) -> "asyncio.Future[str]": ...
     def unschedule(self, id: str) -> "asyncio.Future[bool]": ...
     def schedules(self, limit: int = 100) -> "asyncio.Future[list[Schedule]]": ...
@@ -393,8 +476,8 @@ class Versioned:
     """A record written with compare-and-set on its version."""
 
     def read(self) -> Optional[Tuple[bytes, int]]: ...
-    def write(self, expected: int, data: Bytes) -> int: ...
-    def update(self, f: Callable[[Optional[bytes]], Bytes], max_attempts: int = 10) -> Tuple[int, bytes]:
+    def write(self, expected: int, data: Payload) -> int: ...
+    def update(self, f: Callable[[Optional[bytes]], Payload], max_attempts: int = 10) -> Tuple[int, bytes]:
         """Read-compute-write with retries on conflict; returns (version, data)."""
 
 class Stock:
@@ -421,7 +504,11 @@ class AsyncVersioned:
     """Versioned, with awaitable calls."""
 
     def read(self) -> "asyncio.Future[Optional[Tuple[bytes, int]]]": ...
-    def write(self, expected: int, data: Bytes) -> "asyncio.Future[int]": ...
+    def write(self, expected: int, data: Payload) -> "asyncio.Future[int]": ...
+    def update(
+        self, f: Callable[[Optional[bytes]], Payload], max_attempts: int = 10
+    ) -> "asyncio.Future[Tuple[int, bytes]]":
+        """update, awaitable; `f` is a plain function run in a runtime thread."""
 
 class AsyncStock:
     """Stock, with awaitable calls."""
@@ -459,9 +546,24 @@ class Client:
         timeout: Optional[float] = None,
         connect_timeout: Optional[float] = None,
         key_prefix: Optional[str] = None,
+        lazy: bool = False,
     ) -> None: ...
     @property
-    def timeout(self) -> float: ...
+    def timeout(self) -> float:
+        """The deadline of every call to Redis in seconds (default 2.0; a fresh
+        client's first call may also wait up to connect_timeout to connect)."""
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None:
+        """Release every lock this client holds, wait for background releases,
+        and refuse further calls (StateError). Closing twice does nothing."""
+    def __enter__(self) -> "Client": ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> Literal[False]: ...
     def lock(
         self,
         name: str,
@@ -474,18 +576,65 @@ class Client:
         node_timeout: Optional[float] = None,
         replicas: Optional[Tuple[int, float]] = None,
     ) -> Lock: ...
-    def fair_lock(self, name: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False) -> Lock: ...
+    def fair_lock(
+        self,
+        name: str,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        watchdog: bool = False,
+        *,
+        retry_interval: Optional[float] = None,
+        node_timeout: Optional[float] = None,
+        replicas: Optional[Tuple[int, float]] = None,
+    ) -> Lock: ...
     def rwlock(
-        self, name: str, write: bool = False, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+        self,
+        name: str,
+        write: bool = False,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        watchdog: bool = False,
+        *,
+        retry_interval: Optional[float] = None,
+        node_timeout: Optional[float] = None,
+        replicas: Optional[Tuple[int, float]] = None,
     ) -> Lock: ...
     def semaphore(
-        self, name: str, permits: int, n: int = 1, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
-    ) -> Lock: ...
+        self,
+        name: str,
+        permits: int,
+        n: int = 1,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        watchdog: bool = False,
+        *,
+        retry_interval: Optional[float] = None,
+        node_timeout: Optional[float] = None,
+        replicas: Optional[Tuple[int, float]] = None,
+    ) -> Lock:
+        """The capacity stored in Redis counts: another `permits` is refused (InvalidArgument) at the first acquire."""
     def election(
-        self, name: str, id: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+        self,
+        name: str,
+        id: str,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        watchdog: bool = False,
+        *,
+        retry_interval: Optional[float] = None,
+        node_timeout: Optional[float] = None,
+        replicas: Optional[Tuple[int, float]] = None,
     ) -> Lock: ...
     def multi_lock(
-        self, names: Sequence[str], ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+        self,
+        names: Sequence[str],
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        watchdog: bool = False,
+        *,
+        retry_interval: Optional[float] = None,
+        node_timeout: Optional[float] = None,
+        replicas: Optional[Tuple[int, float]] = None,
     ) -> Lock: ...
     def queue(
         self,
@@ -496,7 +645,7 @@ class Client:
     ) -> Queue: ...
     def held_count(self) -> int: ...
     def nodes(self) -> int: ...
-    def fenced_write(self, resource: str, fence: int, value: Bytes) -> None: ...
+    def fenced_write(self, resource: str, fence: int, value: Payload) -> None: ...
     def fenced_read(self, resource: str) -> Optional[Tuple[int, bytes]]: ...
     def versioned(self, name: str) -> Versioned: ...
     def stock(self, name: str) -> Stock: ...
@@ -523,9 +672,21 @@ class AsyncClient:
         timeout: Optional[float] = None,
         connect_timeout: Optional[float] = None,
         key_prefix: Optional[str] = None,
+        lazy: bool = False,
     ) -> "asyncio.Future[AsyncClient]": ...
     @property
     def timeout(self) -> float: ...
+    @property
+    def closed(self) -> bool: ...
+    def aclose(self) -> "asyncio.Future[None]":
+        """close(), awaitable."""
+    def __aenter__(self) -> "asyncio.Future[AsyncClient]": ...
+    def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> "asyncio.Future[Literal[False]]": ...
     def lock(
         self,
         name: str,
@@ -538,18 +699,65 @@ class AsyncClient:
         node_timeout: Optional[float] = None,
         replicas: Optional[Tuple[int, float]] = None,
     ) -> AsyncLock: ...
-    def fair_lock(self, name: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False) -> AsyncLock: ...
+    def fair_lock(
+        self,
+        name: str,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        watchdog: bool = False,
+        *,
+        retry_interval: Optional[float] = None,
+        node_timeout: Optional[float] = None,
+        replicas: Optional[Tuple[int, float]] = None,
+    ) -> AsyncLock: ...
     def rwlock(
-        self, name: str, write: bool = False, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+        self,
+        name: str,
+        write: bool = False,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        watchdog: bool = False,
+        *,
+        retry_interval: Optional[float] = None,
+        node_timeout: Optional[float] = None,
+        replicas: Optional[Tuple[int, float]] = None,
     ) -> AsyncLock: ...
     def semaphore(
-        self, name: str, permits: int, n: int = 1, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
-    ) -> AsyncLock: ...
+        self,
+        name: str,
+        permits: int,
+        n: int = 1,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        watchdog: bool = False,
+        *,
+        retry_interval: Optional[float] = None,
+        node_timeout: Optional[float] = None,
+        replicas: Optional[Tuple[int, float]] = None,
+    ) -> AsyncLock:
+        """The capacity stored in Redis counts: another `permits` is refused (InvalidArgument) at the first acquire."""
     def election(
-        self, name: str, id: str, ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+        self,
+        name: str,
+        id: str,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        watchdog: bool = False,
+        *,
+        retry_interval: Optional[float] = None,
+        node_timeout: Optional[float] = None,
+        replicas: Optional[Tuple[int, float]] = None,
     ) -> AsyncLock: ...
     def multi_lock(
-        self, names: Sequence[str], ttl: float = 30.0, wait: float = 0.0, watchdog: bool = False
+        self,
+        names: Sequence[str],
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        watchdog: bool = False,
+        *,
+        retry_interval: Optional[float] = None,
+        node_timeout: Optional[float] = None,
+        replicas: Optional[Tuple[int, float]] = None,
     ) -> AsyncLock: ...
     def queue(
         self,
@@ -560,7 +768,7 @@ class AsyncClient:
     ) -> AsyncQueue: ...
     def held_count(self) -> int: ...
     def nodes(self) -> int: ...
-    def fenced_write(self, resource: str, fence: int, value: Bytes) -> "asyncio.Future[None]": ...
+    def fenced_write(self, resource: str, fence: int, value: Payload) -> "asyncio.Future[None]": ...
     def fenced_read(self, resource: str) -> "asyncio.Future[Optional[Tuple[int, bytes]]]": ...
     def settle(self, timeout: float = 2.0) -> "asyncio.Future[bool]": ...
     def release_all(self) -> "asyncio.Future[ReleaseAll]": ...

@@ -1,6 +1,10 @@
 """The exceptions of dlm: one hierarchy under :class:`dlm.Error`, one class per
-``dlm::Error`` variant of the Rust core. The native module raises them with the
-core's message and the variant's fields as attributes."""
+``dlm::Error`` variant of the Rust core (``Error::Auth`` is
+``AuthenticationError``), plus the binding's own: ``StateError`` (misuse of a
+guard, handle, lease or closed client) and the outcomes of
+``Queue.wait_result`` (``TaskFailed``, ``NotFound``, ``ResultTimeout``). The
+native module raises them with the core's message and the variant's fields as
+attributes."""
 
 import builtins
 from typing import Optional
@@ -21,9 +25,14 @@ __all__ = [
     "QueueFull",
     "UpgradeRefused",
     "InvalidArgument",
+    "StateError",
     "ConnectionError",
     "Timeout",
     "RedisError",
+    "AuthenticationError",
+    "NotFound",
+    "TaskFailed",
+    "ResultTimeout",
 ]
 
 
@@ -35,9 +44,11 @@ class Error(Exception):
 
 class Busy(Error):
     """The lock is held by another owner (after waiting, if a wait was asked
-    for). ``ttl``: the holder's remaining lease in seconds, or None."""
+    for). ``ttl``: the holder's remaining lease in seconds, or None when it
+    is not known (every ``Busy`` has it; a semaphore's ``NoPermits`` has
+    None)."""
 
-    ttl: Optional[float]
+    ttl: Optional[float] = None
 
 
 class NoPermits(Busy):
@@ -118,11 +129,23 @@ class UpgradeRefused(Error):
 
 
 class InvalidArgument(Error, ValueError):
-    """An argument is out of range or malformed (``arg``, ``reason``);
-    nothing was written to Redis."""
+    """An argument is out of range, malformed or of the wrong type (``arg``:
+    its name, ``reason``); nothing was written to Redis. Negative or
+    oversized integers and payloads that are not bytes-like or ``str`` are
+    this too (never ``OverflowError`` or ``TypeError``)."""
 
     arg: str
     reason: str
+
+
+class StateError(Error, RuntimeError):
+    """A call the object's state does not allow, as the message says:
+    releasing a guard twice, releasing through a handle that holds nothing
+    for this thread (or asyncio task), acquiring again through a handle
+    this thread already holds, using a closed client. A bug in the calling
+    code, not a condition to retry (``name``: the lock or client)."""
+
+    name: Optional[str] = None
 
 
 class ConnectionError(Error, builtins.ConnectionError):
@@ -130,10 +153,41 @@ class ConnectionError(Error, builtins.ConnectionError):
 
 
 class Timeout(ConnectionError, builtins.TimeoutError):
-    """Redis did not answer within the client's timeout (``after`` seconds)."""
+    """Redis did not answer within the client's timeout (``after`` seconds),
+    or a connection could not be made in time (a silent server)."""
 
     after: float
 
 
 class RedisError(Error):
-    """Redis answered with an error (wrong password, wrong type, ...)."""
+    """Redis answered with an error (wrong type, a script error, ...)."""
+
+
+class AuthenticationError(RedisError):
+    """Redis refused the credentials (a wrong password or user, or none
+    where the server needs them). Not a ``ConnectionError``: retrying
+    cannot help, the configuration must change."""
+
+
+class NotFound(Error, LookupError):
+    """No task ``id`` is known to the queue: it never existed, was
+    cancelled, or completed and was forgotten (see ``keep_completed``)."""
+
+    id: str
+
+
+class TaskFailed(Error):
+    """The task died: it failed ``max_attempts`` times and is in the dead
+    letters (``id``, ``error``: its last error text)."""
+
+    id: str
+    error: Optional[str]
+
+
+class ResultTimeout(Error, builtins.TimeoutError):
+    """The task did not finish within the wait (``id``; ``state``: where it
+    is now, e.g. ``"waiting"`` or ``"in_flight"``). Not a ``Timeout``:
+    Redis answered, the task is just not done."""
+
+    id: str
+    state: str

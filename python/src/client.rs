@@ -9,7 +9,7 @@ use pyo3::types::PyBytes;
 use crate::bridge::awaitable;
 use crate::guard::{AsyncLock, Lock, LockCore, acquired};
 use crate::queue::{AsyncQueue, Queue, QueueOpts};
-use crate::rt::{Record, block, err, opt_secs, secs};
+use crate::rt::{Int, Payload, Record, block, err, opt_int, opt_secs, secs, state_err};
 
 /// How to connect: the arguments of `Client(...)` / `AsyncClient.connect(...)`.
 #[derive(Clone)]
@@ -24,6 +24,7 @@ struct ConnectArgs {
     timeout: Option<f64>,
     connect_timeout: Option<f64>,
     key_prefix: Option<String>,
+    lazy: bool,
 }
 
 async fn connect(a: ConnectArgs) -> PyResult<dlm::Client> {
@@ -38,6 +39,7 @@ async fn connect(a: ConnectArgs) -> PyResult<dlm::Client> {
         if let Some(p) = a.key_prefix {
             b = b.key_prefix(p);
         }
+        b = b.lazy(a.lazy);
         if a.cacert.is_some() || a.cert.is_some() || a.key.is_some() {
             let mut tls = dlm::TlsConfig::default();
             if let Some(ca) = a.cacert {
@@ -99,34 +101,37 @@ fn no_permits<G>(_: &G) -> Option<u32> {
 }
 
 /// The plain lock's further options (keyword-only in Python).
-struct MoreLockOpts {
+pub struct MoreLockOpts {
     retry_interval: Option<f64>,
     node_timeout: Option<f64>,
-    replicas: Option<(u64, f64)>,
+    replicas: Option<(Int<u64>, f64)>,
 }
 
 impl MoreLockOpts {
-    fn apply(
-        self,
-        o: Result<dlm::LockOptions, dlm::Error>,
-    ) -> Result<dlm::LockOptions, dlm::Error> {
-        let mut o = o?;
-        if let Some(r) = opt_secs("retry_interval", self.retry_interval)? {
+    fn apply(self, o: Result<dlm::LockOptions, dlm::Error>) -> PyResult<dlm::LockOptions> {
+        let mut o = o.map_err(err)?;
+        if let Some(r) = opt_secs("retry_interval", self.retry_interval).map_err(err)? {
             o = o.retry_interval(r);
         }
-        if let Some(t) = opt_secs("node_timeout", self.node_timeout)? {
+        if let Some(t) = opt_secs("node_timeout", self.node_timeout).map_err(err)? {
             o = o.node_timeout(t);
         }
         if let Some((n, t)) = self.replicas {
-            o = o.replicas(n, secs("replicas", t)?);
+            o = o.replicas(n.get("replicas")?, secs("replicas", t).map_err(err)?);
         }
         Ok(o)
     }
 }
 
+/// The semaphore capacities a client has checked against Redis (name ->
+/// capacity), so that a new handle of a checked one costs no round trip.
+const MAX_CHECKED_CAPACITIES: usize = 10_000;
+
+type CheckedCapacities = Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>;
+
 /// The handles both clients make; every method only builds a core handle.
 #[derive(Clone)]
-struct Handles(dlm::Client);
+struct Handles(dlm::Client, CheckedCapacities);
 
 impl Handles {
     fn lock(
@@ -138,7 +143,7 @@ impl Handles {
         raw_key: bool,
         more: MoreLockOpts,
     ) -> PyResult<LockCore> {
-        let opts = more.apply(lock_opts(ttl, wait, watchdog)).map_err(err)?;
+        let opts = more.apply(lock_opts(ttl, wait, watchdog))?;
         let mut lock = self.0.lock(name);
         if raw_key {
             lock = lock.raw_key();
@@ -147,6 +152,7 @@ impl Handles {
         let (l1, l2, l3) = (lock.clone(), lock.clone(), lock);
         Ok(LockCore {
             name: name.to_string(),
+            exclusive: true,
             acquire: Arc::new(move || {
                 let (l, o) = (l1.clone(), opts.clone());
                 Box::pin(async move {
@@ -169,13 +175,21 @@ impl Handles {
         })
     }
 
-    fn fair_lock(&self, name: &str, ttl: f64, wait: f64, watchdog: bool) -> PyResult<LockCore> {
-        let opts = lock_opts(ttl, wait, watchdog).map_err(err)?;
+    fn fair_lock(
+        &self,
+        name: &str,
+        ttl: f64,
+        wait: f64,
+        watchdog: bool,
+        more: MoreLockOpts,
+    ) -> PyResult<LockCore> {
+        let opts = more.apply(lock_opts(ttl, wait, watchdog))?;
         let lock = self.0.fair_lock(name);
         lock.key().map_err(err)?;
         let (l1, l2) = (lock.clone(), lock);
         Ok(LockCore {
             name: name.to_string(),
+            exclusive: true,
             acquire: Arc::new(move || {
                 let (l, o) = (l1.clone(), opts.clone());
                 Box::pin(async move {
@@ -205,12 +219,14 @@ impl Handles {
         ttl: f64,
         wait: f64,
         watchdog: bool,
+        more: MoreLockOpts,
     ) -> PyResult<LockCore> {
-        let opts = lock_opts(ttl, wait, watchdog).map_err(err)?;
+        let opts = more.apply(lock_opts(ttl, wait, watchdog))?;
         let lock = self.0.rwlock(name);
         let (l1, l2) = (lock.clone(), lock);
         Ok(LockCore {
             name: name.to_string(),
+            exclusive: write,
             acquire: Arc::new(move || {
                 let (l, o) = (l1.clone(), opts.clone());
                 Box::pin(async move {
@@ -248,16 +264,48 @@ impl Handles {
         ttl: f64,
         wait: f64,
         watchdog: bool,
+        more: MoreLockOpts,
     ) -> PyResult<LockCore> {
-        let opts = lock_opts(ttl, wait, watchdog).map_err(err)?;
+        let opts = more.apply(lock_opts(ttl, wait, watchdog))?;
         let sem = self.0.semaphore(name, permits);
         sem.key().map_err(err)?;
         let (s1, s2) = (sem.clone(), sem);
+        // The capacity stored in Redis counts; a handle that names another
+        // one is refused. Checked at the first acquisition of a name and
+        // capacity through this client (one round trip, then remembered).
+        let checked = self.1.clone();
+        let sem_name = name.to_string();
         Ok(LockCore {
             name: name.to_string(),
+            exclusive: false,
             acquire: Arc::new(move || {
-                let (s, o) = (s1.clone(), opts.clone());
+                let (s, o, checked, sem_name) =
+                    (s1.clone(), opts.clone(), checked.clone(), sem_name.clone());
                 Box::pin(async move {
+                    let known = checked
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get(&sem_name)
+                        == Some(&permits);
+                    if !known {
+                        if let Some(stored) = s.status().await?.permits
+                            && stored != permits
+                        {
+                            return Err(dlm::Error::InvalidArgument {
+                                arg: "permits",
+                                reason: format!(
+                                    "semaphore {sem_name:?} has {stored} permits in Redis, \
+                                     not {permits} (the stored capacity counts)"
+                                ),
+                            });
+                        }
+                        let mut known = checked.lock().unwrap_or_else(|p| p.into_inner());
+                        // Bounded: a client of ever new names checks again.
+                        if known.len() >= MAX_CHECKED_CAPACITIES {
+                            known.clear();
+                        }
+                        known.insert(sem_name.clone(), permits);
+                    }
                     let g = s.acquire(n, &o).await?;
                     Ok(acquired!(
                         g,
@@ -288,12 +336,14 @@ impl Handles {
         ttl: f64,
         wait: f64,
         watchdog: bool,
+        more: MoreLockOpts,
     ) -> PyResult<LockCore> {
-        let opts = lock_opts(ttl, wait, watchdog).map_err(err)?;
+        let opts = more.apply(lock_opts(ttl, wait, watchdog))?;
         let multi = self.0.multi_lock(names.clone()).map_err(err)?;
         let single = self.0.clone();
         Ok(LockCore {
             name: names.join(","),
+            exclusive: true,
             acquire: Arc::new(move || {
                 let (m, o) = (multi.clone(), opts.clone());
                 Box::pin(async move { m.acquire(&o).await.map(crate::guard::acquired_multi) })
@@ -321,13 +371,15 @@ impl Handles {
         ttl: f64,
         wait: f64,
         watchdog: bool,
+        more: MoreLockOpts,
     ) -> PyResult<LockCore> {
-        let opts = lock_opts(ttl, wait, watchdog).map_err(err)?;
+        let opts = more.apply(lock_opts(ttl, wait, watchdog))?;
         let el = self.0.election(name);
         el.key().map_err(err)?;
         let (e1, e2, id) = (el.clone(), el, id.to_string());
         Ok(LockCore {
             name: name.to_string(),
+            exclusive: true,
             acquire: Arc::new(move || {
                 let (e, o, id) = (e1.clone(), opts.clone(), id.clone());
                 Box::pin(async move {
@@ -389,21 +441,30 @@ async fn fenced_read(c: dlm::Client, resource: String) -> PyResult<Fenced> {
 }
 
 fn queue_opts(
-    max_attempts: Option<u32>,
+    max_attempts: Option<Int<u32>>,
     backoff: Option<(f64, f64)>,
-    max_payload: Option<usize>,
+    max_payload: Option<Int<usize>>,
 ) -> PyResult<QueueOpts> {
     let backoff = match backoff {
-        Some((base, max)) => Some(dlm::queue::Backoff::new(
-            secs("backoff", base).map_err(err)?,
-            secs("backoff", max).map_err(err)?,
-        )),
+        Some((base, max)) => {
+            let (b, m) = (
+                secs("backoff", base).map_err(err)?,
+                secs("backoff", max).map_err(err)?,
+            );
+            if b > m {
+                return Err(err(dlm::Error::InvalidArgument {
+                    arg: "backoff",
+                    reason: format!("(base, max) = ({base}, {max}): the base is above the max"),
+                }));
+            }
+            Some(dlm::queue::Backoff::new(b, m))
+        }
         None => None,
     };
     Ok(QueueOpts {
-        max_attempts,
+        max_attempts: opt_int(max_attempts, "max_attempts")?,
         backoff,
-        max_payload,
+        max_payload: opt_int(max_payload, "max_payload")?,
     })
 }
 
@@ -429,21 +490,61 @@ async fn held_locks(c: dlm::Client, pattern: String, limit: usize) -> PyResult<V
 
 /// A connection to Redis (one server, Redlock over several, a Cluster or a
 /// Sentinel-watched master) with the sync API. Calls release the GIL while
-/// they wait, and Ctrl-C interrupts them.
+/// they wait, and Ctrl-C interrupts them. `with dlm.Client(url) as c:`
+/// closes it at the end (`close()`).
 #[pyclass(frozen, module = "dlm")]
 pub struct Client {
     h: Handles,
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// The same as Client, with awaitable calls; make one with
-/// `await AsyncClient.connect(url)`.
+/// `await AsyncClient.connect(url)`; `async with` closes it (`aclose()`).
 #[pyclass(frozen, module = "dlm")]
 pub struct AsyncClient {
     h: Handles,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+/// What `close()` does: release every lock the client holds and wait
+/// (at most its timeout) for background releases to finish.
+async fn close(c: dlm::Client) -> PyResult<()> {
+    c.release_all().await;
+    c.settle(c.timeout()).await;
+    Ok(())
 }
 
 macro_rules! handle_methods {
-    ($t:ty, $lock:ident, $queue:ident, $versioned:ident, $stock:ident, $ids:ident, $limiter:ident) => {
+    ($t:ty, $lock:ident, $queue:ident, $versioned:ident, $stock:ident, $ids:ident, $limiter:ident, $kind:literal) => {
+        impl $t {
+            fn wrap(c: dlm::Client) -> Self {
+                Self {
+                    h: Handles(c, CheckedCapacities::default()),
+                    closed: std::sync::atomic::AtomicBool::new(false),
+                }
+            }
+
+            /// The handles, unless the client is closed.
+            fn h(&self) -> PyResult<&Handles> {
+                if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Err(state_err(
+                        $kind,
+                        concat!("this dlm.", $kind, " is closed").to_string(),
+                    ));
+                }
+                Ok(&self.h)
+            }
+
+            /// Mark closed; the client to close, or None when it was already.
+            fn mark_closed(&self) -> Option<dlm::Client> {
+                if self.closed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    None
+                } else {
+                    Some(self.h.0.clone())
+                }
+            }
+        }
+
         #[pymethods]
         impl $t {
             /// A lock handle (no round trip): `with c.lock(name, ttl=10.0, wait=5.0,
@@ -452,7 +553,8 @@ macro_rules! handle_methods {
             /// retry_interval: seconds between attempts while waiting (default
             /// 0.05, jittered); node_timeout: Redlock's per-node deadline;
             /// replicas=(n, timeout): the grant counts once n replicas have it
-            /// (WAIT), else dlm.NotReplicated.
+            /// (WAIT), else dlm.NotReplicated. Every lock-like primitive takes
+            /// these three keyword arguments.
             #[pyo3(signature = (name, ttl=30.0, wait=0.0, watchdog=false, raw_key=false, *, retry_interval=None, node_timeout=None, replicas=None))]
             #[allow(clippy::too_many_arguments)]
             fn lock(
@@ -464,31 +566,37 @@ macro_rules! handle_methods {
                 raw_key: bool,
                 retry_interval: Option<f64>,
                 node_timeout: Option<f64>,
-                replicas: Option<(u64, f64)>,
+                replicas: Option<(Int<u64>, f64)>,
             ) -> PyResult<$lock> {
                 let more = MoreLockOpts {
                     retry_interval,
                     node_timeout,
                     replicas,
                 };
-                Ok($lock::new(self.h.lock(name, ttl, wait, watchdog, raw_key, more)?))
+                Ok($lock::new(self.h()?.lock(name, ttl, wait, watchdog, raw_key, more)?))
             }
 
             /// A fair (FIFO) lock handle: waiters get it in arrival order.
-            #[pyo3(signature = (name, ttl=30.0, wait=0.0, watchdog=false))]
+            #[pyo3(signature = (name, ttl=30.0, wait=0.0, watchdog=false, *, retry_interval=None, node_timeout=None, replicas=None))]
+            #[allow(clippy::too_many_arguments)]
             fn fair_lock(
                 &self,
                 name: &str,
                 ttl: f64,
                 wait: f64,
                 watchdog: bool,
+                retry_interval: Option<f64>,
+                node_timeout: Option<f64>,
+                replicas: Option<(Int<u64>, f64)>,
             ) -> PyResult<$lock> {
-                Ok($lock::new(self.h.fair_lock(name, ttl, wait, watchdog)?))
+                let more = MoreLockOpts { retry_interval, node_timeout, replicas };
+                Ok($lock::new(self.h()?.fair_lock(name, ttl, wait, watchdog, more)?))
             }
 
             /// A read-write lock handle: write=False takes a shared read share,
             /// write=True the exclusive write lock.
-            #[pyo3(signature = (name, write=false, ttl=30.0, wait=0.0, watchdog=false))]
+            #[pyo3(signature = (name, write=false, ttl=30.0, wait=0.0, watchdog=false, *, retry_interval=None, node_timeout=None, replicas=None))]
+            #[allow(clippy::too_many_arguments)]
             fn rwlock(
                 &self,
                 name: &str,
@@ -496,42 +604,60 @@ macro_rules! handle_methods {
                 ttl: f64,
                 wait: f64,
                 watchdog: bool,
+                retry_interval: Option<f64>,
+                node_timeout: Option<f64>,
+                replicas: Option<(Int<u64>, f64)>,
             ) -> PyResult<$lock> {
-                Ok($lock::new(self.h.rwlock(name, write, ttl, wait, watchdog)?))
+                let more = MoreLockOpts { retry_interval, node_timeout, replicas };
+                Ok($lock::new(self.h()?.rwlock(name, write, ttl, wait, watchdog, more)?))
             }
 
-            /// A counting semaphore handle of `permits` permits; each acquisition takes `n`.
-            #[pyo3(signature = (name, permits, n=1, ttl=30.0, wait=0.0, watchdog=false))]
+            /// A counting semaphore handle of `permits` permits; each acquisition
+            /// takes `n`. The capacity stored in Redis counts: a handle naming
+            /// another one is refused (dlm.InvalidArgument) at its first acquire.
+            #[pyo3(signature = (name, permits, n=Int::of(1), ttl=30.0, wait=0.0, watchdog=false, *, retry_interval=None, node_timeout=None, replicas=None))]
+            #[allow(clippy::too_many_arguments)]
             fn semaphore(
                 &self,
                 name: &str,
-                permits: u32,
-                n: u32,
+                permits: Int<u32>,
+                n: Int<u32>,
                 ttl: f64,
                 wait: f64,
                 watchdog: bool,
+                retry_interval: Option<f64>,
+                node_timeout: Option<f64>,
+                replicas: Option<(Int<u64>, f64)>,
             ) -> PyResult<$lock> {
+                let more = MoreLockOpts { retry_interval, node_timeout, replicas };
+                let (permits, n) = (permits.get("permits")?, n.get("n")?);
                 Ok($lock::new(
-                    self.h.semaphore(name, permits, n, ttl, wait, watchdog)?,
+                    self.h()?.semaphore(name, permits, n, ttl, wait, watchdog, more)?,
                 ))
             }
 
             /// Several locks taken all or none under one guard (its `fences` has
             /// one fence per name).
-            #[pyo3(signature = (names, ttl=30.0, wait=0.0, watchdog=false))]
+            #[pyo3(signature = (names, ttl=30.0, wait=0.0, watchdog=false, *, retry_interval=None, node_timeout=None, replicas=None))]
+            #[allow(clippy::too_many_arguments)]
             fn multi_lock(
                 &self,
                 names: Vec<String>,
                 ttl: f64,
                 wait: f64,
                 watchdog: bool,
+                retry_interval: Option<f64>,
+                node_timeout: Option<f64>,
+                replicas: Option<(Int<u64>, f64)>,
             ) -> PyResult<$lock> {
-                Ok($lock::new(self.h.multi_lock(names, ttl, wait, watchdog)?))
+                let more = MoreLockOpts { retry_interval, node_timeout, replicas };
+                Ok($lock::new(self.h()?.multi_lock(names, ttl, wait, watchdog, more)?))
             }
 
             /// A leader election: acquiring campaigns as `id`; the guard is the leadership
             /// (its fence is the term).
-            #[pyo3(signature = (name, id, ttl=30.0, wait=0.0, watchdog=false))]
+            #[pyo3(signature = (name, id, ttl=30.0, wait=0.0, watchdog=false, *, retry_interval=None, node_timeout=None, replicas=None))]
+            #[allow(clippy::too_many_arguments)]
             fn election(
                 &self,
                 name: &str,
@@ -539,54 +665,59 @@ macro_rules! handle_methods {
                 ttl: f64,
                 wait: f64,
                 watchdog: bool,
+                retry_interval: Option<f64>,
+                node_timeout: Option<f64>,
+                replicas: Option<(Int<u64>, f64)>,
             ) -> PyResult<$lock> {
-                Ok($lock::new(self.h.election(name, id, ttl, wait, watchdog)?))
+                let more = MoreLockOpts { retry_interval, node_timeout, replicas };
+                Ok($lock::new(self.h()?.election(name, id, ttl, wait, watchdog, more)?))
             }
 
             /// A task queue handle. max_attempts: tries before a task goes to the
-            /// dead letters; backoff: (base, max) seconds between tries.
+            /// dead letters; backoff: (base, max) seconds between tries (base <= max).
             #[pyo3(signature = (name, max_attempts=None, backoff=None, max_payload=None))]
             fn queue(
                 &self,
                 name: &str,
-                max_attempts: Option<u32>,
+                max_attempts: Option<Int<u32>>,
                 backoff: Option<(f64, f64)>,
-                max_payload: Option<usize>,
+                max_payload: Option<Int<usize>>,
             ) -> PyResult<$queue> {
                 let o = queue_opts(max_attempts, backoff, max_payload)?;
-                Ok($queue::new(o.apply(self.h.0.queue(name))))
+                Ok($queue::new(o.apply(self.h()?.0.queue(name))))
             }
 
             /// A record written with compare-and-set on its version.
-            fn versioned(&self, name: &str) -> crate::extras::$versioned {
-                crate::extras::$versioned::new(self.h.0.versioned(name))
+            fn versioned(&self, name: &str) -> PyResult<crate::extras::$versioned> {
+                Ok(crate::extras::$versioned::new(self.h()?.0.versioned(name)))
             }
 
             /// An atomic stock counter.
-            fn stock(&self, name: &str) -> crate::extras::$stock {
-                crate::extras::$stock::new(self.h.0.stock(name))
+            fn stock(&self, name: &str) -> PyResult<crate::extras::$stock> {
+                Ok(crate::extras::$stock::new(self.h()?.0.stock(name)))
             }
 
             /// Unique increasing ids (block: ids taken per round trip).
             #[pyo3(signature = (name, block=None))]
-            fn ids(&self, name: &str, block: Option<u64>) -> crate::extras::$ids {
-                let mut ids = self.h.0.ids(name);
-                if let Some(k) = block {
+            fn ids(&self, name: &str, block: Option<Int<u64>>) -> PyResult<crate::extras::$ids> {
+                let mut ids = self.h()?.0.ids(name);
+                if let Some(k) = opt_int(block, "block")? {
                     ids = ids.block(k);
                 }
-                crate::extras::$ids::new(ids)
+                Ok(crate::extras::$ids::new(ids))
             }
 
             /// A rate limiter: at most `n` grants per `period` seconds.
             fn rate_limiter(
                 &self,
                 name: &str,
-                n: u64,
+                n: Int<u64>,
                 period: f64,
             ) -> PyResult<crate::extras::$limiter> {
+                let n = n.get("n")?;
                 let p = secs("period", period).map_err(err)?;
                 Ok(crate::extras::$limiter::new(
-                    self.h.0.rate_limiter(name, n, p),
+                    self.h()?.0.rate_limiter(name, n, p),
                 ))
             }
 
@@ -600,16 +731,40 @@ macro_rules! handle_methods {
                 self.h.0.nodes()
             }
 
-            /// The deadline of every call to Redis, in seconds.
+            /// The deadline of every call to Redis, in seconds (default 2.0).
             #[getter]
             fn timeout(&self) -> f64 {
                 self.h.0.timeout().as_secs_f64()
+            }
+
+            /// True once closed (close(), aclose() or the end of a `with` block).
+            #[getter]
+            fn closed(&self) -> bool {
+                self.closed.load(std::sync::atomic::Ordering::SeqCst)
+            }
+
+            fn __repr__(&self) -> String {
+                format!(
+                    "<dlm.{} nodes={} closed={}>",
+                    $kind,
+                    self.h.0.nodes(),
+                    if self.closed() { "True" } else { "False" }
+                )
             }
         }
     };
 }
 
-handle_methods!(Client, Lock, Queue, Versioned, Stock, Ids, RateLimiter);
+handle_methods!(
+    Client,
+    Lock,
+    Queue,
+    Versioned,
+    Stock,
+    Ids,
+    RateLimiter,
+    "Client"
+);
 handle_methods!(
     AsyncClient,
     AsyncLock,
@@ -617,7 +772,8 @@ handle_methods!(
     AsyncVersioned,
     AsyncStock,
     AsyncIds,
-    AsyncRateLimiter
+    AsyncRateLimiter,
+    "AsyncClient"
 );
 
 #[pymethods]
@@ -626,9 +782,12 @@ impl Client {
     /// Redlock over independent masters; cluster=True: a Redis Cluster
     /// through these seeds; sentinel="name": the master the Sentinels at
     /// these URLs watch. cacert/cert/key: PEM files for rediss:// URLs.
-    /// timeout / connect_timeout: seconds (default 2.0).
+    /// timeout / connect_timeout: seconds (default 2.0). lazy=True: return
+    /// at once and connect in the background; a call made before the
+    /// connection is up waits for it within its deadline, and an unreachable
+    /// server is that call's error (dlm.Timeout, dlm.AuthenticationError...).
     #[new]
-    #[pyo3(signature = (url=None, *, urls=None, cluster=false, sentinel=None, cacert=None, cert=None, key=None, timeout=None, connect_timeout=None, key_prefix=None))]
+    #[pyo3(signature = (url=None, *, urls=None, cluster=false, sentinel=None, cacert=None, cert=None, key=None, timeout=None, connect_timeout=None, key_prefix=None, lazy=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -642,6 +801,7 @@ impl Client {
         timeout: Option<f64>,
         connect_timeout: Option<f64>,
         key_prefix: Option<String>,
+        lazy: bool,
     ) -> PyResult<Self> {
         let a = ConnectArgs {
             url,
@@ -654,9 +814,10 @@ impl Client {
             timeout,
             connect_timeout,
             key_prefix,
+            lazy,
         };
         let c = block(py, connect(a))?;
-        Ok(Client { h: Handles(c) })
+        Ok(Client::wrap(c))
     }
 
     /// Store `value` for `resource` only if `fence` is not lower than the
@@ -665,15 +826,19 @@ impl Client {
         &self,
         py: Python<'_>,
         resource: String,
-        fence: u64,
-        value: Vec<u8>,
+        fence: Int<u64>,
+        value: Payload,
     ) -> PyResult<()> {
-        block(py, fenced_write(self.h.0.clone(), resource, fence, value))
+        let (fence, value) = (fence.get("fence")?, value.get("value")?);
+        block(
+            py,
+            fenced_write(self.h()?.0.clone(), resource, fence, value),
+        )
     }
 
     /// The (fence, value) last stored by fenced_write, or None.
     fn fenced_read(&self, py: Python<'_>, resource: String) -> PyResult<Fenced> {
-        block(py, fenced_read(self.h.0.clone(), resource))
+        block(py, fenced_read(self.h()?.0.clone(), resource))
     }
 
     /// Wait (at most `timeout` seconds) until background releases are done;
@@ -681,14 +846,14 @@ impl Client {
     #[pyo3(signature = (timeout=2.0))]
     fn settle(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
         let t = secs("timeout", timeout).map_err(err)?;
-        let c = self.h.0.clone();
+        let c = self.h()?.0.clone();
         block(py, async move { Ok(c.settle(t).await) })
     }
 
     /// Release every lock this client still holds (all kinds), in
     /// parallel: dict(released, already_lost, failed).
     fn release_all(&self, py: Python<'_>) -> PyResult<Record> {
-        let c = self.h.0.clone();
+        let c = self.h()?.0.clone();
         block(
             py,
             async move { Ok(release_all_record(c.release_all().await)) },
@@ -697,20 +862,52 @@ impl Client {
 
     /// Locks held on this Redis whose names match `pattern` (glob): dicts
     /// of name, key, ttl, fence.
-    #[pyo3(signature = (pattern="*", limit=100))]
-    fn held_locks(&self, py: Python<'_>, pattern: &str, limit: usize) -> PyResult<Vec<Record>> {
-        block(py, held_locks(self.h.0.clone(), pattern.to_string(), limit))
+    #[pyo3(signature = (pattern="*", limit=Int::of(100)))]
+    fn held_locks(
+        &self,
+        py: Python<'_>,
+        pattern: &str,
+        limit: Int<usize>,
+    ) -> PyResult<Vec<Record>> {
+        let limit = limit.get("limit")?;
+        block(
+            py,
+            held_locks(self.h()?.0.clone(), pattern.to_string(), limit),
+        )
     }
 
     /// The names of up to `limit` queues on this Redis.
-    #[pyo3(signature = (limit=100))]
-    fn queue_names(&self, py: Python<'_>, limit: usize) -> PyResult<Vec<String>> {
-        let c = self.h.0.clone();
+    #[pyo3(signature = (limit=Int::of(100)))]
+    fn queue_names(&self, py: Python<'_>, limit: Int<usize>) -> PyResult<Vec<String>> {
+        let limit = limit.get("limit")?;
+        let c = self.h()?.0.clone();
         block(py, async move { c.queue_names(limit).await.map_err(err) })
     }
 
-    fn __repr__(&self) -> String {
-        format!("<dlm.Client nodes={}>", self.h.0.nodes())
+    /// Release every lock this client holds, wait for background releases
+    /// (at most its timeout), and refuse further calls (dlm.StateError).
+    /// Closing twice does nothing.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        match self.mark_closed() {
+            Some(c) => block(py, close(c)),
+            None => Ok(()),
+        }
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (_exc_type=None, _exc=None, _tb=None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: Option<Bound<'_, PyAny>>,
+        _exc: Option<Bound<'_, PyAny>>,
+        _tb: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
     }
 }
 
@@ -718,7 +915,7 @@ impl Client {
 impl AsyncClient {
     /// Connect (awaitable); the same arguments as Client(...).
     #[staticmethod]
-    #[pyo3(signature = (url=None, *, urls=None, cluster=false, sentinel=None, cacert=None, cert=None, key=None, timeout=None, connect_timeout=None, key_prefix=None))]
+    #[pyo3(signature = (url=None, *, urls=None, cluster=false, sentinel=None, cacert=None, cert=None, key=None, timeout=None, connect_timeout=None, key_prefix=None, lazy=false))]
     #[allow(clippy::too_many_arguments)]
     fn connect(
         py: Python<'_>,
@@ -732,6 +929,7 @@ impl AsyncClient {
         timeout: Option<f64>,
         connect_timeout: Option<f64>,
         key_prefix: Option<String>,
+        lazy: bool,
     ) -> PyResult<Bound<'_, PyAny>> {
         let a = ConnectArgs {
             url,
@@ -744,11 +942,12 @@ impl AsyncClient {
             timeout,
             connect_timeout,
             key_prefix,
+            lazy,
         };
         let fut = connect(a);
         awaitable(py, async move {
             let c = fut.await?;
-            Ok(AsyncClient { h: Handles(c) })
+            Ok(AsyncClient::wrap(c))
         })
     }
 
@@ -757,28 +956,32 @@ impl AsyncClient {
         &self,
         py: Python<'py>,
         resource: String,
-        fence: u64,
-        value: Vec<u8>,
+        fence: Int<u64>,
+        value: Payload,
     ) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, fenced_write(self.h.0.clone(), resource, fence, value))
+        let (fence, value) = (fence.get("fence")?, value.get("value")?);
+        awaitable(
+            py,
+            fenced_write(self.h()?.0.clone(), resource, fence, value),
+        )
     }
 
     /// fenced_read (awaitable): (fence, value) or None.
     fn fenced_read<'py>(&self, py: Python<'py>, resource: String) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, fenced_read(self.h.0.clone(), resource))
+        awaitable(py, fenced_read(self.h()?.0.clone(), resource))
     }
 
     /// settle (awaitable).
     #[pyo3(signature = (timeout=2.0))]
     fn settle<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Bound<'py, PyAny>> {
         let t: Duration = secs("timeout", timeout).map_err(err)?;
-        let c = self.h.0.clone();
+        let c = self.h()?.0.clone();
         awaitable(py, async move { Ok(c.settle(t).await) })
     }
 
     /// release_all (awaitable).
     fn release_all<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let c = self.h.0.clone();
+        let c = self.h()?.0.clone();
         awaitable(
             py,
             async move { Ok(release_all_record(c.release_all().await)) },
@@ -786,24 +989,60 @@ impl AsyncClient {
     }
 
     /// held_locks (awaitable).
-    #[pyo3(signature = (pattern="*", limit=100))]
+    #[pyo3(signature = (pattern="*", limit=Int::of(100)))]
     fn held_locks<'py>(
         &self,
         py: Python<'py>,
         pattern: &str,
-        limit: usize,
+        limit: Int<usize>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, held_locks(self.h.0.clone(), pattern.to_string(), limit))
+        let limit = limit.get("limit")?;
+        awaitable(
+            py,
+            held_locks(self.h()?.0.clone(), pattern.to_string(), limit),
+        )
     }
 
     /// queue_names (awaitable).
-    #[pyo3(signature = (limit=100))]
-    fn queue_names<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyAny>> {
-        let c = self.h.0.clone();
+    #[pyo3(signature = (limit=Int::of(100)))]
+    fn queue_names<'py>(&self, py: Python<'py>, limit: Int<usize>) -> PyResult<Bound<'py, PyAny>> {
+        let limit = limit.get("limit")?;
+        let c = self.h()?.0.clone();
         awaitable(py, async move { c.queue_names(limit).await.map_err(err) })
     }
 
-    fn __repr__(&self) -> String {
-        format!("<dlm.AsyncClient nodes={}>", self.h.0.nodes())
+    /// close (awaitable): release every lock this client holds, wait for
+    /// background releases, refuse further calls.
+    fn aclose<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.mark_closed();
+        awaitable(py, async move {
+            match c {
+                Some(c) => close(c).await,
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let me = slf.unbind();
+        awaitable(py, async move { Ok(me) })
+    }
+
+    #[pyo3(signature = (_exc_type=None, _exc=None, _tb=None))]
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _exc_type: Option<Bound<'py, PyAny>>,
+        _exc: Option<Bound<'py, PyAny>>,
+        _tb: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.mark_closed();
+        awaitable(py, async move {
+            if let Some(c) = c {
+                close(c).await?;
+            }
+            Ok(false)
+        })
     }
 }

@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::bridge::awaitable;
-use crate::rt::{block, err, opt_secs};
+use crate::rt::{Int, Payload, block, err, opt_secs, payload_bytes};
 
 /// `(data, version)` or None.
 pub struct Read(Option<(Vec<u8>, u64)>);
@@ -53,7 +53,8 @@ macro_rules! extras {
 
             /// Write `data` if the version is still `expected` (0: never
             /// written); returns the new version, else raises dlm.Conflict.
-            fn write<'py>(&self, py: Python<'py>, expected: u64, data: Vec<u8>) -> PyResult<$ret!(py, u64)> {
+            fn write<'py>(&self, py: Python<'py>, expected: Int<u64>, data: Payload) -> PyResult<$ret!(py, u64)> {
+                let (expected, data) = (expected.get("expected")?, data.get("data")?);
                 call!($run, py, self.v, |v| async move { v.write(expected, data).await })
             }
         }
@@ -78,17 +79,20 @@ macro_rules! extras {
             }
 
             /// Set the amount.
-            fn set<'py>(&self, py: Python<'py>, n: u64) -> PyResult<$ret!(py, ())> {
+            fn set<'py>(&self, py: Python<'py>, n: Int<u64>) -> PyResult<$ret!(py, ())> {
+                let n = n.get("n")?;
                 call!($run, py, self.s, |s| async move { s.set(n).await })
             }
 
             /// Add `n`; returns the new amount.
-            fn add<'py>(&self, py: Python<'py>, n: u64) -> PyResult<$ret!(py, u64)> {
+            fn add<'py>(&self, py: Python<'py>, n: Int<u64>) -> PyResult<$ret!(py, u64)> {
+                let n = n.get("n")?;
                 call!($run, py, self.s, |s| async move { s.add(n).await })
             }
 
             /// Take `n` if at least `n` is left: (taken, left).
-            fn take<'py>(&self, py: Python<'py>, n: u64) -> PyResult<$ret!(py, (bool, u64))> {
+            fn take<'py>(&self, py: Python<'py>, n: Int<u64>) -> PyResult<$ret!(py, (bool, u64))> {
+                let n = n.get("n")?;
                 call!($run, py, self.s, |s| async move {
                     s.take(n).await.map(|t| match t {
                         dlm::consistency::Take::Taken { left } => (true, left),
@@ -118,7 +122,8 @@ macro_rules! extras {
             }
 
             /// `n` ids at once.
-            fn next_batch<'py>(&self, py: Python<'py>, n: u64) -> PyResult<$ret!(py, Vec<u64>)> {
+            fn next_batch<'py>(&self, py: Python<'py>, n: Int<u64>) -> PyResult<$ret!(py, Vec<u64>)> {
+                let n = n.get("n")?;
                 call!($run, py, self.i, |i| async move { i.next_batch(n).await })
             }
         }
@@ -189,49 +194,90 @@ extras!(
     "awaitable calls"
 );
 
+/// The core of `update`: read, compute `f(old)` in Python, write if
+/// nobody wrote in between, retry on a conflict. An exception of `f` stops
+/// it (nothing written) and is the outcome.
+async fn update_fut(
+    v: dlm::consistency::Versioned,
+    f: Py<PyAny>,
+    max_attempts: u32,
+) -> PyResult<Updated> {
+    {
+        let failed: std::sync::Arc<std::sync::Mutex<Option<PyErr>>> = Default::default();
+        let slot = failed.clone();
+        let r = v
+            .update_with(max_attempts, |old| {
+                let computed = Python::attach(|py| {
+                    let old = old.as_deref().map(|o| PyBytes::new(py, o));
+                    let new = f.call1(py, (old,))?;
+                    payload_bytes(new.bind(py)).map_err(|reason| {
+                        err(dlm::Error::InvalidArgument {
+                            arg: "f",
+                            reason: format!("f returned {reason}"),
+                        })
+                    })
+                });
+                let r = match computed {
+                    Ok(new) => Ok((new.clone(), new)),
+                    Err(e) => {
+                        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                        Err(dlm::Error::InvalidArgument {
+                            arg: "f",
+                            reason: "raised".into(),
+                        })
+                    }
+                };
+                async move { r }
+            })
+            .await;
+        if let Some(e) = failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(e);
+        }
+        r.map(|(version, data)| Updated(version, data)).map_err(err)
+    }
+}
+
+/// `(version, data)` as Python reads it.
+pub struct Updated(u64, Vec<u8>);
+
+impl<'py> IntoPyObject<'py> for Updated {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok((self.0, PyBytes::new(py, &self.1))
+            .into_pyobject(py)?
+            .into_any())
+    }
+}
+
 #[pymethods]
 impl Versioned {
     /// Read, compute `f(old)` (old: bytes, or None when never written) ->
-    /// new bytes, and write if nobody wrote in between; on a conflict start
-    /// over, up to `max_attempts` times (1..=1000; then dlm.Conflict).
-    /// Returns (new version, the bytes written). An exception of `f` stops
-    /// it: nothing is written and the exception propagates.
-    #[pyo3(signature = (f, max_attempts=10))]
+    /// new bytes (or str, written as UTF-8), and write if nobody wrote in
+    /// between; on a conflict start over, up to `max_attempts` times
+    /// (1..=1000; then dlm.Conflict). Returns (new version, the bytes
+    /// written). An exception of `f` stops it: nothing is written and the
+    /// exception propagates.
+    #[pyo3(signature = (f, max_attempts=Int::of(10)))]
+    fn update(&self, py: Python<'_>, f: Py<PyAny>, max_attempts: Int<u32>) -> PyResult<Updated> {
+        let max_attempts = max_attempts.get("max_attempts")?;
+        block(py, update_fut(self.v.clone(), f, max_attempts))
+    }
+}
+
+#[pymethods]
+impl AsyncVersioned {
+    /// update (awaitable): `f` is a plain function, called in one of the
+    /// runtime's threads (it must not block for long).
+    #[pyo3(signature = (f, max_attempts=Int::of(10)))]
     fn update<'py>(
         &self,
         py: Python<'py>,
         f: Py<PyAny>,
-        max_attempts: u32,
-    ) -> PyResult<(u64, Bound<'py, PyBytes>)> {
-        let v = self.v.clone();
-        let failed: std::sync::Arc<std::sync::Mutex<Option<PyErr>>> = Default::default();
-        let slot = failed.clone();
-        let out = block(py, async move {
-            let r = v
-                .update_with(max_attempts, |old| {
-                    let computed = Python::attach(|py| {
-                        let old = old.as_deref().map(|o| PyBytes::new(py, o));
-                        f.call1(py, (old,))?.extract::<Vec<u8>>(py)
-                    });
-                    let r = match computed {
-                        Ok(new) => Ok((new.clone(), new)),
-                        Err(e) => {
-                            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                            Err(dlm::Error::InvalidArgument {
-                                arg: "f",
-                                reason: "raised".into(),
-                            })
-                        }
-                    };
-                    async move { r }
-                })
-                .await;
-            Ok(r)
-        })?;
-        if let Some(e) = failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            return Err(e);
-        }
-        let (version, data) = out.map_err(err)?;
-        Ok((version, PyBytes::new(py, &data)))
+        max_attempts: Int<u32>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let max_attempts = max_attempts.get("max_attempts")?;
+        awaitable(py, update_fut(self.v.clone(), f, max_attempts))
     }
 }

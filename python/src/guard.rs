@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 
 use crate::bridge::awaitable;
-use crate::rt::{Record, block, err, opt_secs, rt, secs};
+use crate::rt::{Record, block, err, opt_secs, rt, secs, state_err};
 
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -119,8 +120,16 @@ impl Drop for Slot {
     }
 }
 
+/// A guard's state as `is_lost()` reports it.
+const HELD: u8 = 0;
+/// Released while intact: given back, not lost.
+const RELEASED: u8 = 1;
+/// Released after (or while) it was lost.
+const RELEASED_LOST: u8 = 2;
+
 pub struct GuardCore {
     slot: Arc<tokio::sync::Mutex<Slot>>,
+    state: Arc<AtomicU8>,
     name: String,
     key: String,
     token: String,
@@ -135,6 +144,7 @@ impl GuardCore {
     fn new(a: Acquired) -> Self {
         GuardCore {
             slot: Arc::new(tokio::sync::Mutex::new(Slot(Some(a.held)))),
+            state: Arc::new(AtomicU8::new(HELD)),
             name: a.name,
             key: a.key,
             token: a.token,
@@ -154,7 +164,7 @@ impl GuardCore {
             let g = slot.lock().await;
             match g.0.as_ref() {
                 Some(h) => h.extend(ttl).await.map_err(err),
-                None => Err(err(released(name))),
+                None => Err(released(&name)),
             }
         }
     }
@@ -162,20 +172,41 @@ impl GuardCore {
     fn release(&self) -> impl Future<Output = PyResult<()>> + Send + use<> {
         let slot = self.slot.clone();
         let name = self.name.clone();
+        let state = self.state.clone();
+        let signals = self.lost.clone();
         async move {
             let h = slot.lock().await.0.take();
             match h {
-                Some(h) => h.release().await.map_err(err),
-                None => Err(err(released(name))),
+                Some(h) => {
+                    let was_lost = signals.iter().any(|l| l.is_lost());
+                    let r = h.release().await;
+                    let after = if r.is_ok() && !was_lost {
+                        RELEASED
+                    } else {
+                        RELEASED_LOST
+                    };
+                    state.store(after, Ordering::SeqCst);
+                    r.map_err(err)
+                }
+                None => Err(released(&name)),
             }
         }
     }
 
+    /// Lost: the lease ran out or renewal failed while it was held. A
+    /// guard released while intact was given back, not lost: False.
     fn is_lost(&self) -> bool {
-        self.lost.iter().any(|l| l.is_lost())
+        match self.state.load(Ordering::SeqCst) {
+            HELD => self.lost.iter().any(|l| l.is_lost()),
+            RELEASED => false,
+            _ => true,
+        }
     }
 
     fn remaining(&self) -> Duration {
+        if self.state.load(Ordering::SeqCst) != HELD {
+            return Duration::ZERO;
+        }
         self.lost
             .iter()
             .map(|l| l.remaining())
@@ -217,11 +248,48 @@ async fn futures_select_all<F: Future<Output = ()> + Unpin>(futs: impl Iterator<
     .await
 }
 
-fn released(name: String) -> dlm::Error {
-    dlm::Error::InvalidArgument {
-        arg: "guard",
-        reason: format!("the guard of {name:?} was released already"),
-    }
+fn released(name: &str) -> PyErr {
+    state_err(
+        name,
+        format!("lock {name:?}: this guard was released already"),
+    )
+}
+
+/// `Lock.release()` in a thread (or task) that acquired nothing through
+/// the handle.
+fn nothing_acquired(name: &str, who: &str) -> PyErr {
+    state_err(
+        name,
+        format!(
+            "lock {name:?}: this {who} holds nothing acquired through this handle \
+             (a handle releases what the same {who} acquired; release a guard \
+             from elsewhere with guard.release())"
+        ),
+    )
+}
+
+/// An acquisition through a handle by the thread (or task) that holds it
+/// through that handle already: a lock is not re-entrant.
+fn held_already(name: &str, who: &str) -> PyErr {
+    state_err(
+        name,
+        format!(
+            "lock {name:?} is held already by this {who} through this handle \
+             (dlm locks are not re-entrant: release it first)"
+        ),
+    )
+}
+
+/// A Python str's repr ('name').
+fn py_repr(py: Python<'_>, s: &str) -> String {
+    pyo3::types::PyString::new(py, s)
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| format!("{s:?}"))
+}
+
+fn py_bool(b: bool) -> &'static str {
+    if b { "True" } else { "False" }
 }
 
 macro_rules! guard_props {
@@ -278,13 +346,16 @@ macro_rules! guard_props {
             fn is_released(&self) -> bool {
                 self.core.is_released()
             }
-            fn __repr__(&self) -> String {
+            fn __repr__(&self, py: Python<'_>) -> String {
                 format!(
-                    "<{} {:?} fence={:?} lost={}>",
+                    "<dlm.{} {} fence={} lost={} released={}>",
                     Self::KIND,
-                    self.core.name,
-                    self.core.fence,
-                    self.core.is_lost()
+                    py_repr(py, &self.core.name),
+                    self.core
+                        .fence
+                        .map_or_else(|| "None".to_string(), |f| f.to_string()),
+                    py_bool(self.core.is_lost()),
+                    py_bool(self.core.is_released()),
                 )
             }
         }
@@ -371,6 +442,9 @@ pub type StatusFn = Arc<dyn Fn() -> BoxFut<'static, dlm::Result<Record>> + Send 
 #[derive(Clone)]
 pub struct LockCore {
     pub name: String,
+    /// One holder at a time (not a semaphore or a read share): acquiring
+    /// again through the handle that holds it is refused.
+    pub exclusive: bool,
     pub acquire: AcquireFn,
     pub status: StatusFn,
     pub force_release: Option<Arc<dyn Fn() -> BoxFut<'static, dlm::Result<bool>> + Send + Sync>>,
@@ -429,6 +503,22 @@ impl<T> Current<T> {
     }
 }
 
+macro_rules! holds_live {
+    ($t:ty) => {
+        impl Current<$t> {
+            /// Whether `owner` holds a guard through the handle that it has
+            /// not released yet.
+            fn holds_live(&self, owner: Owner) -> bool {
+                self.map()
+                    .get(&owner)
+                    .is_some_and(|v| v.iter().any(|g| !g.get().core.is_released()))
+            }
+        }
+    };
+}
+holds_live!(LockGuard);
+holds_live!(AsyncLockGuard);
+
 fn this_thread() -> Owner {
     Owner::Thread(std::thread::current().id())
 }
@@ -456,6 +546,9 @@ impl Lock {
     /// Acquire (waiting as configured); returns the guard. Raises dlm.Busy
     /// when not acquired in time. Ctrl-C interrupts the wait.
     fn acquire(&self, py: Python<'_>) -> PyResult<Py<LockGuard>> {
+        if self.core.exclusive && self.current.holds_live(this_thread()) {
+            return Err(held_already(&self.core.name, "thread"));
+        }
         let a = block(py, {
             let f = (self.core.acquire)();
             async move { f.await.map_err(err) }
@@ -475,7 +568,7 @@ impl Lock {
         let g = self.current.pop(this_thread());
         match g {
             Some(g) => g.get().release(py),
-            None => Err(err(released(self.core.name.clone()))),
+            None => Err(nothing_acquired(&self.core.name, "thread")),
         }
     }
 
@@ -525,8 +618,8 @@ impl Lock {
         Ok(false)
     }
 
-    fn __repr__(&self) -> String {
-        format!("<Lock {:?}>", self.core.name)
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!("<dlm.Lock {}>", py_repr(py, &self.core.name))
     }
 }
 
@@ -590,7 +683,7 @@ impl AsyncLock {
         async move {
             match rel {
                 Some(f) => f.await,
-                None => Err(err(released(name))),
+                None => Err(nothing_acquired(&name, "asyncio task")),
             }
         }
     }
@@ -607,7 +700,11 @@ impl AsyncLock {
     /// Acquire (awaitable; waiting as configured); returns the guard.
     /// Cancelling the awaiting task cancels the acquisition.
     fn acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, self.acquire_fut(this_task(py)))
+        let owner = this_task(py);
+        if self.core.exclusive && self.current.holds_live(owner) {
+            return Err(held_already(&self.core.name, "asyncio task"));
+        }
+        awaitable(py, self.acquire_fut(owner))
     }
 
     /// Release the guard of the last `acquire()` of this handle in this
@@ -668,7 +765,7 @@ impl AsyncLock {
         })
     }
 
-    fn __repr__(&self) -> String {
-        format!("<AsyncLock {:?}>", self.core.name)
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!("<dlm.AsyncLock {}>", py_repr(py, &self.core.name))
     }
 }

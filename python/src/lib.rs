@@ -25,6 +25,8 @@ fn _dlm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<queue::Task>()?;
     m.add_class::<queue::Lease>()?;
     m.add_class::<queue::AsyncLease>()?;
+    m.add_class::<queue::EventStream>()?;
+    m.add_class::<queue::AsyncEventStream>()?;
     m.add_class::<extras::Versioned>()?;
     m.add_class::<extras::Stock>()?;
     m.add_class::<extras::Ids>()?;

@@ -8,7 +8,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyString};
 
 use crate::bridge::awaitable;
-use crate::rt::{Record, Val, block, block_until, err, opt_secs, secs};
+use crate::rt::{
+    Int, Payload, Record, Val, block, block_until, err, opt_int, opt_payload, opt_secs, py_err,
+    secs, state_err,
+};
 
 /// Per-handle queue options (`Client.queue(...)` arguments).
 pub struct QueueOpts {
@@ -67,10 +70,14 @@ impl Task {
 
 #[pymethods]
 impl Task {
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let id = PyString::new(py, &self.id)
+            .repr()
+            .map(|r| r.to_string())
+            .unwrap_or_default();
         format!(
-            "<Task {:?} fence={} attempts={}>",
-            self.id, self.fence, self.attempts
+            "<dlm.Task {id} fence={} attempts={}>",
+            self.fence, self.attempts
         )
     }
 }
@@ -177,6 +184,12 @@ fn settings_change(
     Ok(s)
 }
 
+/// An instant of the Redis clock (ms since the epoch) as Python reads
+/// instants: float seconds since the epoch, like `time.time()`.
+fn epoch(ms: u64) -> Val {
+    Val::Float(ms as f64 / 1000.0)
+}
+
 fn task_record(d: dlm::queue::TaskDetail) -> Record {
     Record::default()
         .with("id", d.id)
@@ -201,8 +214,8 @@ fn task_record(d: dlm::queue::TaskDetail) -> Record {
         .with("timeout", d.timeout)
         // Issue 31: what a completed task was (kept with its result).
         .with("dependents", Val::Strs(d.dependents))
-        .with("started_at", d.started_at.map_or(Val::None, Val::Int))
-        .with("finished_at", d.finished_at.map_or(Val::None, Val::Int))
+        .with("started_at", d.started_at.map_or(Val::None, epoch))
+        .with("finished_at", d.finished_at.map_or(Val::None, epoch))
         .with("worker", d.worker)
 }
 
@@ -241,8 +254,8 @@ fn new_tasks(items: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<dlm::queue::NewTask>>
             if let Ok(id) = item.extract::<String>() {
                 Ok(dlm::queue::NewTask::new(id))
             } else {
-                let (id, payload): (String, Vec<u8>) = item.extract()?;
-                Ok(dlm::queue::NewTask::new(id).payload(payload))
+                let (id, payload): (String, Payload) = item.extract()?;
+                Ok(dlm::queue::NewTask::new(id).payload(payload.get("payload")?))
             }
         })
         .collect()
@@ -340,19 +353,55 @@ impl Core {
         }
     }
 
-    fn result(
+    fn result(&self, id: String) -> impl Future<Output = PyResult<Option<Bytes>>> + Send + 'static {
+        let q = self.0.clone();
+        async move { q.result(&id).await.map(|o| o.map(Bytes)).map_err(err) }
+    }
+
+    /// The outcome of task `id` within `timeout` (the core's
+    /// `Queue::wait_outcome`): its result (None: it completed without one,
+    /// or the result is no longer kept), else dlm.TaskFailed (dead),
+    /// dlm.NotFound (unknown) or dlm.ResultTimeout.
+    fn outcome(
         &self,
         id: String,
-        wait: Option<f64>,
-    ) -> impl Future<Output = PyResult<Option<Bytes>>> + Send + 'static {
+        timeout: f64,
+    ) -> PyResult<impl Future<Output = PyResult<Option<Bytes>>> + Send + 'static> {
+        use dlm::queue::Outcome;
+        let deadline = secs("timeout", timeout).map_err(err)?;
         let q = self.0.clone();
-        async move {
-            let r = match opt_secs("timeout", wait).map_err(err)? {
-                Some(w) => q.wait_result(&id, w).await,
-                None => q.result(&id).await,
-            };
-            r.map(|o| o.map(Bytes)).map_err(err)
-        }
+        Ok(async move {
+            let queue = q.name();
+            match q.wait_outcome(&id, deadline).await.map_err(err)? {
+                Outcome::Completed(r) => Ok(r.map(Bytes)),
+                Outcome::Failed(error) => Err(py_err(
+                    "TaskFailed",
+                    format!(
+                        "task {id:?} of queue {queue:?} died: {}",
+                        error.as_deref().unwrap_or("(no error text)")
+                    ),
+                    &[("id", Val::Str(id.clone())), ("error", error.into())],
+                )),
+                Outcome::Pending(state) => {
+                    let state = state.as_str();
+                    Err(py_err(
+                        "ResultTimeout",
+                        format!(
+                            "task {id:?} of queue {queue:?} did not finish within {timeout} seconds (it is {state})"
+                        ),
+                        &[
+                            ("id", Val::Str(id.clone())),
+                            ("state", Val::Str(state.to_string())),
+                        ],
+                    ))
+                }
+                _ => Err(py_err(
+                    "NotFound",
+                    format!("no task {id:?} is known to queue {queue:?}"),
+                    &[("id", Val::Str(id.clone()))],
+                )),
+            }
+        })
     }
 
     fn dead(&self, count: usize) -> impl Future<Output = PyResult<Vec<Record>>> + Send + 'static {
@@ -365,7 +414,7 @@ impl Core {
                         .with("id", t.id)
                         .with("error", t.error)
                         .with("payload", t.payload)
-                        .with("died_at", t.died_at)
+                        .with("died_at", epoch(t.died_at))
                 })
                 .collect())
         }
@@ -463,6 +512,144 @@ impl Core {
             let r = q.worker(opts).run(h, stop).await.map_err(err)?;
             Ok(report(r))
         })
+    }
+}
+
+/// An event of the queue's log as Python reads it.
+fn event_record(e: dlm::queue::Event) -> Record {
+    Record::default()
+        .with("kind", e.kind.as_str().to_string())
+        .with("task", e.task)
+        .with("at", epoch(e.at_ms))
+        .with("cursor", e.cursor)
+        .with("error", e.error)
+        .with("progress", e.progress.map(u32::from))
+        .with("message", e.message)
+}
+
+fn events_from(start: bool, after: Option<String>) -> dlm::queue::EventsFrom {
+    match (after, start) {
+        (Some(c), _) => dlm::queue::EventsFrom::After(c),
+        (None, true) => dlm::queue::EventsFrom::Start,
+        (None, false) => dlm::queue::EventsFrom::Now,
+    }
+}
+
+type EventItems = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = dlm::Result<dlm::queue::Event>> + Send + 'static>,
+>;
+
+/// A followed event log, shared by both iterator flavours.
+#[derive(Clone)]
+struct Follow(Arc<tokio::sync::Mutex<Option<EventItems>>>);
+
+impl Follow {
+    fn new(q: &dlm::queue::Queue, from: dlm::queue::EventsFrom) -> Self {
+        Follow(Arc::new(tokio::sync::Mutex::new(Some(Box::pin(
+            q.events(from),
+        )))))
+    }
+
+    /// The next event (None once closed).
+    fn next(&self) -> impl Future<Output = PyResult<Option<Record>>> + Send + 'static {
+        use futures_util::StreamExt;
+        let s = self.0.clone();
+        async move {
+            let mut g = s.lock().await;
+            match g.as_mut() {
+                Some(items) => match items.next().await {
+                    Some(e) => e.map(|e| Some(event_record(e))).map_err(err),
+                    None => Ok(None),
+                },
+                None => Ok(None),
+            }
+        }
+    }
+
+    /// Drop the stream (and its dedicated connection) inside the runtime;
+    /// a `next()` still running drops it when it ends.
+    fn close(&self) {
+        let _in_runtime = crate::rt::rt().enter();
+        if let Ok(mut g) = self.0.try_lock() {
+            *g = None;
+        }
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        self.follow.close();
+    }
+}
+
+impl Drop for AsyncEventStream {
+    fn drop(&mut self) {
+        self.follow.close();
+    }
+}
+
+/// Events of a queue as they happen (`for ev in q.events():`): dicts of
+/// kind, task, at (epoch seconds), cursor, error, progress, message. Each
+/// `next()` waits for the next event (Ctrl-C interrupts it); `close()`
+/// stops following.
+#[pyclass(frozen, module = "dlm")]
+pub struct EventStream {
+    follow: Follow,
+}
+
+#[pymethods]
+impl EventStream {
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Record>> {
+        block(py, self.follow.next())
+    }
+
+    /// Stop following (the connection is let go).
+    fn close(&self) {
+        self.follow.close();
+    }
+}
+
+/// Events of a queue as they happen (`async for ev in aq.events():`); as
+/// EventStream, with `aclose()`.
+#[pyclass(frozen, module = "dlm")]
+pub struct AsyncEventStream {
+    follow: Follow,
+}
+
+/// Ends `async for` when the stream is closed.
+struct Next(Option<Record>);
+
+impl<'py> IntoPyObject<'py> for Next {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match self.0 {
+            Some(r) => Ok(r.into_pyobject(py)?.into_any()),
+            None => Err(pyo3::exceptions::PyStopAsyncIteration::new_err(())),
+        }
+    }
+}
+
+#[pymethods]
+impl AsyncEventStream {
+    fn __aiter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let next = self.follow.next();
+        awaitable(py, async move { next.await.map(Next) })
+    }
+
+    /// Stop following (awaitable).
+    fn aclose<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.follow.close();
+        awaitable(py, async move { Ok(()) })
     }
 }
 
@@ -587,10 +774,10 @@ struct LeaseCore {
 }
 
 fn lease_gone() -> PyErr {
-    err(dlm::Error::InvalidArgument {
-        arg: "lease",
-        reason: "the task was acked, nacked or abandoned already".into(),
-    })
+    state_err(
+        "lease",
+        "this lease's task was acked, nacked or abandoned already".into(),
+    )
 }
 
 impl LeaseCore {
@@ -742,14 +929,18 @@ macro_rules! lease_methods {
             fn progress<'py>(
                 &self,
                 py: Python<'py>,
-                pct: u8,
+                pct: Int<u8>,
                 message: String,
             ) -> PyResult<$run!(py, ())> {
-                $run(py, self.core.progress(pct, message))
+                $run(py, self.core.progress(pct.get("pct")?, message))
             }
 
-            fn __repr__(&self) -> String {
-                format!("<{} {:?}>", stringify!($t), self.core.task.get().id)
+            fn __repr__(&self, py: Python<'_>) -> String {
+                let id = PyString::new(py, &self.core.task.get().id)
+                    .repr()
+                    .map(|r| r.to_string())
+                    .unwrap_or_default();
+                format!("<dlm.{} {id}>", stringify!($t))
             }
         }
 
@@ -770,7 +961,7 @@ macro_rules! lease_methods {
 }
 
 macro_rules! queue_methods {
-    ($t:ty, $run:ident, $lease:ident) => {
+    ($t:ty, $run:ident, $lease:ident, $events:ident) => {
         #[pymethods]
         impl $t {
         /// The queue's name.
@@ -783,20 +974,22 @@ macro_rules! queue_methods {
         /// with this id is already queued (kept, unless replace=True; a
         /// replacement of a task in flight runs once that run has ended).
         /// after=[ids]: run only once those tasks completed.
-        #[pyo3(signature = (id, payload=None, *, delay=0.0, priority=0, group=None, after=None, timeout=None, replace=false))]
+        #[pyo3(signature = (id, payload=None, *, delay=0.0, priority=Int::of(0), group=None, after=None, timeout=None, replace=false))]
         #[allow(clippy::too_many_arguments)]
         fn push<'py>(
             &self,
             py: Python<'py>,
             id: String,
-            payload: Option<Vec<u8>>,
+            payload: Option<Payload>,
             delay: f64,
-            priority: u16,
+            priority: Int<u16>,
             group: Option<String>,
             after: Option<Vec<String>>,
             timeout: Option<f64>,
             replace: bool,
         ) -> PyResult<$run!(py, bool)> {
+            let payload = opt_payload(payload, "payload")?;
+            let priority = priority.get("priority")?;
             $run(py, self.core.push(id, payload, delay, priority, group, after, timeout, replace))
         }
 
@@ -821,20 +1014,73 @@ macro_rules! queue_methods {
             $run(py, self.core.stats())
         }
 
-        /// The stored result of task `id` (bytes), or None.
+        /// The stored result of task `id` (bytes), or None (no result yet,
+        /// none at all, or unknown: wait_result tells these apart).
         fn result<'py>(&self, py: Python<'py>, id: String) -> PyResult<$run!(py, Option<Bytes>)> {
-            $run(py, self.core.result(id, None))
+            $run(py, self.core.result(id))
         }
 
-        /// Like result(), waiting up to `timeout` seconds for it.
+        /// The outcome of task `id`, waiting up to `timeout` seconds: its
+        /// result (bytes; None when it completed without one), else
+        /// dlm.TaskFailed (it died: `error`), dlm.NotFound (no such task
+        /// known) or dlm.ResultTimeout (not finished in time: `state`).
         fn wait_result<'py>(&self, py: Python<'py>, id: String, timeout: f64) -> PyResult<$run!(py, Option<Bytes>)> {
-            $run(py, self.core.result(id, Some(timeout)))
+            $run(py, self.core.outcome(id, timeout)?)
         }
 
-        /// Up to `count` dead-lettered tasks: dicts of id, error, payload, died_at (ms).
-        #[pyo3(signature = (count=100))]
-        fn dead<'py>(&self, py: Python<'py>, count: usize) -> PyResult<$run!(py, Vec<Record>)> {
-            $run(py, self.core.dead(count))
+        /// Where task `id` is now: "blocked", "waiting", "delayed",
+        /// "in_flight", "dead" or "completed"; None when it is not known
+        /// (never pushed, cancelled, or completed and forgotten).
+        fn status<'py>(&self, py: Python<'py>, id: String) -> PyResult<$run!(py, Option<&'static str>)> {
+            $run(py, self.core.simple(move |q| async move {
+                q.task(&id).await.map(|d| d.map(|d| d.state.as_str()))
+            }))
+        }
+
+        /// Remove task `id` if it is waiting (due or delayed): True when it
+        /// was removed, False when it is not waiting (unknown, blocked,
+        /// in flight, completed or dead).
+        fn cancel<'py>(&self, py: Python<'py>, id: String) -> PyResult<$run!(py, bool)> {
+            $run(py, self.core.simple(move |q| async move { q.cancel(&id).await }))
+        }
+
+        /// Remove every task that is waiting and due now (delayed, blocked,
+        /// in-flight and dead tasks stay); how many.
+        fn clear<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, usize)> {
+            $run(py, self.core.simple(|q| async move { q.clear().await }))
+        }
+
+        /// One page of the event log (the queue must log events:
+        /// configure(events=N)): dict(events=[...], cursor=...). after: a
+        /// cursor of an earlier page or event (None: from the oldest kept).
+        #[pyo3(signature = (after=None, count=Int::of(100)))]
+        fn events_page<'py>(&self, py: Python<'py>, after: Option<String>, count: Int<usize>) -> PyResult<$run!(py, Record)> {
+            let count = count.get("count")?;
+            let from = events_from(true, after);
+            $run(py, self.core.simple(move |q| async move {
+                let (events, next) = q.events_page(&from, count).await?;
+                let cursor = match next {
+                    dlm::queue::EventsFrom::After(c) => Val::Str(c),
+                    _ => Val::None,
+                };
+                let events: Vec<Record> = events.into_iter().map(event_record).collect();
+                Ok(Record::default().with("events", Val::Records(events)).with("cursor", cursor))
+            }))
+        }
+
+        /// Follow the event log as it grows: an iterator of event dicts.
+        /// start=True: from the oldest event kept; after=cursor: after that
+        /// event; else only what happens from now on.
+        #[pyo3(signature = (*, start=false, after=None))]
+        fn events(&self, start: bool, after: Option<String>) -> $events {
+            $events { follow: Follow::new(&self.core.0, events_from(start, after)) }
+        }
+
+        /// Up to `count` dead-lettered tasks: dicts of id, error, payload,
+        /// died_at (float seconds since the epoch).
+        #[pyo3(signature = (count=Int::of(100)))]
+        fn dead<'py>(&self, py: Python<'py>, count: Int<usize>) -> PyResult<$run!(py, Vec<Record>)> {
+            $run(py, self.core.dead(count.get("count")?))
         }
 
         /// Queue dead tasks again (all, or those of `ids`); how many.
@@ -859,8 +1105,9 @@ macro_rules! queue_methods {
         }
 
         /// Lease up to `count` due tasks for `lease` seconds; ack or nack each.
-        #[pyo3(signature = (count=1, lease=30.0))]
-        fn claim<'py>(&self, py: Python<'py>, count: usize, lease: f64) -> PyResult<$run!(py, Vec<$lease>)> {
+        #[pyo3(signature = (count=Int::of(1), lease=30.0))]
+        fn claim<'py>(&self, py: Python<'py>, count: Int<usize>, lease: f64) -> PyResult<$run!(py, Vec<$lease>)> {
+            let count = count.get("count")?;
             let d = secs("lease", lease).map_err(err)?;
             let q = self.core.0.clone();
             $run(py, async move {
@@ -882,14 +1129,25 @@ macro_rules! queue_methods {
         fn configure<'py>(
             &self,
             py: Python<'py>,
-            group_concurrency: Option<u32>,
-            rate: Option<(u32, f64)>,
-            keep_completed: Option<u32>,
-            events: Option<u32>,
+            group_concurrency: Option<Int<u32>>,
+            rate: Option<(Int<u32>, f64)>,
+            keep_completed: Option<Int<u32>>,
+            events: Option<Int<u32>>,
             keep_results: Option<f64>,
-            keep_results_bytes: Option<u64>,
+            keep_results_bytes: Option<Int<u64>>,
         ) -> PyResult<$run!(py, Record)> {
-            let change = settings_change(group_concurrency, rate, keep_completed, events, keep_results, keep_results_bytes).map_err(err)?;
+            let rate = match rate {
+                Some((n, p)) => Some((n.get("rate")?, p)),
+                None => None,
+            };
+            let change = settings_change(
+                opt_int(group_concurrency, "group_concurrency")?,
+                rate,
+                opt_int(keep_completed, "keep_completed")?,
+                opt_int(events, "events")?,
+                keep_results,
+                opt_int(keep_results_bytes, "keep_results_bytes")?,
+            ).map_err(err)?;
             let q = self.core.0.clone();
             $run(py, async move { q.configure(&change).await.map(settings_record).map_err(err) })
         }
@@ -910,8 +1168,9 @@ macro_rules! queue_methods {
             id: String,
             every: Option<f64>,
             cron: Option<String>,
-            payload: Option<Vec<u8>>,
+            payload: Option<Payload>,
         ) -> PyResult<$run!(py, &'static str)> {
+            let payload = opt_payload(payload, "payload")?;
             let repeat = match (every, cron) {
                 (Some(e), None) => dlm::queue::Repeat::Every(secs("every", e).map_err(err)?),
                 (None, Some(c)) => dlm::queue::Repeat::Cron(c),
@@ -938,9 +1197,11 @@ macro_rules! queue_methods {
             $run(py, self.core.simple(move |q| async move { q.unschedule(&id).await }))
         }
 
-        /// The repeating tasks: dicts of id, repeat, next_tick (ms), payload.
-        #[pyo3(signature = (limit=100))]
-        fn schedules<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<$run!(py, Vec<Record>)> {
+        /// The repeating tasks: dicts of id, repeat, next_tick (float
+        /// seconds since the epoch), payload.
+        #[pyo3(signature = (limit=Int::of(100)))]
+        fn schedules<'py>(&self, py: Python<'py>, limit: Int<usize>) -> PyResult<$run!(py, Vec<Record>)> {
+            let limit = limit.get("limit")?;
             $run(py, self.core.simple(move |q| async move {
                 q.schedules(limit).await.map(|v| {
                     v.into_iter()
@@ -948,7 +1209,7 @@ macro_rules! queue_methods {
                             Record::default()
                                 .with("id", s.id)
                                 .with("repeat", s.repeat.to_string())
-                                .with("next_tick", s.next_tick)
+                                .with("next_tick", epoch(s.next_tick))
                                 .with("payload", s.payload)
                         })
                         .collect::<Vec<Record>>()
@@ -976,8 +1237,12 @@ macro_rules! queue_methods {
             }))
         }
 
-        fn __repr__(&self) -> String {
-            format!("<{} {:?}>", Self::KIND, self.core.0.name())
+        fn __repr__(&self, py: Python<'_>) -> String {
+            let name = PyString::new(py, self.core.0.name())
+                .repr()
+                .map(|r| r.to_string())
+                .unwrap_or_default();
+            format!("<dlm.{} {name}>", Self::KIND)
         }
         }
     };
@@ -1006,7 +1271,7 @@ impl Queue {
 }
 
 use block as sync_ret;
-queue_methods!(Queue, sync_ret, Lease);
+queue_methods!(Queue, sync_ret, Lease, EventStream);
 lease_methods!(
     Lease,
     sync_ret,
@@ -1024,13 +1289,13 @@ impl Queue {
     /// gracefully: no new claims, running handlers finish (within the
     /// worker's grace period, else their tasks go back to the queue), then
     /// KeyboardInterrupt propagates; a second Ctrl-C stops it at once.
-    #[pyo3(signature = (handler, concurrency=1, stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None, grace=None, keep_results=None))]
+    #[pyo3(signature = (handler, concurrency=Int::of(1), stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None, grace=None, keep_results=None))]
     #[allow(clippy::too_many_arguments)]
     fn work(
         &self,
         py: Python<'_>,
         handler: Py<PyAny>,
-        concurrency: usize,
+        concurrency: Int<usize>,
         stop_when_idle: bool,
         lease: Option<f64>,
         task_timeout: Option<f64>,
@@ -1039,7 +1304,7 @@ impl Queue {
         keep_results: Option<f64>,
     ) -> PyResult<Record> {
         let args = WorkArgs {
-            concurrency,
+            concurrency: concurrency.get("concurrency")?,
             stop_when_idle,
             lease,
             task_timeout,
@@ -1070,7 +1335,7 @@ impl AsyncQueue {
 }
 
 use awaitable as async_ret;
-queue_methods!(AsyncQueue, async_ret, AsyncLease);
+queue_methods!(AsyncQueue, async_ret, AsyncLease, AsyncEventStream);
 lease_methods!(
     AsyncLease,
     async_ret,
@@ -1082,13 +1347,13 @@ impl AsyncQueue {
     /// Run `handler(task)` (a coroutine function; a plain function works
     /// too) for every task, `concurrency` at a time, on this event loop.
     /// As Queue.work otherwise; cancelling the awaiting task stops the worker.
-    #[pyo3(signature = (handler, concurrency=1, stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None, grace=None, keep_results=None))]
+    #[pyo3(signature = (handler, concurrency=Int::of(1), stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None, grace=None, keep_results=None))]
     #[allow(clippy::too_many_arguments)]
     fn work<'py>(
         &self,
         py: Python<'py>,
         handler: Py<PyAny>,
-        concurrency: usize,
+        concurrency: Int<usize>,
         stop_when_idle: bool,
         lease: Option<f64>,
         task_timeout: Option<f64>,
@@ -1097,7 +1362,7 @@ impl AsyncQueue {
         keep_results: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let args = WorkArgs {
-            concurrency,
+            concurrency: concurrency.get("concurrency")?,
             stop_when_idle,
             lease,
             task_timeout,

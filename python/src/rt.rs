@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyMemoryView, PyString};
 
 static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
 
@@ -103,7 +103,7 @@ pub fn secs(arg: &'static str, s: f64) -> Result<Duration, dlm::Error> {
     if !s.is_finite() || s < 0.0 {
         return Err(dlm::Error::InvalidArgument {
             arg,
-            reason: format!("{s} is not a number of seconds >= 0"),
+            reason: format!("{s} is not a number of seconds >= 0.0"),
         });
     }
     Duration::try_from_secs_f64(s).map_err(|_| dlm::Error::InvalidArgument {
@@ -115,6 +115,154 @@ pub fn secs(arg: &'static str, s: f64) -> Result<Duration, dlm::Error> {
 /// [`secs`] for an optional argument.
 pub fn opt_secs(arg: &'static str, s: Option<f64>) -> Result<Option<Duration>, dlm::Error> {
     s.map(|s| secs(arg, s)).transpose()
+}
+
+/// An integer argument of any Python int: checked against the range of `T`
+/// when the call reads it ([`Int::get`]), so that a negative or oversized
+/// value (or no int at all) is a `dlm.InvalidArgument` naming the argument,
+/// never an `OverflowError` or a `TypeError` from the conversion.
+pub struct Int<T>(Result<T, String>);
+
+/// The integer types [`Int`] converts to.
+pub trait IntRange: Sized + Copy {
+    const MAX: u64;
+    fn from_u64(v: u64) -> Self;
+}
+
+macro_rules! int_range {
+    ($($t:ty),*) => {$(
+        impl IntRange for $t {
+            const MAX: u64 = <$t>::MAX as u64;
+            fn from_u64(v: u64) -> Self {
+                v as $t
+            }
+        }
+    )*};
+}
+int_range!(u8, u16, u32, u64, usize);
+
+impl<T> Int<T> {
+    /// A default value.
+    pub const fn of(v: T) -> Self {
+        Int(Ok(v))
+    }
+}
+
+impl<T: IntRange> Int<T> {
+    /// The value, or a `dlm.InvalidArgument` for `arg`.
+    pub fn get(self, arg: &'static str) -> PyResult<T> {
+        self.0
+            .map_err(|reason| err(dlm::Error::InvalidArgument { arg, reason }))
+    }
+}
+
+/// `Option<Int<T>>` read the same way.
+pub fn opt_int<T: IntRange>(v: Option<Int<T>>, arg: &'static str) -> PyResult<Option<T>> {
+    v.map(|i| i.get(arg)).transpose()
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "object".into())
+}
+
+impl<'a, 'py, T: IntRange> FromPyObject<'a, 'py> for Int<T> {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let obj = obj.to_owned();
+        if !obj.is_instance_of::<PyInt>() {
+            return Ok(Int(Err(format!(
+                "expected an int, got {}",
+                type_name(&obj)
+            ))));
+        }
+        let out_of_range = || {
+            let shown = obj.str().map(|s| s.to_string()).unwrap_or_default();
+            format!("{shown} is not an int from 0 to {}", T::MAX)
+        };
+        Ok(Int(match obj.extract::<u64>() {
+            Ok(v) if v <= T::MAX => Ok(T::from_u64(v)),
+            _ => Err(out_of_range()),
+        }))
+    }
+}
+
+/// Bytes an argument carries: `bytes`, `bytearray`, `memoryview`, or a `str`
+/// (encoded as UTF-8). Anything else is a `dlm.InvalidArgument` naming the
+/// argument when the call reads it ([`Payload::get`]).
+pub struct Payload(Result<Vec<u8>, String>);
+
+impl Payload {
+    /// The bytes, or a `dlm.InvalidArgument` for `arg`.
+    pub fn get(self, arg: &'static str) -> PyResult<Vec<u8>> {
+        self.0
+            .map_err(|reason| err(dlm::Error::InvalidArgument { arg, reason }))
+    }
+}
+
+/// `Option<Payload>` read the same way.
+pub fn opt_payload(v: Option<Payload>, arg: &'static str) -> PyResult<Option<Vec<u8>>> {
+    v.map(|p| p.get(arg)).transpose()
+}
+
+/// The bytes of `obj` as [`Payload`] takes them.
+pub fn payload_bytes(obj: &Bound<'_, PyAny>) -> Result<Vec<u8>, String> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        Ok(b.as_bytes().to_vec())
+    } else if let Ok(b) = obj.cast::<PyByteArray>() {
+        Ok(b.to_vec())
+    } else if let Ok(s) = obj.cast::<PyString>() {
+        s.to_cow()
+            .map(|s| s.as_bytes().to_vec())
+            .map_err(|_| "a str that cannot be encoded as UTF-8 (lone surrogates)".to_string())
+    } else if obj.is_instance_of::<PyMemoryView>() {
+        obj.call_method0("tobytes")
+            .and_then(|b| b.extract::<Vec<u8>>())
+            .map_err(|e| e.to_string())
+    } else {
+        Err(format!(
+            "expected bytes, bytearray, memoryview or str, got {}",
+            type_name(obj)
+        ))
+    }
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Payload {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Payload(payload_bytes(&obj.to_owned())))
+    }
+}
+
+/// A binding-level error of `dlm.errors` (not a core error): `class` with
+/// `message` and attributes.
+pub fn py_err(class: &str, message: String, attrs: &[(&str, Val)]) -> PyErr {
+    Python::attach(|py| {
+        let made = (|| -> PyResult<PyErr> {
+            let exc = py.import("dlm.errors")?.getattr(class)?.call1((message,))?;
+            for (k, v) in attrs {
+                exc.setattr(*k, v.clone())?;
+            }
+            Ok(PyErr::from_value(exc))
+        })();
+        match made {
+            Ok(e) | Err(e) => e,
+        }
+    })
+}
+
+/// `dlm.StateError`: a call the object's state does not allow (a guard
+/// released twice, a closed client, ...).
+pub fn state_err(name: &str, message: String) -> PyErr {
+    py_err(
+        "StateError",
+        message,
+        &[("name", Val::Str(name.to_string()))],
+    )
 }
 
 /// A dlm error as the matching exception of `dlm.errors`.
@@ -144,6 +292,8 @@ fn build_err(py: Python<'_>, e: &dlm::Error) -> PyResult<PyErr> {
             attrs.set_item("wanted", wanted)?;
             attrs.set_item("free", free)?;
             attrs.set_item("capacity", capacity)?;
+            // A Busy like any other: no holder's lease to tell.
+            attrs.set_item("ttl", py.None())?;
             "NoPermits"
         }
         E::Expired { name } => {
@@ -226,6 +376,7 @@ fn build_err(py: Python<'_>, e: &dlm::Error) -> PyResult<PyErr> {
             "InvalidArgument"
         }
         E::Unavailable { .. } => "ConnectionError",
+        E::Auth { .. } => "AuthenticationError",
         E::Timeout(after) => {
             attrs.set_item("after", after.as_secs_f64())?;
             "Timeout"
@@ -251,6 +402,7 @@ pub enum Val {
     Str(String),
     Bytes(Vec<u8>),
     Strs(Vec<String>),
+    Records(Vec<Record>),
 }
 
 impl From<bool> for Val {
@@ -323,6 +475,7 @@ impl<'py> IntoPyObject<'py> for Val {
             Val::Str(s) => s.into_pyobject(py)?.into_any(),
             Val::Bytes(b) => pyo3::types::PyBytes::new(py, &b).into_any(),
             Val::Strs(v) => v.into_pyobject(py)?.into_any(),
+            Val::Records(v) => v.into_pyobject(py)?.into_any(),
         })
     }
 }

@@ -59,9 +59,9 @@ def test_acquire_release_by_hand(redis_url: str) -> None:
     assert g.remaining() > 10.0
     lock.release()
     assert g.is_released()
-    with pytest.raises(dlm.InvalidArgument):
+    with pytest.raises(dlm.StateError):
         g.release()
-    with pytest.raises(dlm.InvalidArgument):
+    with pytest.raises(dlm.StateError):
         lock.release()
 
 

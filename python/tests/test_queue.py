@@ -68,7 +68,8 @@ def test_wait_result(redis_url: str) -> None:
 
     threading.Timer(0.2, worker).start()
     assert q.wait_result("img:7", 10.0) == b"done 7"
-    assert q.wait_result("never", 0.2) is None
+    with pytest.raises(dlm.NotFound):
+        q.wait_result("never", 0.2)
 
 
 def test_claim_ack_nack(redis_url: str) -> None:
@@ -83,7 +84,7 @@ def test_claim_ack_nack(redis_url: str) -> None:
     by_id["a"].extend(20.0)
     by_id["a"].ack(b"ok")
     assert by_id["b"].nack("try later") == "retrying"
-    with pytest.raises(dlm.InvalidArgument):
+    with pytest.raises(dlm.StateError):
         by_id["a"].ack()
     assert q.result("a") == b"ok"
     again = q.claim(1, lease=10.0)

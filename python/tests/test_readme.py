@@ -24,3 +24,26 @@ def test_readme_examples(redis_url: str) -> None:
 
 def test_the_repositorys_readme_python_section(redis_url: str) -> None:
     run_blocks(ROOT_README, redis_url, 1)
+
+
+def test_readme_examples_pass_mypy_strict(tmp_path: Path) -> None:
+    """A user who copies an example into a typed code base gets no error from
+    `mypy --strict` (issue 33: the root README's fence was an Optional[int])."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("mypy") is None:
+        import pytest
+
+        pytest.skip("mypy is not installed")
+    for readme in (README, ROOT_README):
+        blocks = re.findall(r"```python\n(.*?)```", readme.read_text(), re.S)
+        src = tmp_path / f"{readme.parent.name}_readme.py"
+        src.write_text("import dlm\nREDIS_URL: str = ''\n" + "\n".join(blocks))
+        out = subprocess.run(
+            [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(src)],
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 0, out.stdout + out.stderr

@@ -59,7 +59,7 @@ pub enum CheckCommand {
 /// A client of the deployment `global` names, with the check's key prefix.
 async fn lock_client(global: &Global) -> Result<dlm::Client, CliError> {
     let mut builder = dlm::Client::builder()
-        .key_prefix("dlm:check:lock:")
+        .key_prefix("dlm:check:")
         .timeout(global.timeout)
         .connect_timeout(global.timeout)
         .quorum_wait(Duration::ZERO);

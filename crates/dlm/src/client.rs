@@ -4,6 +4,7 @@
 //! library's layers: it may name everything below, and nothing below names it
 //! (see ARCHITECTURE.md).
 
+use crate::error::secs;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use crate::consistency::{Stock, Versioned};
 use crate::election::{Election, ElectionShared};
 use crate::error::{Error, Result};
 use crate::fair::{FairLock, FairShared};
-use crate::keys::{DEFAULT_LOCK_PREFIX, validate_prefix};
+use crate::keys::{DEFAULT_KEY_PREFIX, key_root, validate_prefix};
 use crate::lock::{HeldLock, Lock, Locks, MultiLock, Node, Nodes, Quorum, ReleaseAll};
 use crate::metrics::LockNames;
 use crate::queue::Queue;
@@ -53,6 +54,8 @@ struct ClientInner {
     rw: Arc<RwShared>,
     /// The leaderships' registry and watchdog.
     election: Arc<ElectionShared>,
+    /// The root of every key (`dlm:`, or the key prefix).
+    root: Arc<str>,
     /// For dedicated connections (a worker's blocking wait, pub/sub), when known.
     deployment: Option<Arc<Deployment>>,
     /// The defect this client was built with (dlm's checker tests only).
@@ -67,7 +70,7 @@ struct ClientInner {
 /// # async fn demo() -> dlm::Result<()> {
 /// use std::time::Duration;
 /// let client = dlm::Client::builder()
-///     .key_prefix("myapp:lock:")
+///     .key_prefix("myapp")
 ///     .timeout(Duration::from_millis(500))
 ///     .connect("redis://127.0.0.1:6379")
 ///     .await?;
@@ -83,6 +86,7 @@ pub struct ClientBuilder {
     wakeup_url: Option<String>,
     tls: Option<TlsConfig>,
     metrics_lock_names: usize,
+    lazy: bool,
     #[cfg(feature = "seeded-defects")]
     seeded: Option<crate::seeded::SeededDefect>,
 }
@@ -90,7 +94,7 @@ pub struct ClientBuilder {
 impl Default for ClientBuilder {
     fn default() -> Self {
         ClientBuilder {
-            prefix: DEFAULT_LOCK_PREFIX.into(),
+            prefix: DEFAULT_KEY_PREFIX.into(),
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_TIMEOUT,
             node_timeout: None,
@@ -98,6 +102,7 @@ impl Default for ClientBuilder {
             wakeup_url: None,
             tls: None,
             metrics_lock_names: 0,
+            lazy: false,
             #[cfg(feature = "seeded-defects")]
             seeded: None,
         }
@@ -106,7 +111,10 @@ impl Default for ClientBuilder {
 
 fn validate_timeout(what: &'static str, d: Duration) -> Result<()> {
     if d.is_zero() || d > Duration::from_secs(3600) {
-        return Err(Error::invalid(what, format!("{d:?} is outside (0, 1h]")));
+        return Err(Error::invalid(
+            what,
+            format!("{} is outside (0, 3600] seconds", secs(d)),
+        ));
     }
     Ok(())
 }
@@ -132,7 +140,7 @@ async fn majority_up(backends: &[Backend], needed: usize) -> Result<bool> {
         for b in backends {
             let (is_up, failure, failed) = b.connecting();
             if let Some(e) = failure {
-                return Err(Error::Unavailable { source: e.into() });
+                return Err(e.into_error());
             }
             up += usize::from(is_up);
             settled += usize::from(is_up || failed > 0);
@@ -148,9 +156,32 @@ async fn majority_up(backends: &[Backend], needed: usize) -> Result<bool> {
 }
 
 impl ClientBuilder {
-    /// The prefix of lock keys (default `dlm:lock:`; no `{` or `}`).
+    /// The key prefix of everything this client touches (default `dlm:`;
+    /// at most 128 bytes, not empty, no `{` or `}`): every lock, queue and
+    /// helper key starts with it, followed by a `:` when it does not end
+    /// with one. `key_prefix("myapp")` keeps lock `orders:42` at
+    /// `myapp:lock:{orders:42}`, queue `mail` at `myapp:queue:{mail}:...`,
+    /// semaphore `pool` at `myapp:sem:{pool}`, and so on; the keys that
+    /// belong together keep one `{hash tag}` (one Redis Cluster slot).
+    /// Without it the keys are `dlm:lock:{orders:42}`, ... as always. A raw
+    /// key ([`crate::Lock::raw_key`]) is exactly its name, outside the prefix.
+    ///
+    /// It used to be the prefix of lock keys only (`myapp:lock:` in place
+    /// of `dlm:lock:`; see the CHANGELOG): a client that set it finds its
+    /// locks under `PREFIX:lock:` now.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// Connect lazily (default: no): [`ClientBuilder::connect`] and
+    /// [`ClientBuilder::connect_cluster`] return at once and connect in the
+    /// background; a call made before the connection is up waits for it
+    /// within its own deadline, and a server that cannot be reached shows
+    /// as that call's error ([`Error::Timeout`], or the refusal, e.g.
+    /// [`Error::Auth`]). For processes that start before Redis does.
+    pub fn lazy(mut self, lazy: bool) -> Self {
+        self.lazy = lazy;
         self
     }
 
@@ -269,6 +300,9 @@ impl ClientBuilder {
 
     fn validate(&self) -> Result<()> {
         validate_prefix(&self.prefix)?;
+        if self.prefix.is_empty() {
+            return Err(Error::invalid("key prefix", "must not be empty"));
+        }
         validate_timeout("timeout", self.timeout)?;
         if let Some(t) = self.node_timeout {
             validate_timeout("node timeout", t)?;
@@ -276,7 +310,10 @@ impl ClientBuilder {
         if let Some(w) = self.quorum_wait
             && w > Duration::from_secs(3600)
         {
-            return Err(Error::invalid("quorum wait", format!("{w:?} is over 1h")));
+            return Err(Error::invalid(
+                "quorum wait",
+                format!("{} is over 3600 seconds", secs(w)),
+            ));
         }
         validate_timeout("connect timeout", self.connect_timeout)
     }
@@ -290,9 +327,17 @@ impl ClientBuilder {
     /// dedicated connections.
     async fn on(self, deployment: Deployment) -> Result<Client> {
         let deployment = Arc::new(deployment);
-        let backend = deployment
-            .connect(self.connect_timeout, self.timeout, preloaded_scripts())
-            .await?;
+        let backend = if self.lazy {
+            deployment.connect_in_background(
+                self.connect_timeout,
+                self.timeout,
+                preloaded_scripts(),
+            )
+        } else {
+            deployment
+                .connect(self.connect_timeout, self.timeout, preloaded_scripts())
+                .await?
+        };
         let wakeups = Some(Wakeups::new(deployment.clone(), self.timeout));
         Ok(self.finish(Nodes::Single(Node::new(backend)), wakeups, Some(deployment)))
     }
@@ -485,9 +530,10 @@ impl ClientBuilder {
         wakeups: Option<Arc<Wakeups>>,
         deployment: Option<Arc<Deployment>>,
     ) -> Client {
+        let root = key_root(&self.prefix);
         let locks = Locks::new(
             nodes,
-            self.prefix,
+            format!("{root}lock:"),
             wakeups,
             (self.metrics_lock_names > 0).then(|| LockNames::new(self.metrics_lock_names)),
         );
@@ -495,12 +541,29 @@ impl ClientBuilder {
         locks.set_seeded(self.seeded);
         let backend = locks.single_backend().cloned();
         let (wakeups, background) = (locks.wakeups.clone(), locks.background.clone());
-        let semaphores = Semaphores::new(backend.clone(), wakeups.clone(), background.clone());
+        let root: Arc<str> = root.into();
+        let semaphores = Semaphores::new(
+            backend.clone(),
+            wakeups.clone(),
+            background.clone(),
+            root.clone(),
+        );
         Client {
             inner: Arc::new(ClientInner {
-                fair: Shared::new(backend.clone(), wakeups.clone(), background.clone()),
-                rw: Shared::new(backend.clone(), wakeups.clone(), background.clone()),
-                election: Shared::new(backend, wakeups, background),
+                fair: Shared::new(
+                    backend.clone(),
+                    wakeups.clone(),
+                    background.clone(),
+                    root.clone(),
+                ),
+                rw: Shared::new(
+                    backend.clone(),
+                    wakeups.clone(),
+                    background.clone(),
+                    root.clone(),
+                ),
+                election: Shared::new(backend, wakeups, background, root.clone()),
+                root,
                 locks,
                 semaphores,
                 deployment,
@@ -728,6 +791,7 @@ impl Client {
             self.single_backend(),
             self.inner.deployment.clone(),
             name.into(),
+            self.inner.root.clone(),
         );
         #[cfg(feature = "seeded-defects")]
         let queue = queue.seeded_defect(self.inner.seeded);
@@ -749,7 +813,7 @@ impl Client {
         let backend = self.single_backend().ok_or_else(|| {
             Error::invalid("client", "queues need a single-Redis client, not Redlock")
         })?;
-        crate::queue::queue_names(&backend, limit).await
+        crate::queue::queue_names(&backend, &self.inner.root, limit).await
     }
 
     /// The names of up to `limit` (at most [`crate::lock::MAX_HELD_LOCKS`])
@@ -772,7 +836,6 @@ impl Client {
         pattern: &str,
         limit: usize,
     ) -> Result<Vec<String>> {
-        use crate::keys::{DEFAULT_SEMAPHORE_PREFIX, ELECTION_PREFIX, FAIR_PREFIX, RW_PREFIX};
         if limit == 0 || limit > crate::lock::MAX_HELD_LOCKS {
             return Err(Error::invalid(
                 "limit",
@@ -785,15 +848,20 @@ impl Client {
                 "lock inspection needs a single-Redis client, not Redlock",
             )
         })?;
-        let (prefix, suffixes): (&str, &[&str]) = match kind {
-            LockKind::Fair => (FAIR_PREFIX, &["", ":queue"]),
-            LockKind::RwLock => (RW_PREFIX, &[":writer", ":readers", ":writers_waiting"]),
-            LockKind::Semaphore => (DEFAULT_SEMAPHORE_PREFIX, &[""]),
-            LockKind::Election => (ELECTION_PREFIX, &[":term"]),
+        let (kind, suffixes): (&str, &[&str]) = match kind {
+            LockKind::Fair => ("fair:", &["", ":queue"]),
+            LockKind::RwLock => ("rw:", &[":writer", ":readers", ":writers_waiting"]),
+            LockKind::Semaphore => ("sem:", &[""]),
+            LockKind::Election => ("elect:", &[":term"]),
         };
+        let prefix = format!("{}{kind}", self.inner.root);
+        let prefix = prefix.as_str();
         let mut names = Vec::new();
         for suffix in suffixes {
-            let glob = format!("{prefix}{{{pattern}}}{suffix}");
+            let glob = format!(
+                "{}{{{pattern}}}{suffix}",
+                crate::backend::glob_escape(prefix)
+            );
             for key in backend.scan(&glob, limit).await? {
                 if let Some(name) = key
                     .strip_prefix(prefix)
@@ -835,7 +903,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn versioned(&self, name: impl Into<String>) -> Versioned {
-        Versioned::new(self.single_backend(), name.into())
+        Versioned::new(self.single_backend(), name.into(), self.inner.root.clone())
     }
 
     /// A rate limiter `dlm:rate:{name}` granting at most `n` per `period`
@@ -854,7 +922,13 @@ impl Client {
         n: u64,
         period: Duration,
     ) -> crate::ratelimit::RateLimiter {
-        crate::ratelimit::RateLimiter::new(self.single_backend(), name.into(), n, period)
+        crate::ratelimit::RateLimiter::new(
+            self.single_backend(),
+            name.into(),
+            n,
+            period,
+            self.inner.root.clone(),
+        )
     }
 
     /// An id generator `dlm:ids:{name}`: unique, increasing ids across
@@ -866,7 +940,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn ids(&self, name: impl Into<String>) -> crate::ids::Ids {
-        crate::ids::Ids::new(self.single_backend(), name.into())
+        crate::ids::Ids::new(self.single_backend(), name.into(), self.inner.root.clone())
     }
 
     /// A stock counter `dlm:stock:{name}` (see [`Stock`]).
@@ -877,7 +951,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn stock(&self, name: impl Into<String>) -> Stock {
-        Stock::new(self.single_backend(), name.into())
+        Stock::new(self.single_backend(), name.into(), self.inner.root.clone())
     }
 
     /// Store `value` for `resource` (key `dlm:fenced:{resource}`) only if
@@ -904,7 +978,7 @@ impl Client {
         value: impl AsRef<[u8]>,
     ) -> Result<()> {
         let backend = self.inner.locks.single_backend();
-        crate::fenced::write(backend, resource, fence, value.as_ref()).await
+        crate::fenced::write(backend, &self.inner.root, resource, fence, value.as_ref()).await
     }
 
     /// The value stored by [`Client::fenced_write`] and the token that wrote it.
@@ -917,7 +991,12 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn fenced_read(&self, resource: &str) -> Result<Option<(Fence, Vec<u8>)>> {
-        crate::fenced::read(self.inner.locks.single_backend(), resource).await
+        crate::fenced::read(
+            self.inner.locks.single_backend(),
+            &self.inner.root,
+            resource,
+        )
+        .await
     }
 
     fn single_backend(&self) -> Option<Backend> {

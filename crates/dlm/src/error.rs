@@ -85,7 +85,7 @@ pub enum Error {
     },
     /// A rate limiter had no free slot within the caller's deadline
     /// ([`crate::ratelimit::RateLimiter::acquire_within`]); nothing was granted.
-    #[error("rate limiter {name:?} is at its limit; the next slot frees in {} ms", retry_after.as_millis())]
+    #[error("rate limiter {name:?} is at its limit; the next slot frees in {}", secs(*retry_after))]
     RateLimited {
         /// The limiter's name.
         name: String,
@@ -166,9 +166,18 @@ pub enum Error {
         source: BackendError,
     },
     /// Redis did not answer within the configured timeout.
-    #[error("Redis did not answer within {0:?}")]
+    #[error("Redis did not answer within {}", secs(*.0))]
     Timeout(Duration),
-    /// Redis answered with an error (e.g. wrong password, wrong type) or an unexpected reply.
+    /// Redis refused the credentials: a wrong password or user (`WRONGPASS`),
+    /// or none where the server needs them (`NOAUTH`). Not retryable:
+    /// retrying cannot help until the configuration changes.
+    #[error("Redis refused the credentials: {source}")]
+    Auth {
+        /// The refusal, as Redis or the driver reported it.
+        #[source]
+        source: BackendError,
+    },
+    /// Redis answered with an error (e.g. wrong type, a script error) or an unexpected reply.
     #[error("Redis error: {source}")]
     Backend {
         /// The underlying cause.
@@ -179,7 +188,7 @@ pub enum Error {
 
 fn fmt_ttl(ttl: &Option<Duration>) -> String {
     match ttl {
-        Some(t) => format!(" (expires in {} ms)", t.as_millis()),
+        Some(t) => format!(" (expires in {})", secs(*t)),
         None => " (without expiry)".into(),
     }
 }
@@ -235,6 +244,9 @@ impl Error {
             Error::Unavailable { source } => Error::Unavailable {
                 source: source.to_string().into(),
             },
+            Error::Auth { source } => Error::Auth {
+                source: source.to_string().into(),
+            },
             other => Error::protocol(other.to_string()),
         }
     }
@@ -246,9 +258,20 @@ impl Error {
     }
 }
 
+/// Whether Redis refused the credentials (the driver's kind, or the
+/// server's `WRONGPASS` / `NOAUTH` reply).
+pub(crate) fn is_auth_failure(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+}
+
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
-        if e.is_io_error()
+        if is_auth_failure(&e) {
+            Error::Auth {
+                source: Box::new(e),
+            }
+        } else if e.is_io_error()
             || e.is_connection_dropped()
             || e.is_connection_refusal()
             || e.is_timeout()
@@ -287,3 +310,16 @@ impl From<redis::ParsingError> for Error {
 
 /// `Result` with dlm's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A duration as messages show it: seconds, in plain decimal (`0.01
+/// seconds`, `604800 seconds`), the unit every dlm API takes in Python and
+/// on the CLI's flags alike.
+pub(crate) fn secs(d: Duration) -> String {
+    let s = format!("{:.3}", d.as_secs_f64());
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    let s = if s.is_empty() { "0" } else { s };
+    if d.as_nanos() > 0 && d < Duration::from_millis(1) {
+        return format!("{} seconds", d.as_secs_f64());
+    }
+    format!("{s} seconds")
+}

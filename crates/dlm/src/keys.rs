@@ -1,6 +1,11 @@
 //! The key schema, in one place.
 //!
-//! For a lock named `NAME` with the default prefix `dlm:lock:`:
+//! Every key starts with the client's key prefix, `dlm:` by default
+//! ([`crate::ClientBuilder::key_prefix`] puts another in its place: `myapp`
+//! makes `myapp:lock:{NAME}`, `myapp:queue:{NAME}:waiting`, ...); the keys of
+//! one lock, queue or helper share its `{NAME}` hash tag either way.
+//!
+//! For a lock named `NAME` with the default prefix (lock keys `dlm:lock:`):
 //!
 //! | what | key or channel |
 //! |---|---|
@@ -37,15 +42,36 @@ pub const MAX_NAME_LEN: usize = 1024;
 pub const MAX_PREFIX_LEN: usize = 128;
 /// The default prefix of lock keys.
 pub const DEFAULT_LOCK_PREFIX: &str = "dlm:lock:";
+/// The default key prefix: every key dlm writes starts with it (a lock's
+/// `dlm:lock:{NAME}`, a queue's `dlm:queue:{NAME}:...`, ...).
+/// [`crate::ClientBuilder::key_prefix`] puts another in its place.
+pub const DEFAULT_KEY_PREFIX: &str = "dlm:";
+
+/// The root of every key under the key prefix `prefix`, as
+/// [`crate::ClientBuilder::key_prefix`] takes it: `myapp` and `myapp:`
+/// both give `myapp:` (a prefix ends with a `:` separator).
+///
+/// ```
+/// assert_eq!(dlm::keys::key_root("myapp"), "myapp:");
+/// assert_eq!(dlm::keys::key_root("myapp:"), "myapp:");
+/// assert_eq!(dlm::keys::key_root(dlm::keys::DEFAULT_KEY_PREFIX), "dlm:");
+/// ```
+pub fn key_root(prefix: &str) -> String {
+    if prefix.ends_with(':') {
+        prefix.to_string()
+    } else {
+        format!("{prefix}:")
+    }
+}
 
 /// The rules of a least-privilege ACL user that can do everything dlm does
 /// with the default key prefixes and nothing else: its keys (`~dlm:*`), its
 /// channels (`&dlm:*`) and only the commands dlm sends, directly or from its
 /// scripts. An operator creates the user with
 /// `ACL SETUSER dlm on >PASSWORD ` followed by these rules (the README shows
-/// the line). With [`crate::ClientBuilder::key_prefix`] or
-/// [`crate::Lock::raw_key`], add `~PREFIX*` and `&PREFIX*` (raw keys:
-/// `~NAME` and `&dlm:released:*`) for the lock keys and channels.
+/// the line). With [`crate::ClientBuilder::key_prefix`] (every key and
+/// channel then starts with `PREFIX:`), add `~PREFIX:*` and `&PREFIX:*`;
+/// with [`crate::Lock::raw_key`], `~NAME` and `&dlm:released:*`.
 ///
 /// ```
 /// assert!(dlm::keys::ACL_RULES.contains("~dlm:*"));
@@ -389,12 +415,13 @@ impl FairKeys {
     }
 }
 
-pub(crate) fn fair_keys(name: &str) -> Result<FairKeys> {
-    let lock = tagged(FAIR_PREFIX, "fair lock name", name)?;
+pub(crate) fn fair_keys(root: &str, name: &str) -> Result<FairKeys> {
+    let prefix = format!("{root}fair:");
+    let lock = tagged(&prefix, "fair lock name", name)?;
     Ok(FairKeys {
         queue: format!("{lock}:queue"),
         timeouts: format!("{lock}:timeouts"),
-        fence: fence_key(FAIR_PREFIX, &lock),
+        fence: fence_key(&prefix, &lock),
         wake_prefix: format!("{lock}:wake:"),
         lock,
     })
@@ -419,13 +446,14 @@ pub(crate) struct RwKeys {
     pub writable: String,
 }
 
-pub(crate) fn rw_keys(name: &str) -> Result<RwKeys> {
-    let base = tagged(RW_PREFIX, "rwlock name", name)?;
+pub(crate) fn rw_keys(root: &str, name: &str) -> Result<RwKeys> {
+    let prefix = format!("{root}rw:");
+    let base = tagged(&prefix, "rwlock name", name)?;
     Ok(RwKeys {
         writer: format!("{base}:writer"),
         readers: format!("{base}:readers"),
         waiting: format!("{base}:writers_waiting"),
-        fence: fence_key(RW_PREFIX, &base),
+        fence: fence_key(&prefix, &base),
         readable: format!("{base}:readable"),
         writable: format!("{base}:writable"),
     })
@@ -450,8 +478,8 @@ pub(crate) struct ElectionKeys {
     pub resigned: String,
 }
 
-pub(crate) fn election_keys(name: &str) -> Result<ElectionKeys> {
-    let base = tagged(ELECTION_PREFIX, "election name", name)?;
+pub(crate) fn election_keys(root: &str, name: &str) -> Result<ElectionKeys> {
+    let base = tagged(&format!("{root}elect:"), "election name", name)?;
     Ok(ElectionKeys {
         leader: format!("{base}:leader"),
         term: format!("{base}:term"),
@@ -542,7 +570,7 @@ pub fn queue_payload_bucket(name: &str, id: &str) -> Result<String> {
         .fold(0u64, |h, b| (h * 31 + u64::from(b)) % 1_000_003);
     Ok(format!(
         "{}:{:03x}",
-        queue_keys(name)?[1],
+        queue_keys(DEFAULT_KEY_PREFIX, name)?[1],
         h % QUEUE_PAYLOAD_BUCKETS as u64
     ))
 }
@@ -550,20 +578,21 @@ pub fn queue_payload_bucket(name: &str, id: &str) -> Result<String> {
 /// Every payload bucket key of queue `name` (see [`QUEUE_PAYLOAD_BUCKETS`]),
 /// for tools that delete a queue's keys.
 pub fn queue_payload_bucket_keys(name: &str) -> Result<Vec<String>> {
-    let payload = &queue_keys(name)?[1];
+    let payload = &queue_keys(DEFAULT_KEY_PREFIX, name)?[1];
     Ok((0..QUEUE_PAYLOAD_BUCKETS)
         .map(|b| format!("{payload}:{b:03x}"))
         .collect())
 }
 
-/// The keys of one queue, all under the `{name}` hash tag, in the order
-/// every queue script expects them in KEYS.
-pub(crate) fn queue_keys(name: &str) -> Result<Vec<String>> {
+/// The keys of one queue under the key root `root` (`dlm:` by default),
+/// all under the `{name}` hash tag, in the order every queue script
+/// expects them in KEYS.
+pub(crate) fn queue_keys(root: &str, name: &str) -> Result<Vec<String>> {
     validate_name("queue name", name)?;
     if name.starts_with('}') {
         return Err(Error::invalid("queue name", "must not start with '}'"));
     }
-    let base = format!("{DEFAULT_QUEUE_PREFIX}{{{name}}}");
+    let base = format!("{root}queue:{{{name}}}");
     Ok(QUEUE_KEY_SUFFIXES
         .iter()
         .map(|suffix| format!("{base}:{suffix}"))
@@ -593,15 +622,15 @@ pub(crate) struct SemaphoreKeys {
 /// # Ok::<(), dlm::Error>(())
 /// ```
 pub fn semaphore_key(name: &str) -> Result<String> {
-    Ok(semaphore_keys(name)?.meta)
+    Ok(semaphore_keys(DEFAULT_KEY_PREFIX, name)?.meta)
 }
 
-pub(crate) fn semaphore_keys(name: &str) -> Result<SemaphoreKeys> {
+pub(crate) fn semaphore_keys(root: &str, name: &str) -> Result<SemaphoreKeys> {
     validate_name("semaphore name", name)?;
     if name.starts_with('}') {
         return Err(Error::invalid("semaphore name", "must not start with '}'"));
     }
-    let meta = format!("{DEFAULT_SEMAPHORE_PREFIX}{{{name}}}");
+    let meta = format!("{root}sem:{{{name}}}");
     Ok(SemaphoreKeys {
         holders: format!("{meta}:holders"),
         channel: format!("{meta}:released"),
@@ -615,12 +644,12 @@ pub(crate) fn semaphore_keys(name: &str) -> Result<SemaphoreKeys> {
 /// `schedule_payloads` (HASH id -> payload), `schedule_next` (ZSET id ->
 /// next tick, ms). Kept apart from `queue_keys`' list on purpose: the queue
 /// scripts' KEYS order does not change when schedules do.
-pub(crate) fn schedule_keys(name: &str) -> Result<Vec<String>> {
+pub(crate) fn schedule_keys(root: &str, name: &str) -> Result<Vec<String>> {
     validate_name("queue name", name)?;
     if name.starts_with('}') {
         return Err(Error::invalid("queue name", "must not start with '}'"));
     }
-    let base = format!("{DEFAULT_QUEUE_PREFIX}{{{name}}}");
+    let base = format!("{root}queue:{{{name}}}");
     Ok(["schedules", "schedule_payloads", "schedule_next"]
         .iter()
         .map(|suffix| format!("{base}:{suffix}"))
@@ -629,23 +658,23 @@ pub(crate) fn schedule_keys(name: &str) -> Result<Vec<String>> {
 
 /// The sliding-window log of rate limiter `name`: `dlm:rate:{name}` (a ZSET
 /// of grant times).
-pub(crate) fn rate_key(name: &str) -> Result<String> {
-    tagged("dlm:rate:", "rate limiter name", name)
+pub(crate) fn rate_key(root: &str, name: &str) -> Result<String> {
+    tagged(&format!("{root}rate:"), "rate limiter name", name)
 }
 
 /// The counter of id generator `name`: `dlm:ids:{name}` (a string holding
 /// the last id handed out or reserved).
-pub(crate) fn ids_key(name: &str) -> Result<String> {
-    tagged("dlm:ids:", "id generator name", name)
+pub(crate) fn ids_key(root: &str, name: &str) -> Result<String> {
+    tagged(&format!("{root}ids:"), "id generator name", name)
 }
 
 /// The key holding a fenced value for `resource`.
-pub(crate) fn fenced_key(resource: &str) -> Result<String> {
+pub(crate) fn fenced_key(root: &str, resource: &str) -> Result<String> {
     validate_name("resource name", resource)?;
     if resource.starts_with('}') {
         return Err(Error::invalid("resource name", "must not start with '}'"));
     }
-    Ok(format!("dlm:fenced:{{{resource}}}"))
+    Ok(format!("{root}fenced:{{{resource}}}"))
 }
 
 /// The part of `key` that Redis Cluster hashes: the content of the first
@@ -713,16 +742,19 @@ mod tests {
 
     #[test]
     fn fair_and_rw_keys_share_one_slot() -> Result<()> {
-        let f = fair_keys("jobs")?;
+        let f = fair_keys(DEFAULT_KEY_PREFIX, "jobs")?;
         assert_eq!(f.lock, "dlm:fair:{jobs}");
         for k in [&f.queue, &f.timeouts, &f.fence, &f.wake("t")] {
             assert_eq!(slot(k), slot(&f.lock), "{k}");
         }
-        let r = rw_keys("jobs")?;
+        let r = rw_keys(DEFAULT_KEY_PREFIX, "jobs")?;
         for k in [&r.readers, &r.waiting, &r.fence, &r.readable, &r.writable] {
             assert_eq!(slot(k), slot(&r.writer), "{k}");
         }
-        assert!(fair_keys("").is_err() && rw_keys("}x").is_err());
+        assert!(
+            fair_keys(DEFAULT_KEY_PREFIX, "").is_err()
+                && rw_keys(DEFAULT_KEY_PREFIX, "}x").is_err()
+        );
         Ok(())
     }
 
@@ -737,39 +769,106 @@ mod tests {
 
     #[test]
     fn queue_keys_share_one_slot() -> Result<()> {
-        let keys = queue_keys("mail")?;
+        let keys = queue_keys(DEFAULT_KEY_PREFIX, "mail")?;
         assert_eq!(keys.len(), 31);
         assert_eq!(keys[0], "dlm:queue:{mail}:waiting");
         assert!(keys.iter().all(|k| cluster_tag(k) == "mail"));
-        assert!(queue_keys("").is_err());
+        assert!(queue_keys(DEFAULT_KEY_PREFIX, "").is_err());
         Ok(())
     }
 
     #[test]
     fn semaphore_keys_share_one_slot() -> Result<()> {
-        let k = semaphore_keys("pool")?;
+        let k = semaphore_keys(DEFAULT_KEY_PREFIX, "pool")?;
         assert_eq!(k.meta, "dlm:sem:{pool}");
         assert_eq!(k.holders, "dlm:sem:{pool}:holders");
         assert_eq!(slot(&k.holders), slot(&k.meta));
         assert_eq!(slot(&k.channel), slot(&k.meta));
-        assert!(semaphore_keys("}x").is_err());
+        assert!(semaphore_keys(DEFAULT_KEY_PREFIX, "}x").is_err());
         Ok(())
     }
 
     #[test]
     fn schedule_rate_and_id_keys_are_tagged() -> Result<()> {
-        let sched = schedule_keys("mail")?;
+        let sched = schedule_keys(DEFAULT_KEY_PREFIX, "mail")?;
         assert_eq!(sched[0], "dlm:queue:{mail}:schedules");
         assert!(
             sched
                 .iter()
                 .all(|k| slot(k) == slot("dlm:queue:{mail}:waiting"))
         );
-        let queue = queue_keys("mail")?;
+        let queue = queue_keys(DEFAULT_KEY_PREFIX, "mail")?;
         assert!(sched.iter().all(|k| !queue.contains(k)));
-        assert_eq!(rate_key("api")?, "dlm:rate:{api}");
-        assert_eq!(ids_key("orders")?, "dlm:ids:{orders}");
-        assert!(rate_key("").is_err() && ids_key("}x").is_err() && schedule_keys("").is_err());
+        assert_eq!(rate_key(DEFAULT_KEY_PREFIX, "api")?, "dlm:rate:{api}");
+        assert_eq!(ids_key(DEFAULT_KEY_PREFIX, "orders")?, "dlm:ids:{orders}");
+        assert!(
+            rate_key(DEFAULT_KEY_PREFIX, "").is_err()
+                && ids_key(DEFAULT_KEY_PREFIX, "}x").is_err()
+                && schedule_keys(DEFAULT_KEY_PREFIX, "").is_err()
+        );
+        Ok(())
+    }
+
+    /// Issue 33: one prefix for every key of a client, and every key that
+    /// belongs together still under one hash tag (one Redis Cluster slot).
+    #[test]
+    fn a_key_prefix_namespaces_every_primitive_and_keeps_slots() -> Result<()> {
+        let root = key_root("myapp");
+        assert_eq!(root, "myapp:");
+        let lock = lock_keys(&format!("{root}lock:"), "orders:42", false)?;
+        assert_eq!(lock.lock, "myapp:lock:{orders:42}");
+        let fair = fair_keys(&root, "f")?;
+        let rw = rw_keys(&root, "r")?;
+        let el = election_keys(&root, "e")?;
+        let sem = semaphore_keys(&root, "s")?;
+        let queue = queue_keys(&root, "q")?;
+        let sched = schedule_keys(&root, "q")?;
+        let groups: Vec<Vec<String>> = vec![
+            vec![lock.lock, lock.fence, lock.waiters, lock.channel],
+            vec![
+                fair.wake("t"),
+                fair.lock,
+                fair.queue,
+                fair.timeouts,
+                fair.fence,
+            ],
+            vec![
+                rw.writer,
+                rw.readers,
+                rw.waiting,
+                rw.fence,
+                rw.readable,
+                rw.writable,
+            ],
+            vec![el.lease, el.leader, el.term, el.resigned],
+            vec![sem.meta, sem.holders, sem.channel],
+            queue.into_iter().chain(sched).collect(),
+            vec![rate_key(&root, "x")?],
+            vec![ids_key(&root, "x")?],
+            vec![fenced_key(&root, "x")?],
+        ];
+        for keys in &groups {
+            for k in keys {
+                assert!(k.starts_with("myapp:"), "{k} is outside the prefix");
+                assert_eq!(slot(k), slot(&keys[0]), "{k} and {} in two slots", keys[0]);
+            }
+        }
+        // Without a prefix the keys are what they always were.
+        assert_eq!(
+            queue_keys(DEFAULT_KEY_PREFIX, "q")?[0],
+            "dlm:queue:{q}:waiting"
+        );
+        assert_eq!(fair_keys(DEFAULT_KEY_PREFIX, "f")?.lock, "dlm:fair:{f}");
+        assert_eq!(
+            rw_keys(DEFAULT_KEY_PREFIX, "r")?.writer,
+            "dlm:rw:{r}:writer"
+        );
+        assert_eq!(
+            election_keys(DEFAULT_KEY_PREFIX, "e")?.lease,
+            "dlm:elect:{e}"
+        );
+        assert_eq!(semaphore_keys(DEFAULT_KEY_PREFIX, "s")?.meta, "dlm:sem:{s}");
+        assert_eq!(fenced_key(DEFAULT_KEY_PREFIX, "x")?, "dlm:fenced:{x}");
         Ok(())
     }
 
@@ -856,7 +955,7 @@ mod properties {
         #[test]
         fn queue_and_fenced_keys_are_an_error_or_share_one_slot(name in arb_name()) {
             let bad = name.is_empty() || name.len() > MAX_NAME_LEN || name.starts_with('}');
-            match queue_keys(&name) {
+            match queue_keys(DEFAULT_KEY_PREFIX, &name) {
                 Ok(keys) => {
                     prop_assert!(!bad);
                     prop_assert!(keys.iter().all(|k| slot(k) == slot(&keys[0])));
@@ -868,7 +967,7 @@ mod properties {
                     "{name:?}: {e}"
                 ),
             }
-            prop_assert_eq!(fenced_key(&name).is_ok(), !bad);
+            prop_assert_eq!(fenced_key(DEFAULT_KEY_PREFIX, &name).is_ok(), !bad);
         }
 
         /// (Raw lock keys are left out: they are whatever the caller names.)
@@ -876,9 +975,9 @@ mod properties {
         fn different_names_never_share_a_key(a in arb_name(), b in arb_name()) {
             prop_assume!(a != b);
             let keys = |n: &str| -> Vec<String> {
-                let mut all = queue_keys(n).unwrap_or_default();
+                let mut all = queue_keys(DEFAULT_KEY_PREFIX, n).unwrap_or_default();
                 all.extend(lock_keys(DEFAULT_LOCK_PREFIX, n, false).map(|k| k.lock));
-                all.extend(fenced_key(n));
+                all.extend(fenced_key(DEFAULT_KEY_PREFIX, n));
                 all
             };
             let (ka, kb) = (keys(&a), keys(&b));

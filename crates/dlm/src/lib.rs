@@ -35,8 +35,10 @@
 //! ([`ratelimit`]) and unique increasing ids across servers ([`ids`]).
 //!
 //! ## Keys
-//! The lock `NAME` is the key `dlm:lock:{NAME}` (prefix configurable with
-//! [`ClientBuilder::key_prefix`]) and its release channel
+//! Every key starts with `dlm:`, or the client's key prefix
+//! ([`ClientBuilder::key_prefix`]: `myapp` makes `myapp:lock:{NAME}`,
+//! `myapp:queue:{NAME}:...` and so on for every primitive, each one's keys
+//! under one `{hash tag}`). The lock `NAME` is the key `dlm:lock:{NAME}` and its release channel
 //! `dlm:lock:{NAME}:released`. On one Redis every lock under a prefix takes
 //! its fencing tokens from one counter (`dlm:lock:fence`), so concurrent
 //! acquires take theirs with one `INCRBY`; on a Redis Cluster the counters

@@ -35,7 +35,31 @@ pub(crate) enum State<C> {
     /// Up: requests go straight to it.
     Up(C),
     /// Given up: an error no retry can fix.
-    Failed(String),
+    Failed(Failure),
+}
+
+/// Why a background connection gave up: the error's text, and whether it
+/// was Redis refusing the credentials (so that callers still see an
+/// [`Error::Auth`], not a bare "unavailable").
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub text: String,
+    pub auth: bool,
+}
+
+impl Failure {
+    /// The error a call that waited for the connection reports.
+    pub(crate) fn into_error(self) -> Error {
+        if self.auth {
+            Error::Auth {
+                source: self.text.into(),
+            }
+        } else {
+            Error::Unavailable {
+                source: self.text.into(),
+            }
+        }
+    }
 }
 
 /// The receiving side of a background connection.
@@ -92,7 +116,7 @@ impl<C: Clone> Pending<C> {
             .map_err(|_| not_connected("the client was dropped"))?;
         match &*state {
             State::Up(c) => Ok(c.clone()),
-            State::Failed(e) => Err(not_connected(e)),
+            State::Failed(e) => Err(not_connected(&e.text)),
             State::Connecting { .. } => Err(not_connected("still connecting")),
         }
     }
@@ -188,7 +212,7 @@ impl<C: Clone> Deferred<C> {
         }
     }
 
-    pub(crate) fn failure(&self) -> Option<String> {
+    pub(crate) fn failure(&self) -> Option<Failure> {
         match &*self.state.borrow() {
             State::Failed(e) => Some(e.clone()),
             _ => None,
@@ -316,7 +340,10 @@ async fn connect_once<C: ConnectionLike + Clone + Send + Sync + 'static>(
                 let e = Error::from(e);
                 if give_up && !e.is_retryable() {
                     tracing::warn!(error = %e, "the server refused the connection for good");
-                    tx.send_replace(State::Failed(e.to_string()));
+                    tx.send_replace(State::Failed(Failure {
+                        auth: matches!(e, Error::Auth { .. }),
+                        text: e.to_string(),
+                    }));
                     return None;
                 }
                 tracing::debug!(error = %e, "the server is not reachable yet; retrying");

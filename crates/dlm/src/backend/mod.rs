@@ -35,7 +35,7 @@ trait SharedConnection: Send + Sync {
     }
 
     /// Why a background connection gave up, if it did.
-    fn failure(&self) -> Option<String> {
+    fn failure(&self) -> Option<deferred::Failure> {
         None
     }
 
@@ -67,7 +67,7 @@ where
         deferred::Deferred::is_up(self)
     }
 
-    fn failure(&self) -> Option<String> {
+    fn failure(&self) -> Option<deferred::Failure> {
         deferred::Deferred::failure(self)
     }
 
@@ -208,7 +208,7 @@ impl Backend {
 
     /// How a background connection is doing: up, given up (with why), or
     /// still trying after this many failed attempts.
-    pub(crate) fn connecting(&self) -> (bool, Option<String>, u32) {
+    pub(crate) fn connecting(&self) -> (bool, Option<deferred::Failure>, u32) {
         (
             self.conn.is_up(),
             self.conn.failure(),
@@ -245,7 +245,7 @@ impl Backend {
                 return Ok(());
             }
             if let Some(e) = self.conn.failure() {
-                return Err(Error::Unavailable { source: e.into() });
+                return Err(e.into_error());
             }
             if started.elapsed() >= bound {
                 return Err(Error::Timeout(bound));
@@ -565,6 +565,11 @@ async fn deadline<T>(
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => {
             metrics::redis_error(error_kind(&e));
+            // The driver's own deadline (a silent server while connecting)
+            // is a timeout too, not an unreachable server.
+            if e.is_timeout() {
+                return Err(Error::Timeout(timeout));
+            }
             Err(Error::from(e))
         }
         Err(_) => {

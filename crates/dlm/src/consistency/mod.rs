@@ -26,12 +26,12 @@ static TAKE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("take.
 /// The largest value a versioned record accepts (16 MiB).
 pub const MAX_VERSIONED_VALUE: usize = 16 * 1024 * 1024;
 
-fn key(kind: &str, name: &str) -> Result<String> {
+fn key(root: &str, kind: &str, name: &str) -> Result<String> {
     validate_name("record name", name)?;
     if name.starts_with('}') {
         return Err(Error::invalid("record name", "must not start with '}'"));
     }
-    Ok(format!("dlm:{kind}:{{{name}}}"))
+    Ok(format!("{root}{kind}:{{{name}}}"))
 }
 
 fn backend(backend: &Option<Backend>) -> Result<&Backend> {
@@ -62,17 +62,22 @@ fn backend(backend: &Option<Backend>) -> Result<&Backend> {
 pub struct Versioned {
     backend: Option<Backend>,
     name: String,
+    root: std::sync::Arc<str>,
 }
 
 impl Versioned {
     /// The record `name` on `backend` (`None` under Redlock: calls fail clearly).
-    pub(crate) fn new(backend: Option<Backend>, name: String) -> Self {
-        Versioned { backend, name }
+    pub(crate) fn new(backend: Option<Backend>, name: String, root: std::sync::Arc<str>) -> Self {
+        Versioned {
+            backend,
+            name,
+            root,
+        }
     }
 
     /// The current data and version (`None`: never written; its version is 0).
     pub async fn read(&self) -> Result<Option<(Vec<u8>, u64)>> {
-        let key = key("versioned", &self.name)?;
+        let key = key(&self.root, "versioned", &self.name)?;
         read_reply(
             backend(&self.backend)?
                 .query(redis::cmd("HMGET").arg(&key).arg("v").arg("data"))
@@ -83,7 +88,7 @@ impl Versioned {
     /// Write `data` if the version is still `expected` (0: not written yet).
     /// Returns the new version, or [`Error::Conflict`] with the current one.
     pub async fn write(&self, expected: u64, data: impl AsRef<[u8]>) -> Result<u64> {
-        let key = key("versioned", &self.name)?;
+        let key = key(&self.root, "versioned", &self.name)?;
         let data = data.as_ref();
         if data.len() > MAX_VERSIONED_VALUE {
             return Err(Error::invalid(
@@ -174,18 +179,23 @@ pub enum Take {
 pub struct Stock {
     backend: Option<Backend>,
     name: String,
+    root: std::sync::Arc<str>,
 }
 
 impl Stock {
     /// The counter `name` on `backend` (`None` under Redlock: calls fail clearly).
-    pub(crate) fn new(backend: Option<Backend>, name: String) -> Self {
-        Stock { backend, name }
+    pub(crate) fn new(backend: Option<Backend>, name: String, root: std::sync::Arc<str>) -> Self {
+        Stock {
+            backend,
+            name,
+            root,
+        }
     }
 
     /// Set the stock to `n` (at most `i64::MAX`, the most Redis can count:
     /// a larger level would make every later take, add and get fail).
     pub async fn set(&self, n: u64) -> Result<()> {
-        let key = key("stock", &self.name)?;
+        let key = key(&self.root, "stock", &self.name)?;
         amount(n)?;
         backend(&self.backend)?
             .query::<()>(redis::cmd("SET").arg(&key).arg(n))
@@ -194,7 +204,7 @@ impl Stock {
 
     /// What is left (0 when never set).
     pub async fn get(&self) -> Result<u64> {
-        let key = key("stock", &self.name)?;
+        let key = key(&self.root, "stock", &self.name)?;
         level_reply(
             backend(&self.backend)?
                 .query(redis::cmd("GET").arg(&key))
@@ -204,7 +214,7 @@ impl Stock {
 
     /// Take `n` (>= 1) if at least `n` is left, in one script.
     pub async fn take(&self, n: u64) -> Result<Take> {
-        let key = key("stock", &self.name)?;
+        let key = key(&self.root, "stock", &self.name)?;
         if n == 0 {
             return Err(Error::invalid("amount", "must be at least 1"));
         }
@@ -214,7 +224,7 @@ impl Stock {
 
     /// Add `n` (a restock or a cancelled order); returns the new level.
     pub async fn add(&self, n: u64) -> Result<u64> {
-        let key = key("stock", &self.name)?;
+        let key = key(&self.root, "stock", &self.name)?;
         let n = amount(n)?;
         level_reply(
             backend(&self.backend)?

@@ -188,7 +188,7 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn key(&self) -> Result<String> {
-        Ok(election_keys(&self.name)?.lease)
+        Ok(election_keys(&self.shared.root, &self.name)?.lease)
     }
 
     /// Campaign as candidate `id` until elected or `opts.wait` has passed
@@ -225,7 +225,7 @@ impl Election {
             ));
         }
         let backend = self.shared.backend("leader election")?;
-        let keys = Arc::new(election_keys(&self.name)?);
+        let keys = Arc::new(election_keys(&self.shared.root, &self.name)?);
         let span = tracing::debug_span!("dlm.election.campaign", name = %self.name, id);
         replicated("leader election", opts, |o| {
             let keys = keys.clone();
@@ -316,7 +316,7 @@ impl Election {
     /// ```
     pub async fn status(&self) -> Result<(Option<Leader>, u64)> {
         let backend = self.shared.backend("leader election")?;
-        let keys = election_keys(&self.name)?;
+        let keys = election_keys(&self.shared.root, &self.name)?;
         Ok(match ops::leader(backend, &keys).await? {
             Reading::Led { id, term, ttl } => (Some(Leader { id, term, ttl }), term),
             Reading::Vacant { last_term } => (None, last_term),

@@ -19,6 +19,7 @@
 mod held;
 mod ops;
 
+use crate::error::secs;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -174,7 +175,7 @@ impl FairLock {
     /// # Ok(()) }
     /// ```
     pub fn key(&self) -> Result<String> {
-        Ok(fair_keys(&self.name)?.lock)
+        Ok(fair_keys(&self.shared.root, &self.name)?.lock)
     }
 
     /// Release by token (for a fair lock acquired elsewhere, e.g. by
@@ -188,7 +189,7 @@ impl FairLock {
     /// ```
     pub async fn release_token(&self, token: &Token) -> Result<()> {
         let backend = self.shared.backend("fair lock")?;
-        let keys = fair_keys(&self.name)?;
+        let keys = fair_keys(&self.shared.root, &self.name)?;
         let (outcome, _) = ops::release(backend, &keys, token).await?;
         outcome.into_result(&self.name)
     }
@@ -205,7 +206,7 @@ impl FairLock {
     /// ```
     pub async fn status(&self) -> Result<FairStatus> {
         let backend = self.shared.backend("fair lock")?;
-        let keys = fair_keys(&self.name)?;
+        let keys = fair_keys(&self.shared.root, &self.name)?;
         let (holder, fence, waiting) = ops::status(backend, &keys).await?;
         Ok(FairStatus {
             held: holder.is_some(),
@@ -221,7 +222,12 @@ impl FairLock {
         if !(min..=max).contains(&self.queue_lease) {
             return Err(Error::invalid(
                 "queue lease",
-                format!("{:?} is outside {min:?} ..= {max:?}", self.queue_lease),
+                format!(
+                    "{} is outside {} ..= {}",
+                    secs(self.queue_lease),
+                    secs(min),
+                    secs(max)
+                ),
             ));
         }
         Ok(())
@@ -250,7 +256,7 @@ impl FairLock {
     pub async fn acquire(&self, opts: &LockOptions) -> Result<FairGuard> {
         self.validate(opts)?;
         let backend = self.shared.backend("fair lock")?;
-        let keys = Arc::new(fair_keys(&self.name)?);
+        let keys = Arc::new(fair_keys(&self.shared.root, &self.name)?);
         let span = tracing::debug_span!("dlm.fair.acquire", name = %self.name, key = %keys.lock);
         replicated("fair lock", opts, |o| {
             let keys = keys.clone();

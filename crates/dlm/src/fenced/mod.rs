@@ -38,11 +38,12 @@ fn single(backend: Option<&Backend>) -> Result<&Backend> {
 /// token that wrote it before; otherwise [`Error::StaleFence`].
 pub(crate) async fn write(
     backend: Option<&Backend>,
+    root: &str,
     resource: &str,
     fence: Fence,
     value: &[u8],
 ) -> Result<()> {
-    let key = fenced_key(resource)?;
+    let key = fenced_key(root, resource)?;
     if value.len() > MAX_FENCED_VALUE {
         return Err(Error::invalid(
             "value",
@@ -78,9 +79,10 @@ fn write_reply(v: Value, resource: &str, fence: Fence) -> Result<()> {
 /// The value stored by [`write`] and the token that wrote it.
 pub(crate) async fn read(
     backend: Option<&Backend>,
+    root: &str,
     resource: &str,
 ) -> Result<Option<(Fence, Vec<u8>)>> {
-    let key = fenced_key(resource)?;
+    let key = fenced_key(root, resource)?;
     read_reply(
         single(backend)?
             .query(redis::cmd("HMGET").arg(&key).arg("fence").arg("value"))

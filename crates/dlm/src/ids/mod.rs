@@ -60,6 +60,7 @@ pub struct Ids {
     block: u64,
     /// The ids reserved and not handed out yet: `next ..= last`.
     reserved: Arc<Mutex<Reserved>>,
+    root: std::sync::Arc<str>,
 }
 
 #[derive(Debug, Default)]
@@ -80,8 +81,9 @@ impl Reserved {
 
 impl Ids {
     /// The generator `name` on `backend` (`None` under Redlock: calls fail clearly).
-    pub(crate) fn new(backend: Option<Backend>, name: String) -> Self {
+    pub(crate) fn new(backend: Option<Backend>, name: String, root: std::sync::Arc<str>) -> Self {
         Ids {
+            root,
             backend,
             name,
             block: 1,
@@ -143,7 +145,7 @@ impl Ids {
     /// # Ok(()) }
     /// ```
     pub async fn next_batch(&self, n: u64) -> Result<Vec<u64>> {
-        let key = ids_key(&self.name)?;
+        let key = ids_key(&self.root, &self.name)?;
         if n == 0 || n > MAX_IDS_BATCH {
             return Err(Error::invalid(
                 "count",

@@ -484,7 +484,7 @@ mod tests {
 
     fn beat(tally: Arc<Tally>) -> Beat {
         Beat {
-            queue: Queue::new(None, None, "q\"1".into()),
+            queue: Queue::new(None, None, "q\"1".into(), "dlm:".into()),
             me: Identity {
                 id: "w\\1".into(),
                 concurrency: 2000,

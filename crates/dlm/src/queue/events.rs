@@ -279,7 +279,7 @@ impl Follow {
         let wait = Duration::from_secs(1);
         let (Some(deployment), Ok(keys)) = (
             self.queue.deployment().cloned(),
-            crate::keys::queue_keys(self.queue.name()),
+            crate::keys::queue_keys(self.queue.root(), self.queue.name()),
         ) else {
             tokio::time::sleep(wait).await;
             return;

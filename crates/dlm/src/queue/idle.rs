@@ -18,7 +18,7 @@ pub(super) struct Idle {
 
 impl Idle {
     pub(super) fn new(queue: &Queue) -> Self {
-        let key = crate::keys::queue_keys(queue.name())
+        let key = crate::keys::queue_keys(queue.root(), queue.name())
             .ok()
             .and_then(|k| k.into_iter().nth(9));
         Idle {

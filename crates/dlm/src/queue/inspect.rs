@@ -11,7 +11,6 @@ use redis::{Script, Value};
 
 use crate::backend::{Backend, glob_escape};
 use crate::error::{Error, Result};
-use crate::keys::DEFAULT_QUEUE_PREFIX;
 use crate::queue::Queue;
 use crate::queue::keyset::{Buckets, eval_all};
 use crate::queue::ops::{array, bytes, int, invocation, split_ids, text, unsigned};
@@ -428,8 +427,13 @@ const QUEUE_KEY_SUFFIXES: [&str; 7] = [
 
 /// The names of up to `limit` queues found on `backend` by scanning
 /// `dlm:queue:*` (with `SCAN`), sorted.
-pub(crate) async fn queue_names(backend: &Backend, limit: usize) -> Result<Vec<String>> {
-    let pattern = format!("{}{{*", glob_escape(DEFAULT_QUEUE_PREFIX));
+pub(crate) async fn queue_names(
+    backend: &Backend,
+    root: &str,
+    limit: usize,
+) -> Result<Vec<String>> {
+    let prefix = format!("{root}queue:");
+    let pattern = format!("{}{{*", glob_escape(&prefix));
     // Each queue has several keys: scan for more keys than names wanted.
     let keys = backend
         .scan(&pattern, limit.saturating_mul(QUEUE_KEY_SUFFIXES.len()))
@@ -437,7 +441,7 @@ pub(crate) async fn queue_names(backend: &Backend, limit: usize) -> Result<Vec<S
     let mut names = BTreeSet::new();
     for key in &keys {
         let Some(rest) = key
-            .strip_prefix(DEFAULT_QUEUE_PREFIX)
+            .strip_prefix(prefix.as_str())
             .and_then(|k| k.strip_prefix('{'))
         else {
             continue;

@@ -68,9 +68,9 @@ pub(crate) enum Buckets<'a> {
 impl KeySet {
     /// The keys of queue `name`; an invalid name gives an empty set (the
     /// queue reports the name's error on each call).
-    pub(crate) fn new(name: &str) -> Self {
+    pub(crate) fn new(root: &str, name: &str) -> Self {
         KeySet {
-            all: queue_keys(name).unwrap_or_default(),
+            all: queue_keys(root, name).unwrap_or_default(),
             wide: AtomicBool::new(false),
             bucketed: AtomicBool::new(false),
             with_all_buckets: OnceLock::new(),
@@ -126,8 +126,8 @@ impl KeySet {
 
     /// As [`KeySet::new`], its hot calls always wide (the test switch
     /// [`crate::queue::Queue::always_wide`]).
-    pub(crate) fn new_wide(name: &str) -> Self {
-        let keys = KeySet::new(name);
+    pub(crate) fn new_wide(root: &str, name: &str) -> Self {
+        let keys = KeySet::new(root, name);
         keys.wide.store(true, Ordering::Relaxed);
         keys
     }
@@ -210,7 +210,7 @@ mod tests {
 
     #[test]
     fn a_narrow_call_sends_the_first_nineteen_keys_until_widened() {
-        let k = KeySet::new("mail");
+        let k = KeySet::new("dlm:", "mail");
         assert_eq!(k.all().len(), 31);
         assert_eq!(k.for_call(false).len(), NARROW);
         assert!(k.for_call(false)[NARROW - 1].ends_with(":completed"));
@@ -221,12 +221,12 @@ mod tests {
 
     #[test]
     fn the_test_switch_sends_every_key() {
-        assert_eq!(KeySet::new_wide("mail").for_call(false).len(), 31);
+        assert_eq!(KeySet::new_wide("dlm:", "mail").for_call(false).len(), 31);
     }
 
     #[test]
     fn an_invalid_name_has_no_keys() {
-        assert!(!KeySet::new("").is_valid());
+        assert!(!KeySet::new("dlm:", "").is_valid());
     }
 
     #[test]
@@ -238,7 +238,7 @@ mod tests {
 
     #[test]
     fn bucket_keys_are_those_of_the_keys_module() -> crate::error::Result<()> {
-        let k = KeySet::new("mail");
+        let k = KeySet::new("dlm:", "mail");
         for id in ["a", "order:7", "x"] {
             assert_eq!(
                 k.bucket_of(id),

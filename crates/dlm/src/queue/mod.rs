@@ -112,11 +112,13 @@ mod inspect;
 mod keyset;
 mod lease;
 mod ops;
+mod outcome;
 mod schedule;
 mod types;
 mod worker;
 mod worker_options;
 
+use crate::error::secs;
 use std::time::Duration;
 
 pub use beat::{DROP_PER_BEAT, MAX_IN_FLIGHT_IDS, MAX_WORKERS, TTL_TICKS, WorkerInfo};
@@ -128,6 +130,7 @@ pub use events::{Event, EventKind, EventsFrom, MAX_EVENTS_PAGE};
 pub(crate) use inspect::queue_names;
 pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskDetail, TaskInfo, TaskPage, TaskState};
 pub use lease::Lease;
+pub use outcome::{OUTCOME_POLL, Outcome};
 pub use schedule::{MAX_SCHEDULES, MIN_EVERY, Repeat, ScheduleInfo, ScheduleRun, Scheduled};
 pub use types::{
     Backoff, Completed, DEFAULT_EVENTS, DEFAULT_MAX_PAYLOAD, DEFAULT_RESULT_BYTES,
@@ -165,6 +168,8 @@ pub struct Queue {
     metrics: Arc<QueueMetrics>,
     /// Its Redis keys, made once, and whether hot calls send all of them.
     keys: Arc<keyset::KeySet>,
+    /// The root of its keys (`dlm:`, or the client's key prefix).
+    root: Arc<str>,
 }
 
 /// The longest lease accepted (7 days).
@@ -190,7 +195,7 @@ fn check_delay(what: &'static str, d: Duration) -> Result<()> {
     if d > MAX_DELAY {
         return Err(Error::invalid(
             what,
-            format!("{d:?} is longer than 365 days"),
+            format!("{} is longer than 365 days", secs(d)),
         ));
     }
     Ok(())
@@ -278,7 +283,7 @@ fn check_task_timeout(limit: Duration) -> Result<()> {
     if limit < Duration::from_millis(1) || limit > MAX_TASK_TIMEOUT {
         return Err(Error::invalid(
             "task timeout",
-            format!("{limit:?} is outside 1ms ..= 7 days"),
+            format!("{} is outside 0.001 seconds ..= 7 days", secs(limit)),
         ));
     }
     Ok(())
@@ -322,12 +327,14 @@ impl Queue {
         backend: Option<Backend>,
         deployment: Option<Arc<Deployment>>,
         name: String,
+        root: Arc<str>,
     ) -> Self {
         Queue {
             backend,
             deployment,
             metrics: Arc::new(QueueMetrics::new(&name)),
-            keys: Arc::new(keyset::KeySet::new(&name)),
+            keys: Arc::new(keyset::KeySet::new(&root, &name)),
+            root,
             name,
             max_payload: DEFAULT_MAX_PAYLOAD,
             max_attempts: 5,
@@ -385,7 +392,7 @@ impl Queue {
     /// scenario through both to show it (`tests/queue_narrow_wide.rs`).
     #[doc(hidden)]
     pub fn always_wide(mut self) -> Self {
-        let keys = keyset::KeySet::new_wide(&self.name);
+        let keys = keyset::KeySet::new_wide(&self.root, &self.name);
         #[cfg(feature = "seeded-defects")]
         let keys = keys.with_seeded(self.keys.seeded());
         self.keys = Arc::new(keys);
@@ -396,7 +403,7 @@ impl Queue {
     /// `crate::seeded`; dlm's checker tests only).
     #[cfg(feature = "seeded-defects")]
     pub(crate) fn seeded_defect(mut self, defect: Option<crate::seeded::SeededDefect>) -> Self {
-        self.keys = Arc::new(keyset::KeySet::new(&self.name).with_seeded(defect));
+        self.keys = Arc::new(keyset::KeySet::new(&self.root, &self.name).with_seeded(defect));
         self
     }
 
@@ -404,6 +411,11 @@ impl Queue {
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
         self
+    }
+
+    /// The queue's name.
+    pub(crate) fn root(&self) -> &str {
+        &self.root
     }
 
     /// The queue's name.
@@ -425,7 +437,7 @@ impl Queue {
     fn ready_hot(&self) -> Result<(&Backend, &keyset::KeySet)> {
         let keys = &*self.keys;
         if !keys.is_valid() {
-            queue_keys(&self.name)?;
+            queue_keys(&self.root, &self.name)?;
         }
         if self.max_payload > MAX_PAYLOAD_LIMIT {
             return Err(Error::invalid(
@@ -952,7 +964,7 @@ fn check_lease(lease: Duration) -> Result<()> {
     if lease < Duration::from_millis(10) || lease > MAX_LEASE {
         return Err(Error::invalid(
             "lease",
-            format!("{lease:?} is outside 10ms ..= 7 days"),
+            format!("{} is outside 0.01 seconds ..= 7 days", secs(lease)),
         ));
     }
     Ok(())
@@ -1055,7 +1067,7 @@ mod properties {
 
     #[test]
     fn remove_if_score_refuses_inexact_scores() {
-        let queue = Queue::new(None, None, "q".into());
+        let queue = Queue::new(None, None, "q".into(), "dlm:".into());
         let run = |score| {
             tokio::runtime::Builder::new_current_thread()
                 .build()

@@ -46,6 +46,7 @@
 //! # Ok(()) }
 //! ```
 
+use crate::error::secs;
 use std::str::FromStr;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -145,7 +146,10 @@ impl Repeat {
                 if *d < MIN_EVERY || *d > MAX_DELAY || !d.subsec_nanos().is_multiple_of(1_000_000) {
                     return Err(Error::invalid(
                         "schedule interval",
-                        format!("{d:?} is not whole milliseconds within 100ms ..= 365 days"),
+                        format!(
+                            "{} is not whole milliseconds within 0.1 seconds ..= 365 days",
+                            secs(*d)
+                        ),
                     ));
                 }
                 Ok(Grid::Every(crate::backend::millis(*d)))
@@ -272,7 +276,7 @@ pub struct ScheduleRun {
 impl Queue {
     fn schedule_ready(&self) -> Result<(&Backend, Vec<String>)> {
         let (backend, _) = self.ready()?;
-        Ok((backend, schedule_keys(self.name())?))
+        Ok((backend, schedule_keys(self.root(), self.name())?))
     }
 
     /// Add (or change) the repeating task `id`: one task `id@TICK` with
@@ -387,7 +391,7 @@ impl Queue {
         let due = due_reply(backend.eval(&inv).await?)?;
         let mut next_in = due.next_in;
         let mut fire_keys = keys;
-        fire_keys.extend(queue_keys(self.name())?);
+        fire_keys.extend(queue_keys(self.root(), self.name())?);
         let mut inv = invocation(&FIRE, &fire_keys);
         let mut firing = 0;
         for (id, tick, spec) in &due.schedules {

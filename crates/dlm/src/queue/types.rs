@@ -2,6 +2,7 @@
 //! out ([`Task`], [`Entry`], [`DeadTask`], [`QueueStats`]), what calls report
 //! ([`Enqueued`], [`Removed`], [`Nacked`]), the retry [`Backoff`] and the limits.
 
+use crate::error::secs;
 use std::time::Duration;
 
 use crate::token::Fence;
@@ -475,7 +476,10 @@ impl RateLimit {
         if period < Duration::from_millis(1) || period > Self::MAX_PERIOD {
             return Err(crate::error::Error::invalid(
                 "rate",
-                format!("period {period:?} is outside 1ms ..= 24h"),
+                format!(
+                    "period {} is outside 0.001 seconds ..= 24 hours",
+                    secs(period)
+                ),
             ));
         }
         Ok(RateLimit { n, period })
@@ -668,7 +672,7 @@ impl QueueSettings {
         {
             return Err(crate::error::Error::invalid(
                 "keep results",
-                format!("{ttl:?} is longer than 30 days"),
+                format!("{} is longer than 30 days", secs(ttl)),
             ));
         }
         if let Some(Some(b)) = self.keep_results_bytes

@@ -38,6 +38,7 @@
 //! # Ok(()) }
 //! ```
 
+use crate::error::secs;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -80,6 +81,7 @@ pub struct RateLimiter {
     limit: u64,
     period: Duration,
     spread: bool,
+    root: std::sync::Arc<str>,
 }
 
 /// One granted slot.
@@ -139,9 +141,11 @@ impl RateLimiter {
         name: String,
         limit: u64,
         period: Duration,
+        root: std::sync::Arc<str>,
     ) -> Self {
         RateLimiter {
             backend,
+            root,
             name,
             limit,
             period,
@@ -177,7 +181,7 @@ impl RateLimiter {
 
     /// Check the settings; the key and the (n, period in µs) the script gets.
     fn ready(&self) -> Result<(&Backend, String, u64, u64)> {
-        let key = rate_key(&self.name)?;
+        let key = rate_key(&self.root, &self.name)?;
         let (n, period_us) = window(self.limit, self.period, self.spread)?;
         let backend = self.backend.as_ref().ok_or_else(|| {
             Error::invalid(
@@ -276,7 +280,7 @@ fn window(limit: u64, period: Duration, spread: bool) -> Result<(u64, u64)> {
     if period < MIN_PERIOD || period > MAX_PERIOD {
         return Err(Error::invalid(
             "rate period",
-            format!("{period:?} is outside 1ms ..= 7 days"),
+            format!("{} is outside 0.001 seconds ..= 7 days", secs(period)),
         ));
     }
     let period_us = u64::try_from(period.as_micros()).unwrap_or(u64::MAX);

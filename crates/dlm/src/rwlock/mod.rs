@@ -240,7 +240,7 @@ impl RwLock {
     /// ```
     pub async fn status(&self) -> Result<RwStatus> {
         let backend = self.shared.backend("read-write lock")?;
-        let keys = rw_keys(&self.name)?;
+        let keys = rw_keys(&self.shared.root, &self.name)?;
         let (writer, readers, waiting_writers, fence) = ops::status(backend, &keys).await?;
         Ok(RwStatus {
             writer: writer.is_some(),
@@ -300,7 +300,7 @@ impl RwLock {
 
     async fn acquire_once(&self, mode: Mode, opts: &LockOptions) -> Result<Guard<RwHeld>> {
         let backend = self.shared.backend("rwlock")?;
-        let keys = Arc::new(rw_keys(&self.name)?);
+        let keys = Arc::new(rw_keys(&self.shared.root, &self.name)?);
         let span = tracing::debug_span!("dlm.rwlock.acquire", name = %self.name, ?mode);
         let token = Token::random()?;
         let deadline = Instant::now() + opts.wait;

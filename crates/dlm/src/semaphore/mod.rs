@@ -221,7 +221,7 @@ impl Semaphore {
 
     /// The Redis key of the semaphore's hash (an error for an invalid name).
     pub fn key(&self) -> Result<String> {
-        Ok(semaphore_keys(&self.name)?.meta)
+        Ok(semaphore_keys(&self.state.root, &self.name)?.meta)
     }
 
     /// Take `n` permits, all or none, waiting up to `opts.wait` for them
@@ -262,7 +262,7 @@ impl Semaphore {
     }
 
     async fn acquire_once(&self, n: u32, opts: &SemaphoreOptions) -> Result<SemaphoreGuard> {
-        let keys = Arc::new(semaphore_keys(&self.name)?);
+        let keys = Arc::new(semaphore_keys(&self.state.root, &self.name)?);
         let backend = self.state.backend("semaphore")?.clone();
         let token = Token::random()?;
         let deadline = Instant::now() + opts.wait;
@@ -373,7 +373,7 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub async fn status(&self) -> Result<SemaphoreStatus> {
-        let keys = semaphore_keys(&self.name)?;
+        let keys = semaphore_keys(&self.state.root, &self.name)?;
         let (permits, in_use, holders, fence) =
             ops::status(self.state.backend("semaphore")?, &keys).await?;
         Ok(SemaphoreStatus {
@@ -396,7 +396,7 @@ impl Semaphore {
     /// ```
     pub async fn set_permits(&self, permits: u32) -> Result<Option<u32>> {
         validate_permits("permits", permits)?;
-        let keys = semaphore_keys(&self.name)?;
+        let keys = semaphore_keys(&self.state.root, &self.name)?;
         ops::set_permits(self.state.backend("semaphore")?, &keys, permits).await
     }
 }

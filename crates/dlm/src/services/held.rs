@@ -181,6 +181,8 @@ pub(crate) struct Shared<L> {
     pub(crate) registry: Registry<L>,
     /// Releases of dropped guards (the client's tracker: `settle` waits for them).
     pub(crate) background: TaskTracker,
+    /// The root of every key (`dlm:`, or the client's key prefix).
+    pub(crate) root: Arc<str>,
 }
 
 impl<L: Renewable> Shared<L> {
@@ -188,8 +190,10 @@ impl<L: Renewable> Shared<L> {
         backend: Option<Backend>,
         wakeups: Option<Arc<Wakeups>>,
         background: TaskTracker,
+        root: Arc<str>,
     ) -> Arc<Self> {
         Arc::new(Shared {
+            root,
             backend,
             wakeups,
             renewer: Renewer::new(),

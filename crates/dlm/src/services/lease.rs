@@ -1,6 +1,7 @@
 //! A lease's validity on this process's monotonic clock, and whether it has
 //! been lost: shared by a guard, its watchdog and the signals handed out.
 
+use crate::error::secs;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,7 +22,12 @@ pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
     if ttl < MIN_TTL || ttl > MAX_TTL {
         return Err(Error::invalid(
             "ttl",
-            format!("{ttl:?} is outside {MIN_TTL:?} ..= {MAX_TTL:?}"),
+            format!(
+                "{} is outside {} ..= {}",
+                secs(ttl),
+                secs(MIN_TTL),
+                secs(MAX_TTL)
+            ),
         ));
     }
     Ok(())
@@ -33,13 +39,13 @@ pub(crate) fn validate_wait(wait: Duration, retry_interval: Duration) -> Result<
     if wait > MAX_WAIT {
         return Err(Error::invalid(
             "wait",
-            format!("{wait:?} is longer than {MAX_WAIT:?}"),
+            format!("{} is longer than {}", secs(wait), secs(MAX_WAIT)),
         ));
     }
     if retry_interval < Duration::from_millis(1) || retry_interval > Duration::from_secs(60) {
         return Err(Error::invalid(
             "retry interval",
-            format!("{retry_interval:?} is outside 1ms ..= 60s"),
+            format!("{} is outside 0.001 ..= 60 seconds", secs(retry_interval)),
         ));
     }
     Ok(())

@@ -4,6 +4,7 @@
 //! (the mutex, the fair lock, the read-write lock), so they take the same
 //! options and report the same outcomes.
 
+use crate::error::secs;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -150,7 +151,10 @@ impl LockOptions {
         {
             return Err(Error::invalid(
                 "replicas",
-                format!("{n} replicas within {t:?}: needs 1 ..= 100 within (0, 60s]"),
+                format!(
+                    "{n} replicas within {}: needs 1 ..= 100 replicas within (0, 60] seconds",
+                    secs(t)
+                ),
             ));
         }
         if let Some(t) = self.node_timeout
@@ -158,7 +162,7 @@ impl LockOptions {
         {
             return Err(Error::invalid(
                 "node timeout",
-                format!("{t:?} is outside 1ms ..= 1h"),
+                format!("{} is outside 0.001 ..= 3600 seconds", secs(t)),
             ));
         }
         Ok(())
