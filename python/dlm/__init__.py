@@ -18,6 +18,7 @@ from ._dlm import (
     AsyncLock,
     AsyncLockGuard,
     AsyncQueue,
+    Call,
     Client,
     Ids,
     Lease,
@@ -29,7 +30,10 @@ from ._dlm import (
     Task,
     Versioned,
     __version__,
+    enable_metrics,
+    metrics_text,
 )
+from .observe import serve_metrics
 from . import errors as _errors
 from .errors import *  # noqa: F403 - the exceptions, as listed in errors.__all__
 
@@ -43,6 +47,7 @@ __all__ = [
     "AsyncLock",
     "AsyncLockGuard",
     "AsyncQueue",
+    "Call",
     "Client",
     "Ids",
     "Lease",
@@ -54,5 +59,8 @@ __all__ = [
     "Task",
     "Versioned",
     "__version__",
+    "enable_metrics",
+    "metrics_text",
+    "serve_metrics",
 ]
 __all__ += _errors.__all__

@@ -1,0 +1,110 @@
+//! What the async methods return: a coroutine (registered as a
+//! `collections.abc.Coroutine`) over the call's `asyncio.Future`, so that
+//! `asyncio.create_task` and `TaskGroup.create_task` take it (they refuse
+//! bare Futures). It only forwards to the future's own iterator; the call
+//! runs from the moment the method is called, as before.
+
+use pyo3::prelude::*;
+
+/// A call of an async method of dlm: await it, or hand it to
+/// `asyncio.create_task`.
+#[pyclass(module = "dlm._dlm", name = "Call")]
+pub struct Call {
+    fut: Py<PyAny>,
+    iter: Option<Py<PyAny>>,
+}
+
+impl Call {
+    pub fn new(fut: Bound<'_, PyAny>) -> Self {
+        Call {
+            fut: fut.unbind(),
+            iter: None,
+        }
+    }
+
+    fn iter<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match &self.iter {
+            Some(i) => Ok(i.bind(py).clone()),
+            None => {
+                let i = self
+                    .fut
+                    .bind(py)
+                    .call_method0(pyo3::intern!(py, "__await__"))?;
+                self.iter = Some(i.clone().unbind());
+                Ok(i)
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl Call {
+    fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let it = self.iter(py)?;
+        it.call_method0(pyo3::intern!(py, "__next__"))
+    }
+
+    fn send<'py>(
+        &mut self,
+        py: Python<'py>,
+        value: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let it = self.iter(py)?;
+        it.call_method1(pyo3::intern!(py, "send"), (value,))
+    }
+
+    #[pyo3(signature = (typ, val=None, tb=None))]
+    fn throw<'py>(
+        &mut self,
+        py: Python<'py>,
+        typ: Bound<'py, PyAny>,
+        val: Option<Bound<'py, PyAny>>,
+        tb: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let it = self.iter(py)?;
+        match (val, tb) {
+            (None, None) => it.call_method1(pyo3::intern!(py, "throw"), (typ,)),
+            (v, None) => it.call_method1(pyo3::intern!(py, "throw"), (typ, v)),
+            (v, t) => it.call_method1(pyo3::intern!(py, "throw"), (typ, v, t)),
+        }
+    }
+
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+        if let Some(i) = self.iter.take() {
+            i.bind(py).call_method0(pyo3::intern!(py, "close"))?;
+        }
+        Ok(())
+    }
+
+    /// Cancel the call (as cancelling its future did).
+    fn cancel(&self, py: Python<'_>) -> PyResult<bool> {
+        self.fut.bind(py).call_method0("cancel")?.is_truthy()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let state = match self
+            .fut
+            .bind(py)
+            .call_method0("done")
+            .and_then(|d| d.is_truthy())
+        {
+            Ok(true) => "done",
+            _ => "pending",
+        };
+        format!("<dlm call {state}>")
+    }
+}
+
+/// Register [`Call`] as a `collections.abc.Coroutine`.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Call>()?;
+    py.import("collections.abc")?
+        .getattr("Coroutine")?
+        .call_method1("register", (py.get_type::<Call>(),))?;
+    Ok(())
+}
