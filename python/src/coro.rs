@@ -48,6 +48,7 @@ impl Call {
         it.call_method0(pyo3::intern!(py, "__next__"))
     }
 
+    /// Resume the call (the coroutine protocol).
     fn send<'py>(
         &mut self,
         py: Python<'py>,
@@ -57,6 +58,7 @@ impl Call {
         it.call_method1(pyo3::intern!(py, "send"), (value,))
     }
 
+    /// Raise an exception into the call (the coroutine protocol).
     #[pyo3(signature = (typ, val=None, tb=None))]
     fn throw<'py>(
         &mut self,
@@ -73,6 +75,7 @@ impl Call {
         }
     }
 
+    /// Close the coroutine (the coroutine protocol).
     fn close(&mut self, py: Python<'_>) -> PyResult<()> {
         if let Some(i) = self.iter.take() {
             i.bind(py).call_method0(pyo3::intern!(py, "close"))?;
@@ -96,6 +99,30 @@ impl Call {
             _ => "pending",
         };
         format!("<dlm call {state}>")
+    }
+}
+
+/// A call dropped before it ended, never awaited (or its awaiting task
+/// gone), is cancelled: a coroutine that nobody awaits does nothing, and a
+/// forgotten `AsyncQueue.work` stops (its tasks given back) instead of
+/// running unseen for as long as the process lives.
+impl Drop for Call {
+    fn drop(&mut self) {
+        Python::attach(|py| {
+            // Dropped while an exception propagates (the call's own, raised
+            // by `await`): it must survive the calls below.
+            let pending = PyErr::take(py);
+            let f = self.fut.bind(py);
+            if let Ok(false) = f
+                .call_method0(pyo3::intern!(py, "done"))
+                .and_then(|d| d.is_truthy())
+            {
+                let _ = f.call_method0(pyo3::intern!(py, "cancel"));
+            }
+            if let Some(e) = pending {
+                e.restore(py);
+            }
+        });
     }
 }
 

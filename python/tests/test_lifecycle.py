@@ -421,6 +421,12 @@ def test_async_methods_are_coroutines(redis_url: str) -> None:
                 t2 = tg.create_task(aq.stats())
             assert t1.result() is True and t2.result()["waiting"] >= 1
         assert sorted(await asyncio.gather(aq.push("c"), aq.push("c"))) == [False, True]
+        # An error reaches the awaiting code also when the call is a temporary (freed while its
+        # exception propagates).
+        g = await ac.lock("held", ttl=10.0).acquire()
+        with pytest.raises(dlm.Busy):
+            await ac.lock("held", ttl=10.0).acquire()
+        await g.release()
 
     asyncio.run(main())
 
