@@ -39,7 +39,7 @@ fn _dlm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(life::metrics_text, m)?)?;
     coro::register(m)?;
     life::register_at_fork(m)?;
-    life::install_logging(m.py());
+    life::install_logging(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

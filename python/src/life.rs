@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -94,7 +94,19 @@ pub fn refresh_level(py: Python<'_>) {
     READ_AT.store(now_ms(), Ordering::Relaxed);
 }
 
+/// Set at interpreter exit (`atexit`): from then on no event takes the GIL
+/// (a thread asking for it while the interpreter finalizes would hang).
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+#[pyfunction]
+fn _stop_logging() {
+    EXITING.store(true, Ordering::Relaxed);
+}
+
 fn level_enabled(level: u8) -> bool {
+    if EXITING.load(Ordering::Relaxed) {
+        return false;
+    }
     if level >= 30 {
         // Warnings and errors are rare: always handed over (logging filters them).
         return true;
@@ -208,9 +220,13 @@ fn log_to(py: Python<'_>, name: &str, level: u8, text: &str) -> PyResult<()> {
 
 /// Forward the core's events to `logging` (unless the process has a
 /// subscriber already, e.g. one of another extension).
-pub fn install_logging(py: Python<'_>) {
+pub fn install_logging(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
     refresh_level(py);
+    let stop = wrap_pyfunction!(_stop_logging, m)?;
+    py.import("atexit")?.call_method1("register", (stop,))?;
     let _ = tracing::subscriber::set_global_default(ToLogging);
+    Ok(())
 }
 
 /// A record of the `dlm` logger from the binding itself; `exc`: an
