@@ -122,11 +122,17 @@ def test_double_ctrl_c_gives_the_lease_back(redis_url: str, tmp_path: Path) -> N
 # Defect 2: forking after the first call hung for ever.
 
 FORK_SCRIPT = """
-import multiprocessing as mp, os, sys
+import asyncio, multiprocessing as mp, os, sys
 import dlm
 
 URL, METHOD = sys.argv[1], sys.argv[2]
 OLD = None
+
+
+async def with_new_async_client(url: str) -> None:
+    ac = await dlm.AsyncClient.connect(url)
+    async with ac.lock("forked-async-lock", ttl=5.0):
+        assert (await ac.queue("forked").stats())["waiting"] >= 1
 
 
 def with_new_client(url: str) -> None:
@@ -134,6 +140,7 @@ def with_new_client(url: str) -> None:
     c.queue("forked").push(f"child-{os.getpid()}")
     with c.lock("forked-lock", ttl=5.0):
         pass
+    asyncio.run(with_new_async_client(url))
 
 
 def with_old_client() -> None:
@@ -149,6 +156,7 @@ def with_old_client() -> None:
 if __name__ == "__main__":
     OLD = dlm.Client(URL)
     OLD.queue("forked").push("parent")  # the runtime and a connection exist before the fork
+    asyncio.run(with_new_async_client(URL))  # and an event loop's bridge
     if METHOD == "os.fork":
         pid = os.fork()
         if pid == 0:
