@@ -25,13 +25,14 @@ _T = TypeVar("_T", covariant=True)
 class Call(Coroutine[Any, Any, _T]):
     """What every async method returns: a coroutine over the running call (it starts when the
     method is called). Await it, or hand it to `asyncio.create_task`, `TaskGroup.create_task`,
-    `asyncio.gather`."""
+    `asyncio.gather`, `wait_for`, `ensure_future` (`asyncio.wait` wants tasks: wrap it with
+    `create_task`). A call dropped before it ended (never awaited) is cancelled."""
 
     def send(self, value: Any, /) -> Any: ...
     def throw(self, typ: Any, val: Any = None, tb: Any = None, /) -> Any: ...
     def close(self) -> None: ...
     def __await__(self) -> Generator[Any, None, _T]: ...
-    def cancel(self) -> bool:
+    def cancel(self, msg: Any = None) -> bool:
         """Cancel the call."""
 
 class StopEvent(Protocol):

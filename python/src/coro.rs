@@ -83,9 +83,15 @@ impl Call {
         Ok(())
     }
 
-    /// Cancel the call (as cancelling its future did).
-    fn cancel(&self, py: Python<'_>) -> PyResult<bool> {
-        self.fut.bind(py).call_method0("cancel")?.is_truthy()
+    /// Cancel the call.
+    #[pyo3(signature = (msg=None))]
+    fn cancel(&self, py: Python<'_>, msg: Option<Bound<'_, PyAny>>) -> PyResult<bool> {
+        let f = self.fut.bind(py);
+        match msg {
+            Some(m) => f.call_method1(pyo3::intern!(py, "cancel"), (m,)),
+            None => f.call_method0(pyo3::intern!(py, "cancel")),
+        }?
+        .is_truthy()
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {

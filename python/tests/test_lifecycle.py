@@ -421,7 +421,9 @@ def test_async_methods_are_coroutines(redis_url: str) -> None:
     async def main() -> None:
         ac = await dlm.AsyncClient.connect(redis_url)
         aq = ac.queue("coros")
-        t = asyncio.create_task(aq.push("a"))
+        call = aq.push("a")
+        assert asyncio.iscoroutine(call)
+        t = asyncio.create_task(call)
         assert await t is True
         if sys.version_info >= (3, 11):
             async with asyncio.TaskGroup() as tg:
