@@ -331,6 +331,41 @@ def test_sigterm_stops_a_sync_worker_gracefully(redis_url: str, tmp_path: Path) 
         stop_child(p)
 
 
+def test_sigterm_stops_an_async_worker_gracefully(redis_url: str, tmp_path: Path) -> None:
+    q = dlm.Client(redis_url).queue("sigterm-async")
+    q.push("slow", b"x")
+    q.push("next", b"y")
+    p = child(
+        f"""
+        import asyncio, dlm
+        async def main():
+            aq = (await dlm.AsyncClient.connect({redis_url!r})).queue("sigterm-async")
+            async def handle(task):
+                print("started", task.id, flush=True)
+                await asyncio.sleep(1.0)
+                return "done"
+            try:
+                await aq.work(handle, concurrency=1)
+            finally:
+                print("finally", flush=True)
+        asyncio.run(main())
+        """,
+        tmp_path,
+    )
+    try:
+        assert p.stdout is not None
+        first = p.stdout.readline().split()[1]
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=LONG)
+        assert "finally" in out, (out, err)
+        assert p.returncode == 128 + signal.SIGTERM, (p.returncode, err)
+        assert q.result(first) == b"done"
+        st = q.stats()
+        assert (st["processed"], st["waiting"], st["in_flight"]) == (1, 1, 0), st
+    finally:
+        stop_child(p)
+
+
 def test_stop_a_worker_in_a_thread(redis_url: str) -> None:
     q = dlm.Client(redis_url).queue("threaded")
     q.push("a", b"x")
