@@ -11,7 +11,10 @@ use pyo3::prelude::*;
 #[pyclass(module = "dlm._dlm", name = "Call")]
 pub struct Call {
     fut: Py<PyAny>,
+    /// The future's iterator, when driven by `send` (an asyncio Task).
     iter: Option<Py<PyAny>>,
+    /// `await`ed: the awaiting code iterates the future itself.
+    awaited: bool,
 }
 
 impl Call {
@@ -19,6 +22,7 @@ impl Call {
         Call {
             fut: fut.unbind(),
             iter: None,
+            awaited: false,
         }
     }
 
@@ -39,8 +43,14 @@ impl Call {
 
 #[pymethods]
 impl Call {
-    fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
+    /// `await call`: the future's own iterator, so that awaiting costs
+    /// what awaiting the future did (no forwarding per step).
+    fn __await__<'py>(mut slf: PyRefMut<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        slf.awaited = true;
+        slf.fut
+            .bind(py)
+            .call_method0(pyo3::intern!(py, "__await__"))
     }
 
     fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -114,6 +124,10 @@ impl Call {
 /// running unseen for as long as the process lives.
 impl Drop for Call {
     fn drop(&mut self) {
+        if self.awaited || self.iter.is_some() {
+            // Its awaiting code or task holds the future and cancels it.
+            return;
+        }
         Python::attach(|py| {
             // Dropped while an exception propagates (the call's own, raised
             // by `await`): it must survive the calls below.
