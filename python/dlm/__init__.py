@@ -19,6 +19,7 @@ from ._dlm import (
     AsyncLockGuard,
     AsyncQueue,
     AsyncEventStream,
+    Call,
     Client,
     EventStream,
     Ids,
@@ -31,7 +32,10 @@ from ._dlm import (
     Task,
     Versioned,
     __version__,
+    enable_metrics,
+    metrics_text,
 )
+from .observe import serve_metrics
 from . import errors as _errors
 from .errors import *  # noqa: F403 - the exceptions, as listed in errors.__all__
 
@@ -46,6 +50,7 @@ __all__ = [
     "AsyncLockGuard",
     "AsyncQueue",
     "AsyncEventStream",
+    "Call",
     "Client",
     "EventStream",
     "Ids",
@@ -58,5 +63,8 @@ __all__ = [
     "Task",
     "Versioned",
     "__version__",
+    "enable_metrics",
+    "metrics_text",
+    "serve_metrics",
 ]
 __all__ += _errors.__all__

@@ -133,20 +133,35 @@ impl AbortOnDone {
     }
 }
 
-/// The bridge of the running event loop (made on first use in that loop).
-fn bridge<'py>(
-    py: Python<'py>,
-    event_loop: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, LoopBridge>> {
-    static BRIDGES: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let bridges = BRIDGES
+/// The bridges of the event loops, by loop (weakly).
+static BRIDGES: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+fn bridges(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    Ok(BRIDGES
         .get_or_try_init(py, || {
             py.import("weakref")?
                 .getattr("WeakKeyDictionary")?
                 .call0()
                 .map(Bound::unbind)
         })?
-        .bind(py);
+        .bind(py))
+}
+
+/// In a forked child: the parent's bridges were fed by its runtime's
+/// threads, which do not exist here; each loop gets a new one.
+pub fn after_fork_in_child(py: Python<'_>) -> PyResult<()> {
+    if let Some(b) = BRIDGES.get(py) {
+        b.bind(py).call_method0("clear")?;
+    }
+    Ok(())
+}
+
+/// The bridge of the running event loop (made on first use in that loop).
+fn bridge<'py>(
+    py: Python<'py>,
+    event_loop: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, LoopBridge>> {
+    let bridges = bridges(py)?;
     if let Ok(b) = bridges
         .call_method1(pyo3::intern!(py, "get"), (event_loop,))?
         .cast_into::<LoopBridge>()
@@ -182,8 +197,9 @@ pub fn running_loop_calls(py: Python<'_>) -> PyResult<Arc<Shared>> {
     Ok(bridge(py, &event_loop)?.get().shared.clone())
 }
 
-/// An `asyncio.Future` of the running loop that `fut` (run on the runtime)
-/// resolves; cancelling it drops `fut`.
+/// A coroutine ([`crate::coro::Call`]) over an `asyncio.Future` of the
+/// running loop that `fut` (run on the runtime) resolves; cancelling it
+/// drops `fut`.
 pub fn awaitable<'py, T, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = PyResult<T>> + Send + 'static,
@@ -206,5 +222,5 @@ where
         pyo3::intern!(py, "add_done_callback"),
         (AbortOnDone(task.abort_handle()),),
     )?;
-    Ok(py_fut)
+    Ok(Bound::new(py, crate::coro::Call::new(py_fut))?.into_any())
 }

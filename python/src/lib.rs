@@ -5,8 +5,10 @@
 
 mod bridge;
 mod client;
+mod coro;
 mod extras;
 mod guard;
+mod life;
 mod queue;
 mod rt;
 
@@ -35,6 +37,11 @@ fn _dlm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<extras::AsyncStock>()?;
     m.add_class::<extras::AsyncIds>()?;
     m.add_class::<extras::AsyncRateLimiter>()?;
+    m.add_function(wrap_pyfunction!(life::enable_metrics, m)?)?;
+    m.add_function(wrap_pyfunction!(life::metrics_text, m)?)?;
+    coro::register(m)?;
+    life::register_at_fork(m)?;
+    life::install_logging(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

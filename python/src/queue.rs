@@ -36,22 +36,31 @@ impl QueueOpts {
 }
 
 /// A task as a handler sees it.
-#[pyclass(frozen, module = "dlm", get_all)]
+#[pyclass(frozen, module = "dlm")]
 pub struct Task {
     /// The task's id.
+    #[pyo3(get)]
     id: String,
     /// The payload (b"" when the task has none).
+    #[pyo3(get)]
     payload: Py<PyBytes>,
     /// The fencing token of this lease: higher for every new claim of the task.
+    #[pyo3(get)]
     fence: u64,
     /// How many times the task was claimed, this claim included.
+    #[pyo3(get)]
     attempts: u32,
     /// The priority it was pushed with.
+    #[pyo3(get)]
     priority: u16,
     /// The group it was pushed in, if any.
+    #[pyo3(get)]
     group: Option<String>,
     /// The ids it waited for (after=[...]).
+    #[pyo3(get)]
     deps: Vec<String>,
+    /// The worker's run of it (None: claimed by hand, see Lease).
+    run: Option<dlm::queue::RunContext>,
 }
 
 impl Task {
@@ -64,12 +73,78 @@ impl Task {
             priority: t.priority,
             group: t.group.clone(),
             deps: t.deps.clone(),
+            run: None,
         }
+    }
+
+    fn of_run(py: Python<'_>, t: &dlm::queue::Task, run: dlm::queue::RunContext) -> Self {
+        Task {
+            run: Some(run),
+            ..Task::from_core(py, t)
+        }
+    }
+
+    fn run(&self) -> PyResult<dlm::queue::RunContext> {
+        self.run.clone().ok_or_else(|| {
+            err(dlm::Error::InvalidArgument {
+                arg: "task",
+                reason: "only a worker's handler can report on its task; a claimed task reports through its Lease".into(),
+            })
+        })
+    }
+
+    fn progress_fut(
+        &self,
+        pct: u8,
+        message: String,
+    ) -> PyResult<impl Future<Output = PyResult<()>> + Send + 'static + use<>> {
+        let run = self.run()?;
+        Ok(async move { run.progress(pct, &message).await.map_err(err) })
+    }
+
+    fn extend_fut(
+        &self,
+        lease: f64,
+    ) -> PyResult<impl Future<Output = PyResult<()>> + Send + 'static + use<>> {
+        let run = self.run()?;
+        let d = secs("lease", lease).map_err(err)?;
+        Ok(async move { run.extend(d).await.map_err(err) })
     }
 }
 
 #[pymethods]
 impl Task {
+    /// Report how far the task is (0..=100 and a message), read with
+    /// `q.progress(id)`; in a worker's handler only. Blocks: an async
+    /// handler awaits `aprogress`.
+    #[pyo3(signature = (pct, message=String::new()))]
+    fn progress(&self, py: Python<'_>, pct: u8, message: String) -> PyResult<()> {
+        block(py, self.progress_fut(pct, message)?)
+    }
+
+    /// `progress`, awaitable.
+    #[pyo3(signature = (pct, message=String::new()))]
+    fn aprogress<'py>(
+        &self,
+        py: Python<'py>,
+        pct: u8,
+        message: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, self.progress_fut(pct, message)?)
+    }
+
+    /// Renew this run's lease to `lease` seconds from now (at least the
+    /// worker's lease) and keep it that long while the handler runs; in a
+    /// worker's handler only. Blocks: an async handler awaits `aextend`.
+    fn extend(&self, py: Python<'_>, lease: f64) -> PyResult<()> {
+        block(py, self.extend_fut(lease)?)
+    }
+
+    /// `extend`, awaitable.
+    fn aextend<'py>(&self, py: Python<'py>, lease: f64) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, self.extend_fut(lease)?)
+    }
+
     fn __repr__(&self, py: Python<'_>) -> String {
         let id = PyString::new(py, &self.id)
             .repr()
@@ -80,6 +155,103 @@ impl Task {
             self.fence, self.attempts
         )
     }
+}
+
+/// A `SystemExit` or `KeyboardInterrupt` raised in a handler: it stops the
+/// worker (its task given back) and is raised again by `work`.
+type Stash = Arc<Mutex<Option<PyErr>>>;
+
+/// What a handler's exception makes of its task: a graceful stop of the
+/// worker (`SystemExit`, `KeyboardInterrupt`, kept in `stash` to be raised
+/// by `work`), else a retry with the exception and its traceback as the
+/// task's error (the core keeps its first 4 KiB), logged on `dlm`.
+fn failure(
+    py: Python<'_>,
+    e: PyErr,
+    task: &dlm::queue::Task,
+    stash: &Stash,
+) -> dlm::queue::TaskError {
+    use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit};
+    if e.is_instance_of::<PySystemExit>(py) || e.is_instance_of::<PyKeyboardInterrupt>(py) {
+        let why = e.to_string();
+        lock(stash).get_or_insert(e);
+        return dlm::queue::TaskError::stop(format!("the handler raised {why}"));
+    }
+    let text = error_text(py, &e);
+    crate::life::log(
+        py,
+        40,
+        &format!("task {:?} failed (attempt {})", task.id, task.attempt),
+        Some(e.value(py).as_any()),
+    );
+    dlm::queue::TaskError::retry(text)
+}
+
+/// Most of the error text a task keeps (the core's cap is 4 KiB).
+const ERROR_TEXT: usize = 4000;
+
+/// "Type: message", then the traceback (its last lines when too long).
+fn error_text(py: Python<'_>, e: &PyErr) -> String {
+    let head = e.to_string();
+    let tb = (|| -> PyResult<String> {
+        let v = e.value(py);
+        let lines = py
+            .import("traceback")?
+            .call_method1("format_exception", (v.get_type(), v, e.traceback(py)))?;
+        Ok(lines.extract::<Vec<String>>()?.concat())
+    })()
+    .unwrap_or_default();
+    let room = ERROR_TEXT.saturating_sub(head.len() + 2);
+    if tb.is_empty() || room < 100 {
+        return head;
+    }
+    let tail = if tb.len() > room {
+        let mut start = tb.len() - (room - 4);
+        while !tb.is_char_boundary(start) {
+            start += 1;
+        }
+        format!("...\n{}", &tb[start..])
+    } else {
+        tb
+    };
+    format!("{head}\n\n{tail}")
+}
+
+/// The task's outcome from what its handler returned (a result that can
+/// never be stored is fatal: retrying would fail the same way).
+fn outcome(
+    py: Python<'_>,
+    r: PyResult<Bound<'_, PyAny>>,
+    task: &dlm::queue::Task,
+    stash: &Stash,
+) -> HandlerOut {
+    match r {
+        Ok(v) => result_bytes(&v).map_err(dlm::queue::TaskError::fatal),
+        Err(e) => Err(failure(py, e, task, stash)),
+    }
+}
+
+/// Run a sync handler in a thread of the runtime's blocking pool.
+async fn in_thread(
+    handler: Arc<Py<PyAny>>,
+    task: dlm::queue::Task,
+    run: dlm::queue::RunContext,
+    stash: Stash,
+) -> HandlerOut {
+    tokio::task::spawn_blocking(move || {
+        Python::attach(|py| {
+            let t = Py::new(py, Task::of_run(py, &task, run))
+                .map_err(|e| dlm::queue::TaskError::retry(e.to_string()))?;
+            let r = handler.bind(py).call1((t,));
+            outcome(py, r, &task, &stash)
+        })
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(dlm::queue::TaskError::retry(format!(
+            "handler thread failed: {e}"
+        )))
+    })
 }
 
 /// A handler's return value as a task result: None (no result), bytes or str.
@@ -271,7 +443,190 @@ fn on_duplicate(replace: bool) -> dlm::queue::OnDuplicate {
 
 /// Everything both queue flavours do, as futures.
 #[derive(Clone)]
-struct Core(dlm::queue::Queue);
+struct Core(
+    dlm::queue::Queue,
+    Arc<Mutex<tokio_util::sync::CancellationToken>>,
+);
+
+impl Core {
+    fn new(q: dlm::queue::Queue) -> Self {
+        Core(q, Arc::default())
+    }
+
+    /// A stop token for one `work` call: `stop()` cancels it.
+    fn stop_token(&self) -> tokio_util::sync::CancellationToken {
+        lock(&self.1).child_token()
+    }
+
+    /// Stop every `work` running on this handle (later ones start afresh).
+    fn stop(&self) {
+        let old = std::mem::take(&mut *lock(&self.1));
+        old.cancel();
+    }
+}
+
+/// A handler must be callable: refused before anything is claimed (issue 33:
+/// `work(None)` dead-lettered every task).
+fn check_handler(handler: &Bound<'_, PyAny>) -> PyResult<()> {
+    if handler.is_callable() {
+        Ok(())
+    } else {
+        let t = handler
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "the handler must be a callable taking a dlm.Task, not {t}"
+        )))
+    }
+}
+
+/// True for a coroutine function (`async def`, also behind `__call__` or
+/// `functools.partial`): run on the loop; other handlers run in threads.
+fn is_async_handler(handler: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = handler.py();
+    let f = py.import("inspect")?.getattr("iscoroutinefunction")?;
+    if f.call1((handler,))?.is_truthy()? {
+        return Ok(true);
+    }
+    match handler.getattr("__call__") {
+        Ok(call) => f.call1((call,))?.is_truthy(),
+        Err(_) => Ok(false),
+    }
+}
+
+/// SIGTERM stops a sync `work` as Ctrl-C does, then raises SystemExit(143),
+/// while `work` runs in the main thread and SIGTERM has Python's default
+/// handling (an application's own handler is left alone).
+#[pyfunction]
+fn _on_sigterm(signum: i32, _frame: Bound<'_, PyAny>) -> PyResult<()> {
+    Err(pyo3::exceptions::PySystemExit::new_err(128 + signum))
+}
+
+fn sigterm_is_ours(py: Python<'_>) -> PyResult<bool> {
+    let threading = py.import("threading")?;
+    let main = threading.call_method0("main_thread")?;
+    if !threading.call_method0("current_thread")?.is(&main) {
+        return Ok(false);
+    }
+    let signal = py.import("signal")?;
+    let current = signal.call_method1("getsignal", (signal.getattr("SIGTERM")?,))?;
+    current.eq(signal.getattr("SIG_DFL")?)
+}
+
+/// The SIGTERM handler of a sync `work`, restored when dropped.
+struct Sigterm(Option<Py<PyModule>>);
+
+impl Sigterm {
+    fn install(py: Python<'_>) -> PyResult<Self> {
+        if !sigterm_is_ours(py)? {
+            return Ok(Sigterm(None));
+        }
+        let signal = py.import("signal")?;
+        let m = PyModule::new(py, "dlm_sigterm")?;
+        let f = wrap_pyfunction!(_on_sigterm, &m)?;
+        signal.call_method1("signal", (signal.getattr("SIGTERM")?, f))?;
+        Ok(Sigterm(Some(signal.unbind())))
+    }
+}
+
+impl Drop for Sigterm {
+    fn drop(&mut self) {
+        if let Some(signal) = self.0.take() {
+            Python::attach(|py| {
+                let signal = signal.bind(py);
+                if let (Ok(t), Ok(d)) = (signal.getattr("SIGTERM"), signal.getattr("SIG_DFL")) {
+                    let _ = signal.call_method1("signal", (t, d));
+                }
+            });
+        }
+    }
+}
+
+/// What an async `work` set up on its loop: the waiter of its `stop` event
+/// and its SIGTERM handler, undone when it ends.
+#[pyclass(frozen, module = "dlm._dlm")]
+struct StopWorker {
+    token: tokio_util::sync::CancellationToken,
+    terminated: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[pymethods]
+impl StopWorker {
+    #[pyo3(signature = (*_args))]
+    fn __call__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) {
+        self.token.cancel();
+    }
+}
+
+#[pyclass(frozen, module = "dlm._dlm")]
+struct OnSigterm(Py<StopWorker>);
+
+#[pymethods]
+impl OnSigterm {
+    fn __call__(&self) {
+        let s = self.0.get();
+        s.terminated
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        s.token.cancel();
+    }
+}
+
+/// Undoes an [`AsyncStop`] on its loop when the worker ends or is dropped.
+struct UndoOnDrop(Option<(Arc<crate::bridge::Shared>, AsyncStop)>);
+
+impl Drop for UndoOnDrop {
+    fn drop(&mut self) {
+        if let Some((on_loop, set_up)) = self.0.take() {
+            on_loop.call_soon(Box::new(move |py| set_up.undo(py)));
+        }
+    }
+}
+
+struct AsyncStop {
+    waiter: Option<Py<PyAny>>,
+    event_loop: Option<Py<PyAny>>,
+}
+
+impl AsyncStop {
+    fn set_up(
+        py: Python<'_>,
+        stop: Option<&Bound<'_, PyAny>>,
+        s: &Bound<'_, StopWorker>,
+    ) -> PyResult<Self> {
+        let asyncio = py.import("asyncio")?;
+        let mut out = AsyncStop {
+            waiter: None,
+            event_loop: None,
+        };
+        if let Some(ev) = stop {
+            let w = asyncio.call_method1("ensure_future", (ev.call_method0("wait")?,))?;
+            w.call_method1("add_done_callback", (s,))?;
+            out.waiter = Some(w.unbind());
+        }
+        if sigterm_is_ours(py)? {
+            let l = asyncio.call_method0("get_running_loop")?;
+            let sigterm = py.import("signal")?.getattr("SIGTERM")?;
+            let h = Bound::new(py, OnSigterm(s.clone().unbind()))?;
+            if l.call_method1("add_signal_handler", (sigterm, h)).is_ok() {
+                out.event_loop = Some(l.unbind());
+            }
+        }
+        Ok(out)
+    }
+
+    fn undo(self, py: Python<'_>) {
+        if let Some(w) = self.waiter {
+            let _ = w.bind(py).call_method0("cancel");
+        }
+        if let Some(l) = self.event_loop
+            && let Ok(t) = py.import("signal").and_then(|s| s.getattr("SIGTERM"))
+        {
+            let _ = l.bind(py).call_method1("remove_signal_handler", (t,));
+        }
+    }
+}
 
 impl Core {
     #[allow(clippy::too_many_arguments)]
@@ -441,77 +796,52 @@ impl Core {
         async move { f(q).await.map_err(err) }
     }
 
-    fn work_sync(
+    /// The worker of `work`: `handler` is called in a thread (sync) or on
+    /// the running loop (`on_loop`, for coroutine functions).
+    fn work(
         &self,
         handler: Py<PyAny>,
+        on_loop: Option<Arc<crate::bridge::Shared>>,
         args: WorkArgs,
         stop: tokio_util::sync::CancellationToken,
+        stash: Stash,
     ) -> impl Future<Output = PyResult<Record>> + Send + 'static {
         let q = self.0.clone();
         let handler = Arc::new(handler);
+        let name = q.name().to_string();
         async move {
             let opts = args.options().map_err(err)?;
-            let h = move |task: dlm::queue::Task| {
+            let h = move |task: dlm::queue::Task, run: dlm::queue::RunContext| {
                 let handler = handler.clone();
-                async move {
-                    tokio::task::spawn_blocking(move || {
-                        Python::attach(|py| {
-                            let t = Py::new(py, Task::from_core(py, &task))
-                                .map_err(|e| e.to_string())?;
-                            match handler.call1(py, (t,)) {
-                                Ok(r) => result_bytes(r.bind(py)),
-                                Err(e) => Err(e.to_string()),
-                            }
-                        })
-                    })
-                    .await
-                    .unwrap_or_else(|e| Err(format!("handler thread failed: {e}")))
-                }
-            };
-            let r = q.worker(opts).run(h, stop).await.map_err(err)?;
-            Ok(report(r))
-        }
-    }
-
-    fn work_async(
-        &self,
-        py: Python<'_>,
-        handler: Py<PyAny>,
-        args: WorkArgs,
-    ) -> PyResult<impl Future<Output = PyResult<Record>> + Send + 'static> {
-        let on_loop = crate::bridge::running_loop_calls(py)?;
-        let q = self.0.clone();
-        let handler = Arc::new(handler);
-        Ok(async move {
-            let opts = args.options().map_err(err)?;
-            let h = move |task: dlm::queue::Task| {
-                let handler = handler.clone();
+                let stash = stash.clone();
                 let on_loop = on_loop.clone();
                 async move {
-                    let (tx, rx) = tokio::sync::oneshot::channel();
-                    let running: Arc<Mutex<Option<Py<PyAny>>>> = Arc::new(Mutex::new(None));
-                    let slot = running.clone();
-                    on_loop.call_soon(Box::new(move |py| {
-                        start_handler(py, &handler, &task, tx, &slot)
-                    }));
-                    // Dropped before the handler finished (task timeout, worker
-                    // cancelled): cancel its asyncio task too.
-                    let cancel = CancelOnDrop {
-                        running,
-                        on_loop,
-                        armed: true,
-                    };
-                    let out = rx
-                        .await
-                        .unwrap_or_else(|_| Err("handler was dropped".into()));
-                    cancel.disarm();
-                    out
+                    match on_loop {
+                        None => in_thread(handler, task, run, stash).await,
+                        Some(on_loop) => on_the_loop(handler, task, run, stash, on_loop).await,
+                    }
                 }
             };
-            let stop = tokio_util::sync::CancellationToken::new();
-            let r = q.worker(opts).run(h, stop).await.map_err(err)?;
-            Ok(report(r))
-        })
+            let r = q.worker(opts).run_with_context(h, stop).await;
+            Python::attach(|py| match &r {
+                Ok(r) => crate::life::log(
+                    py,
+                    20,
+                    &format!(
+                        "worker of queue {name:?} stopped: acked {}, retried {}, dead {}, lost {}, given back {}",
+                        r.acked, r.retried, r.dead, r.lost, r.returned
+                    ),
+                    None,
+                ),
+                Err(e) => crate::life::log(
+                    py,
+                    40,
+                    &format!("worker of queue {name:?} failed: {e}"),
+                    None,
+                ),
+            });
+            Ok(report(r.map_err(err)?))
+        }
     }
 }
 
@@ -653,38 +983,73 @@ impl AsyncEventStream {
     }
 }
 
-type HandlerOut = Result<Option<Vec<u8>>, String>;
+/// An async handler: started on the loop's thread; its asyncio task is
+/// cancelled when the worker drops it (task timeout, worker stopped).
+async fn on_the_loop(
+    handler: Arc<Py<PyAny>>,
+    task: dlm::queue::Task,
+    run: dlm::queue::RunContext,
+    stash: Stash,
+    on_loop: Arc<crate::bridge::Shared>,
+) -> HandlerOut {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let running: Arc<Mutex<Option<Py<PyAny>>>> = Arc::new(Mutex::new(None));
+    let slot = running.clone();
+    on_loop.call_soon(Box::new(move |py| {
+        start_handler(py, &handler, task, run, tx, &slot, stash)
+    }));
+    let cancel = CancelOnDrop {
+        running,
+        on_loop,
+        armed: true,
+    };
+    let out = rx
+        .await
+        .unwrap_or_else(|_| Err(dlm::queue::TaskError::retry("handler was dropped")));
+    cancel.disarm();
+    out
+}
+
+type HandlerOut = Result<Option<Vec<u8>>, dlm::queue::TaskError>;
 
 /// On the loop's thread: call the handler; a coroutine (or other awaitable)
 /// becomes an asyncio task whose end answers `tx`.
 fn start_handler(
     py: Python<'_>,
     handler: &Py<PyAny>,
-    task: &dlm::queue::Task,
+    task: dlm::queue::Task,
+    run: dlm::queue::RunContext,
     tx: tokio::sync::oneshot::Sender<HandlerOut>,
     running: &Mutex<Option<Py<PyAny>>>,
+    stash: Stash,
 ) {
     static ENSURE_FUTURE: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
     let tx = Arc::new(Mutex::new(Some(tx)));
-    let started = (|| -> PyResult<()> {
-        let t = Py::new(py, Task::from_core(py, task))?;
+    let started = (|| -> PyResult<Option<Bound<'_, PyAny>>> {
+        let t = Py::new(py, Task::of_run(py, &task, run))?;
         let r = handler.bind(py).call1((t,))?;
         if r.hasattr(pyo3::intern!(py, "__await__"))? {
             let fut = ENSURE_FUTURE
                 .import(py, "asyncio", "ensure_future")?
                 .call1((r,))?;
+            *lock(running) = Some(fut.clone().unbind());
             fut.call_method1(
                 pyo3::intern!(py, "add_done_callback"),
-                (HandlerDone { tx: tx.clone() },),
+                (HandlerDone {
+                    tx: tx.clone(),
+                    task: task.clone(),
+                    stash: stash.clone(),
+                },),
             )?;
-            *lock(running) = Some(fut.unbind());
+            Ok(None)
         } else {
-            answer(&tx, result_bytes(&r));
+            Ok(Some(r))
         }
-        Ok(())
     })();
-    if let Err(e) = started {
-        answer(&tx, Err(e.to_string()));
+    match started {
+        Ok(None) => {}
+        Ok(Some(r)) => answer(&tx, outcome(py, Ok(r), &task, &stash)),
+        Err(e) => answer(&tx, outcome(py, Err(e), &task, &stash)),
     }
 }
 
@@ -705,6 +1070,8 @@ fn answer(tx: &Answer, out: HandlerOut) {
 #[pyclass(frozen, module = "dlm._dlm")]
 struct HandlerDone {
     tx: Answer,
+    task: dlm::queue::Task,
+    stash: Stash,
 }
 
 #[pymethods]
@@ -715,12 +1082,12 @@ impl HandlerDone {
             .call_method0(pyo3::intern!(py, "cancelled"))?
             .is_truthy()?
         {
-            Err("the handler's task was cancelled".to_string())
+            Err(dlm::queue::TaskError::retry(
+                "the handler's task was cancelled",
+            ))
         } else {
-            match fut.call_method0(pyo3::intern!(py, "result")) {
-                Ok(v) => result_bytes(&v),
-                Err(e) => Err(e.to_string()),
-            }
+            let r = fut.call_method0(pyo3::intern!(py, "result"));
+            outcome(py, r, &self.task, &self.stash)
         };
         answer(&self.tx, out);
         Ok(())
@@ -1266,7 +1633,7 @@ pub struct Queue {
 impl Queue {
     const KIND: &'static str = "Queue";
     pub fn new(q: dlm::queue::Queue) -> Self {
-        Queue { core: Core(q) }
+        Queue { core: Core::new(q) }
     }
 }
 
@@ -1282,19 +1649,28 @@ lease_methods!(
 impl Queue {
     /// Run `handler(task)` for every task, `concurrency` at a time, each in
     /// a thread of its own. Its return value (bytes, str or None) becomes the
-    /// task's result; an exception nacks the task (retried with backoff, then
-    /// dead-lettered) with its text as the error. stop_when_idle=True
-    /// returns once the queue is empty; else it runs until Ctrl-C. Returns
-    /// dict(acked, retried, dead, lost, returned). Ctrl-C stops it
+    /// task's result (anything else, or a result over 1 MiB, dead-letters
+    /// the task at once); an exception nacks the task (retried with
+    /// backoff, then dead-lettered) with its text and traceback as the
+    /// error. stop_when_idle=True returns once the queue is empty; else it
+    /// runs until stopped. Returns dict(acked, retried, dead, lost,
+    /// returned).
+    ///
+    /// Stopping: `stop()` on this handle, `stop` (an object with
+    /// `is_set()`, e.g. a threading.Event) set, Ctrl-C, SIGTERM (in the
+    /// main thread, unless the application handles SIGTERM itself), or a
+    /// handler raising SystemExit or KeyboardInterrupt. Each stops it
     /// gracefully: no new claims, running handlers finish (within the
     /// worker's grace period, else their tasks go back to the queue), then
-    /// KeyboardInterrupt propagates; a second Ctrl-C stops it at once.
-    #[pyo3(signature = (handler, concurrency=Int::of(1), stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None, grace=None, keep_results=None))]
+    /// it returns (stop(), the event) or raises (KeyboardInterrupt,
+    /// SystemExit(143) for SIGTERM, the handler's exception). A second
+    /// Ctrl-C or SIGTERM stops it at once, giving its tasks back.
+    #[pyo3(signature = (handler, concurrency=Int::of(1), stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None, grace=None, keep_results=None, stop=None))]
     #[allow(clippy::too_many_arguments)]
     fn work(
         &self,
         py: Python<'_>,
-        handler: Py<PyAny>,
+        handler: Bound<'_, PyAny>,
         concurrency: Int<usize>,
         stop_when_idle: bool,
         lease: Option<f64>,
@@ -1302,9 +1678,12 @@ impl Queue {
         worker_id: Option<String>,
         grace: Option<f64>,
         keep_results: Option<f64>,
+        stop: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Record> {
+        check_handler(&handler)?;
+        let concurrency = concurrency.get("concurrency")?;
         let args = WorkArgs {
-            concurrency: concurrency.get("concurrency")?,
+            concurrency,
             stop_when_idle,
             lease,
             task_timeout,
@@ -1312,13 +1691,39 @@ impl Queue {
             grace,
             keep_results,
         };
-        let stop = tokio_util::sync::CancellationToken::new();
-        block_until(
+        let token = self.core.stop_token();
+        let stash = Stash::default();
+        let sigterm = Sigterm::install(py)?;
+        started(py, self.core.0.name(), concurrency);
+        let r = block_until(
             py,
-            self.core.work_sync(handler, args, stop.clone()),
-            Some(stop),
-        )
+            self.core
+                .work(handler.unbind(), None, args, token.clone(), stash.clone()),
+            Some(token),
+            stop.as_ref(),
+        );
+        drop(sigterm);
+        let r = r?;
+        match lock(&stash).take() {
+            Some(e) => Err(e),
+            None => Ok(r),
+        }
     }
+
+    /// Stop every `work` running on this handle (in any thread), gracefully.
+    fn stop(&self) {
+        self.core.stop();
+    }
+}
+
+fn started(py: Python<'_>, name: &str, concurrency: usize) {
+    crate::life::refresh_level(py);
+    crate::life::log(
+        py,
+        20,
+        &format!("worker of queue {name:?} started (concurrency {concurrency})"),
+        None,
+    );
 }
 
 /// A task queue (awaitable calls).
@@ -1330,7 +1735,7 @@ pub struct AsyncQueue {
 impl AsyncQueue {
     const KIND: &'static str = "AsyncQueue";
     pub fn new(q: dlm::queue::Queue) -> Self {
-        AsyncQueue { core: Core(q) }
+        AsyncQueue { core: Core::new(q) }
     }
 }
 
@@ -1344,15 +1749,17 @@ lease_methods!(
 
 #[pymethods]
 impl AsyncQueue {
-    /// Run `handler(task)` (a coroutine function; a plain function works
-    /// too) for every task, `concurrency` at a time, on this event loop.
-    /// As Queue.work otherwise; cancelling the awaiting task stops the worker.
-    #[pyo3(signature = (handler, concurrency=Int::of(1), stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None, grace=None, keep_results=None))]
+    /// Run `handler(task)` for every task, `concurrency` at a time: a
+    /// coroutine function on this event loop, a plain function in a thread
+    /// (never blocking the loop). As Queue.work otherwise; `stop` is an
+    /// asyncio.Event. Cancelling the awaiting task stops the worker at once
+    /// (its tasks given back).
+    #[pyo3(signature = (handler, concurrency=Int::of(1), stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None, grace=None, keep_results=None, stop=None))]
     #[allow(clippy::too_many_arguments)]
     fn work<'py>(
         &self,
         py: Python<'py>,
-        handler: Py<PyAny>,
+        handler: Bound<'py, PyAny>,
         concurrency: Int<usize>,
         stop_when_idle: bool,
         lease: Option<f64>,
@@ -1360,9 +1767,12 @@ impl AsyncQueue {
         worker_id: Option<String>,
         grace: Option<f64>,
         keep_results: Option<f64>,
+        stop: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        check_handler(&handler)?;
+        let concurrency = concurrency.get("concurrency")?;
         let args = WorkArgs {
-            concurrency: concurrency.get("concurrency")?,
+            concurrency,
             stop_when_idle,
             lease,
             task_timeout,
@@ -1370,7 +1780,47 @@ impl AsyncQueue {
             grace,
             keep_results,
         };
-        let fut = self.core.work_async(py, handler, args)?;
-        awaitable(py, fut)
+        let on_loop = crate::bridge::running_loop_calls(py)?;
+        let handler_loop = if is_async_handler(&handler)? {
+            Some(on_loop.clone())
+        } else {
+            None
+        };
+        let token = self.core.stop_token();
+        let terminated = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = Bound::new(
+            py,
+            StopWorker {
+                token: token.clone(),
+                terminated: terminated.clone(),
+            },
+        )?;
+        let set_up = AsyncStop::set_up(py, stop.as_ref(), &s)?;
+        let stash = Stash::default();
+        started(py, self.core.0.name(), concurrency);
+        let work = self
+            .core
+            .work(handler.unbind(), handler_loop, args, token, stash.clone());
+        let undo = UndoOnDrop(Some((on_loop, set_up)));
+        awaitable(py, async move {
+            let r = work.await;
+            drop(undo);
+            let r = r?;
+            if let Some(e) = lock(&stash).take() {
+                return Err(e);
+            }
+            if terminated.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(pyo3::exceptions::PySystemExit::new_err(128 + SIGTERM));
+            }
+            Ok(r)
+        })
+    }
+
+    /// Stop every `work` running on this handle, gracefully.
+    fn stop(&self) {
+        self.core.stop();
     }
 }
+
+/// The signal's number on Linux (and every POSIX system dlm runs on).
+const SIGTERM: i32 = 15;

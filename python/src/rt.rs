@@ -3,24 +3,41 @@
 
 use std::future::Future;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyMemoryView, PyString};
 
-static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+/// How many generations of forked processes get a runtime of their own.
+const FORKS: usize = 64;
+
+/// One runtime per generation of process: a forked child has none of its
+/// parent's runtime threads, so it gets the next slot (issue 33: a fork used
+/// to hang for ever). The parent's runtime is never dropped in the child
+/// (its threads do not exist there to be joined).
+static RUNTIMES: [OnceLock<tokio::runtime::Runtime>; FORKS] = [const { OnceLock::new() }; FORKS];
+
+/// This process's generation: 0, plus one per fork since the module loaded.
+static GENERATION: AtomicUsize = AtomicUsize::new(0);
 
 /// The runtime every call runs on, sync or asyncio: multi-threaded, created
-/// on first use.
+/// on first use (in this process: after a fork, a new one).
 pub fn rt() -> &'static tokio::runtime::Runtime {
-    RUNTIME.get_or_init(|| {
+    let generation = GENERATION.load(Ordering::Relaxed).min(FORKS - 1);
+    RUNTIMES[generation].get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .thread_name("dlm-tokio")
             .build()
             .expect("cannot start the tokio runtime")
     })
+}
+
+/// In a forked child: the next call starts a runtime of its own.
+pub fn after_fork_in_child() {
+    GENERATION.fetch_add(1, Ordering::Relaxed);
 }
 
 /// How often a sync wait looks for a pending signal (Ctrl-C).
@@ -35,16 +52,18 @@ where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: Send + 'static,
 {
-    block_until(py, fut, None)
+    block_until(py, fut, None, None)
 }
 
 /// [`block`] for a call that stops gracefully: the first signal that raises
 /// cancels `stop` and waits for the call to wind down (a second one drops
-/// it), then the exception propagates.
+/// it), then the exception propagates. `event` (an object with `is_set()`,
+/// e.g. a `threading.Event`) set cancels `stop` too, and nothing is raised.
 pub fn block_until<T, F>(
     py: Python<'_>,
     fut: F,
     stop: Option<tokio_util::sync::CancellationToken>,
+    event: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<T>
 where
     F: Future<Output = PyResult<T>> + Send + 'static,
@@ -75,6 +94,15 @@ where
                 };
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if let (Some(stop), Some(ev)) = (&stop, event)
+                    && !stop.is_cancelled()
+                    && ev
+                        .call_method0(pyo3::intern!(py, "is_set"))
+                        .and_then(|v| v.is_truthy())
+                        .unwrap_or(false)
+                {
+                    stop.cancel();
+                }
                 if let Err(e) = py.check_signals() {
                     match (&stop, interrupted.is_some()) {
                         (Some(stop), false) => {

@@ -27,6 +27,8 @@ def test_stubs_cover_the_native_module() -> None:
             members |= {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
             classes[node.name] = members
             names.add(node.name)
+        elif isinstance(node, ast.FunctionDef):
+            names.add(node.name)
         elif isinstance(node, (ast.AnnAssign, ast.Assign)):
             target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
             if isinstance(target, ast.Name):

@@ -135,6 +135,9 @@ pub(crate) struct Backend {
     /// The server refused `MULTI`/`EXEC` to this user once: do not send
     /// transactions again on this deployment.
     no_transactions: Arc<std::sync::atomic::AtomicBool>,
+    /// The process that made it: its connections are that process's, so
+    /// a forked child refuses to use them (issue 33: it waited for ever).
+    pid: u32,
 }
 
 impl std::fmt::Debug for Backend {
@@ -146,6 +149,23 @@ impl std::fmt::Debug for Backend {
 }
 
 impl Backend {
+    /// A handle on the shared connection, refused in a process forked
+    /// after this backend was made.
+    fn handle(&self) -> Result<BoxedConnection> {
+        let pid = std::process::id();
+        if pid != self.pid {
+            return Err(Error::InvalidArgument {
+                arg: "client",
+                reason: format!(
+                    "this client was made in process {} and cannot be used after a fork (this is \
+                     process {pid}): make a new client in the forked process",
+                    self.pid
+                ),
+            });
+        }
+        Ok(self.conn.handle())
+    }
+
     pub(crate) fn new<C>(conn: C, timeout: Duration) -> Self
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -156,6 +176,7 @@ impl Backend {
             by_slot: true,
             cluster: None,
             no_transactions: Arc::default(),
+            pid: std::process::id(),
         }
     }
 
@@ -180,6 +201,7 @@ impl Backend {
             by_slot: true,
             cluster: None,
             no_transactions: Arc::default(),
+            pid: std::process::id(),
         };
         (backend, state)
     }
@@ -203,6 +225,7 @@ impl Backend {
             by_slot: true,
             cluster: None,
             no_transactions: Arc::default(),
+            pid: std::process::id(),
         }
     }
 
@@ -232,6 +255,7 @@ impl Backend {
             by_slot: true,
             cluster: None,
             no_transactions: Arc::default(),
+            pid: std::process::id(),
         }
     }
 
@@ -304,7 +328,9 @@ impl Backend {
     /// whose lost reply would mean an operation that never ran.
     pub(crate) async fn preload(&self, scripts: &[&'static redis::Script]) {
         let loads = scripts.iter().map(|script| async move {
-            let mut conn = self.conn.handle();
+            let Ok(mut conn) = self.handle() else {
+                return;
+            };
             if let Err(e) = deadline(self.timeout, script.load_async(&mut conn)).await {
                 tracing::debug!(error = %e, "preloading a script failed; EVALSHA falls back");
             }
@@ -326,7 +352,7 @@ impl Backend {
         timeout: Duration,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T> {
-        let mut conn = self.conn.handle();
+        let mut conn = self.handle()?;
         deadline(
             timeout.min(self.timeout),
             invocation.invoke_async(&mut conn),
@@ -345,7 +371,7 @@ impl Backend {
         script: &redis::Script,
         cmd: &Cmd,
     ) -> Result<T> {
-        let mut conn = self.conn.handle();
+        let mut conn = self.handle()?;
         deadline(timeout.min(self.timeout), async move {
             match cmd.query_async(&mut conn).await {
                 Err(e)
@@ -391,7 +417,7 @@ impl Backend {
         if self.no_transactions.load(Ordering::Relaxed) {
             return Ok(Transaction::NotSent);
         }
-        let mut conn = self.conn.handle();
+        let mut conn = self.handle()?;
         let replies: Vec<Value> =
             deadline(timeout.min(self.timeout), pipe.query_async(&mut conn)).await?;
         let mut replies = replies.into_iter();
@@ -460,7 +486,7 @@ impl Backend {
         timeout: Duration,
         cmd: &Cmd,
     ) -> Result<T> {
-        let mut conn = self.conn.handle();
+        let mut conn = self.handle()?;
         deadline(timeout.min(self.timeout), cmd.query_async(&mut conn)).await
     }
 }

@@ -141,7 +141,7 @@ pub use types::{
     OnDuplicate, QueueSettings, QueueStats, RateLimit, Removed, Task, TaskProgress,
     UNKNOWN_DEPENDENCY_WAIT,
 };
-pub use worker::{TaskOutput, Worker, WorkerOptions, WorkerReport};
+pub use worker::{Failure, RunContext, TaskError, TaskOutput, Worker, WorkerOptions, WorkerReport};
 
 use std::sync::Arc;
 
@@ -920,6 +920,19 @@ impl Queue {
         retry_after: Duration,
         error: &str,
     ) -> Result<Nacked> {
+        self.nack_within(task, retry_after, error, self.max_attempts)
+            .await
+    }
+
+    /// [`Queue::nack_raw`] with `max_attempts` of the caller's (1: dead now,
+    /// for a failure that no retry can mend).
+    pub(crate) async fn nack_within(
+        &self,
+        task: &Task,
+        retry_after: Duration,
+        error: &str,
+        max_attempts: u32,
+    ) -> Result<Nacked> {
         check_delay("retry after", retry_after)?;
         let (backend, keys) = self.ready_hot()?;
         let code = ops::nack(
@@ -928,7 +941,7 @@ impl Queue {
             &task.id,
             task.fence,
             retry_after,
-            self.max_attempts,
+            max_attempts,
             &cap_error(error),
         )
         .await?;

@@ -29,6 +29,9 @@ struct RunningLease {
     /// renewal that finds it gone is no loss, as the settle may have been
     /// applied already; the settle's own reply says whether it was lost.
     settling: bool,
+    /// What the heartbeat renews it to: the worker's lease, or longer once
+    /// its handler asked for more ([`RunContext::extend`]).
+    lease: Duration,
 }
 
 /// The running tasks by lease: (id, fence), not the id alone. The same id
@@ -94,6 +97,185 @@ impl<T: TaskOutput> TaskOutput for Option<T> {
 /// The error a task is nacked with when its handler ran out of time.
 const TIMED_OUT: &str = "timed out";
 
+/// What a [`Worker`] does with a task whose handler failed with a
+/// [`TaskError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failure {
+    /// Retry it by the queue's backoff, then dead-letter it after the last
+    /// attempt (what any other error of a handler does).
+    Retry,
+    /// Dead-letter it now: no retry can mend this failure (a result that
+    /// cannot be stored, input that can never be handled).
+    Fatal,
+    /// Give it back untried (not counted as a failure) and stop the worker
+    /// gracefully: the handler was interrupted by its process stopping.
+    Stop,
+}
+
+/// A handler's error that says what to do with its task ([`Failure`]). Any
+/// other error of a handler is [`Failure::Retry`].
+///
+/// ```
+/// use dlm::queue::{Failure, TaskError};
+/// let e = TaskError::fatal("order 7 does not exist");
+/// assert_eq!(e.failure(), Failure::Fatal);
+/// assert_eq!(e.to_string(), "order 7 does not exist");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskError {
+    failure: Failure,
+    message: String,
+}
+
+impl TaskError {
+    /// Retried as any error is.
+    pub fn retry(message: impl Into<String>) -> Self {
+        TaskError {
+            failure: Failure::Retry,
+            message: message.into(),
+        }
+    }
+
+    /// Dead-lettered at once, with `message` as its error.
+    pub fn fatal(message: impl Into<String>) -> Self {
+        TaskError {
+            failure: Failure::Fatal,
+            message: message.into(),
+        }
+    }
+
+    /// Given back untried, and the worker stops gracefully.
+    pub fn stop(message: impl Into<String>) -> Self {
+        TaskError {
+            failure: Failure::Stop,
+            message: message.into(),
+        }
+    }
+
+    /// What the worker does with the task.
+    pub fn failure(&self) -> Failure {
+        self.failure
+    }
+}
+
+impl Display for TaskError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for TaskError {}
+
+/// What a handler run by [`Worker::run_with_context`] can do about its own
+/// run besides returning: report progress, lengthen its lease, read its attempt.
+#[derive(Clone)]
+pub struct RunContext {
+    queue: Queue,
+    id: String,
+    fence: Fence,
+    attempt: u32,
+    running: Running,
+    /// The worker's lease: a run's lease is never shorter.
+    min_lease: Duration,
+}
+
+impl std::fmt::Debug for RunContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunContext")
+            .field("queue", &self.queue.name())
+            .field("id", &self.id)
+            .field("fence", &self.fence)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunContext {
+    /// The task's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The fencing token of this run's lease.
+    pub fn fence(&self) -> Fence {
+        self.fence
+    }
+
+    /// 1 on the first attempt, then 2, 3, ...
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Report how far the task is ([`crate::queue::Lease::progress`]).
+    pub async fn progress(&self, pct: u8, message: &str) -> Result<()> {
+        self.queue
+            .report_progress(&self.id, self.fence, pct, message)
+            .await
+    }
+
+    /// Renew this run's lease to `lease` from now (at least the worker's
+    /// lease), and keep renewing it to that length while the handler runs:
+    /// should the process die, the task comes back only once `lease` has
+    /// run out. [`Error::LeaseLost`] when the lease is no longer this run's.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        crate::queue::check_lease(lease)?;
+        let lease = lease.max(self.min_lease);
+        let run = (self.id.clone(), self.fence);
+        if let Some(l) = lock_running(&self.running).get_mut(&run) {
+            l.lease = lease;
+        }
+        let codes = self
+            .queue
+            .extend_many(&[(&self.id, self.fence)], lease)
+            .await?;
+        match codes.first() {
+            Some(1) => Ok(()),
+            Some(c) => Err(self.queue.lease_lost(&self.id, *c)),
+            None => Err(Error::protocol("extend returned nothing")),
+        }
+    }
+}
+
+/// Ends what a worker started when its [`Worker::run`] future is dropped
+/// before it returned (its task aborted, cancelled from Python, a second
+/// Ctrl-C): stops renewing its leases and gives them back, so that another
+/// worker can take them at once instead of never (issue 33). Without a
+/// runtime to send the give-back on, the leases just run out.
+struct StopOnDrop {
+    queue: Queue,
+    running: Running,
+    stop_heartbeat: CancellationToken,
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.stop_heartbeat.cancel();
+        let left: Vec<(String, Fence)> = lock_running(&self.running)
+            .drain()
+            .map(|(run, _)| run)
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let queue = self.queue.clone();
+        rt.spawn(async move {
+            let refs: Vec<(&str, Fence)> = left.iter().map(|(id, f)| (id.as_str(), *f)).collect();
+            match queue.abandon_many(&refs).await {
+                Ok(n) => {
+                    tracing::info!(queue = %queue.name(), returned = n, "worker dropped; its tasks were given back")
+                }
+                Err(e) => {
+                    tracing::warn!(queue = %queue.name(), error = %e, "worker dropped; giving its tasks back failed, their leases will run out")
+                }
+            }
+        });
+    }
+}
+
 /// Runs a handler for every task of a queue. Get one from [`Queue::worker`].
 ///
 /// A handler may return a result ([`TaskOutput`]: bytes, a string, or `()`
@@ -130,6 +312,8 @@ enum Outcome {
     Retried,
     Dead,
     Lost,
+    /// Given back untried ([`Failure::Stop`]).
+    Returned,
 }
 
 impl Worker {
@@ -169,6 +353,49 @@ impl Worker {
         T: TaskOutput,
         E: Display + Send + 'static,
     {
+        self.run_with_context(move |task, _| handler(task), shutdown)
+            .await
+    }
+
+    /// [`Worker::run`] with a handler that also gets its run's
+    /// [`RunContext`]: progress, a longer lease, the attempt.
+    ///
+    /// A handler's [`TaskError`] says what becomes of its task: retried
+    /// ([`Failure::Retry`], as any other error), dead-lettered at once
+    /// ([`Failure::Fatal`]), or given back untried while the worker stops
+    /// gracefully ([`Failure::Stop`]). A result too large to store
+    /// ([`crate::queue::MAX_RESULT_BYTES`]) is fatal too.
+    ///
+    /// Dropping the returned future before it ends (aborting its task)
+    /// stops the renewals of the running tasks' leases and gives them back.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// use std::time::Duration;
+    /// use dlm::queue::{TaskError, WorkerOptions};
+    /// client.queue("pages").worker(WorkerOptions::new())
+    ///     .run_with_context(|task, run| async move {
+    ///         run.progress(10, "fetching").await.map_err(|e| TaskError::retry(e.to_string()))?;
+    ///         run.extend(Duration::from_secs(600)).await.map_err(|e| TaskError::retry(e.to_string()))?;
+    ///         if task.payload.is_none() {
+    ///             return Err(TaskError::fatal("no payload"));
+    ///         }
+    ///         Ok(())
+    ///     }, dlm::CancellationToken::new())
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_with_context<F, Fut, T, E>(
+        self,
+        handler: F,
+        shutdown: CancellationToken,
+    ) -> Result<WorkerReport>
+    where
+        F: Fn(Task, RunContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<T, E>> + Send + 'static,
+        T: TaskOutput,
+        E: Display + Send + 'static,
+    {
         self.opts.validate()?;
         self.queue.ready()?;
         if self.opts.settings != crate::queue::QueueSettings::default() {
@@ -180,6 +407,13 @@ impl Worker {
         let mut tasks: JoinSet<Outcome> = JoinSet::new();
         let mut report = WorkerReport::default();
         let stop_heartbeat = CancellationToken::new();
+        // A handler's Failure::Stop stops the worker as `shutdown` does.
+        let shutdown = shutdown.child_token();
+        let _stop_on_drop = StopOnDrop {
+            queue: self.queue.clone(),
+            running: running.clone(),
+            stop_heartbeat: stop_heartbeat.clone(),
+        };
         let heartbeat = tokio::spawn(heartbeat(
             self.queue.clone(),
             running.clone(),
@@ -213,6 +447,8 @@ impl Worker {
         let mut schedules = crate::queue::schedule::Ticker::new();
         let (acks, acker) = Acks::spawn(self.queue.clone(), worker_id);
         let mut error_pause = Duration::from_millis(50);
+        // Since when claims fail (logged once at the start, once at the end).
+        let mut unreachable_since: Option<Instant> = None;
 
         while !shutdown.is_cancelled() {
             while let Some(done) = tasks.try_join_next() {
@@ -229,11 +465,19 @@ impl Worker {
             let tick_in = schedules.tick(&self.queue).await;
             let claimed = match self.queue.claim_raw(free, self.opts.lease).await {
                 Ok(c) => {
+                    if let Some(since) = unreachable_since.take() {
+                        tracing::warn!(queue = %self.queue.name(), after = ?since.elapsed(), "Redis reachable again; the worker goes on");
+                    }
                     error_pause = Duration::from_millis(50);
                     c
                 }
                 Err(e) if e.is_retryable() => {
-                    tracing::warn!(queue = %self.queue.name(), error = %e, "claim failed; retrying");
+                    if unreachable_since.is_none() {
+                        unreachable_since = Some(Instant::now());
+                        tracing::warn!(queue = %self.queue.name(), error = %e, "Redis unreachable: claim failed; retrying until it answers");
+                    } else {
+                        tracing::debug!(queue = %self.queue.name(), error = %e, "claim failed; retrying");
+                    }
                     tokio::select! {
                         _ = shutdown.cancelled() => break,
                         _ = tokio::time::sleep(error_pause) => {}
@@ -252,7 +496,10 @@ impl Worker {
                 let Ok(permit) = permits.clone().try_acquire_owned() else {
                     break;
                 };
-                let lease = RunningLease { settling: false };
+                let lease = RunningLease {
+                    settling: false,
+                    lease: self.opts.lease,
+                };
                 lock_running(&running).insert((task.id.clone(), task.fence), lease);
                 let (queue, handler, running) =
                     (self.queue.clone(), handler.clone(), running.clone());
@@ -265,6 +512,8 @@ impl Worker {
                     tally,
                     limit: self.opts.task_timeout,
                     grace: self.opts.timeout_grace,
+                    lease: self.opts.lease,
+                    shutdown: shutdown.clone(),
                 };
                 // Spawned as it is: a wrapping future would hold (and move) a
                 // second copy of this one's state on every spawn.
@@ -357,6 +606,7 @@ fn count(report: &mut WorkerReport, done: std::result::Result<Outcome, tokio::ta
         Ok(Outcome::Retried) => report.retried += 1,
         Ok(Outcome::Dead) => report.dead += 1,
         Ok(Outcome::Lost) => report.lost += 1,
+        Ok(Outcome::Returned) => report.returned += 1,
         Err(_) => {} // aborted at shutdown: given back with the rest
     }
 }
@@ -373,6 +623,10 @@ struct Claim {
     tally: Arc<crate::queue::beat::Tally>,
     limit: Option<Duration>,
     grace: Duration,
+    /// The worker's lease (a run's context never shortens it).
+    lease: Duration,
+    /// The worker's shutdown, for a handler's [`Failure::Stop`].
+    shutdown: CancellationToken,
 }
 
 /// Run the handler (isolated, so a panic is a failure, not a crash), then ack or nack.
@@ -387,12 +641,14 @@ async fn process<F, Fut, T, E>(
         tally,
         limit,
         grace,
+        lease,
+        shutdown,
     }: Claim,
     running: Running,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Outcome
 where
-    F: Fn(Task) -> Fut + Send + Sync + 'static,
+    F: Fn(Task, RunContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = std::result::Result<T, E>> + Send + 'static,
     T: TaskOutput,
     E: Display + Send + 'static,
@@ -402,37 +658,57 @@ where
     // A panic in the handler is a failure of this task, not a crash of the
     // worker; aborting this future (shutdown after the grace period) drops
     // the handler with it, and so does its time limit.
-    let run =
-        futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(handler(task.clone())));
+    let context = RunContext {
+        queue: queue.clone(),
+        id: task.id.clone(),
+        fence: task.fence,
+        attempt: task.attempt,
+        running: running.clone(),
+        min_lease: lease,
+    };
+    let run = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(handler(
+        task.clone(),
+        context,
+    )));
     let ran = match task.timeout {
         Some(limit) => tokio::time::timeout(limit.saturating_add(grace), run)
             .await
             .ok(),
         None => Some(run.await),
     };
+    let retry = |e: String| (Vec::new(), Some((e, Failure::Retry)));
     let (result, error) = match ran {
         // A TaskOutput of the caller's may panic too: a failure as well.
         Some(Ok(Ok(output))) => {
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| output.into_result())) {
-                Err(_) => (
-                    Vec::new(),
-                    Some("the handler's result panicked".to_string()),
-                ),
+                Err(_) => retry("the handler's result panicked".to_string()),
+                // No retry can store it: dead at once (issue 33).
                 Ok(Some(r)) if r.len() > crate::queue::MAX_RESULT_BYTES => (
                     Vec::new(),
-                    Some(format!(
-                        "result too large: {} bytes is more than the limit of {} bytes",
-                        r.len(),
-                        crate::queue::MAX_RESULT_BYTES
+                    Some((
+                        format!(
+                            "result too large: {} bytes is more than the limit of {} bytes",
+                            r.len(),
+                            crate::queue::MAX_RESULT_BYTES
+                        ),
+                        Failure::Fatal,
                     )),
                 ),
                 Ok(r) => (r.unwrap_or_default(), None),
             }
         }
-        Some(Ok(Err(e))) => (Vec::new(), Some(e.to_string())),
-        Some(Err(_)) => (Vec::new(), Some("the handler panicked".to_string())),
-        None => (Vec::new(), Some(TIMED_OUT.to_string())),
+        Some(Ok(Err(e))) => {
+            let failure = (&e as &dyn std::any::Any)
+                .downcast_ref::<TaskError>()
+                .map_or(Failure::Retry, TaskError::failure);
+            (Vec::new(), Some((e.to_string(), failure)))
+        }
+        Some(Err(_)) => retry("the handler panicked".to_string()),
+        None => retry(TIMED_OUT.to_string()),
     };
+    if let Some((_, Failure::Stop)) = &error {
+        shutdown.cancel();
+    }
     queue.metrics.ran(at.elapsed());
     // The handler is done: its slot can take the next task while the ack
     // is on its way (claims and acks overlap instead of taking turns).
@@ -441,7 +717,13 @@ where
     if let Some(l) = lock_running(&running).get_mut(&run) {
         l.settling = true;
     }
-    let outcome = settle(&queue, &acks, &task, started, result, error.as_deref()).await;
+    let outcome = match &error {
+        Some((why, Failure::Stop)) => give_back(&queue, &task, why).await,
+        _ => {
+            let error = error.as_ref().map(|(e, f)| (e.as_str(), *f));
+            settle(&queue, &acks, &task, started, result, error).await
+        }
+    };
     lock_running(&running).remove(&run);
     tally.settled(matches!(outcome, Outcome::Acked));
     outcome
@@ -537,6 +819,22 @@ async fn ack_batches(
     }
 }
 
+/// Give a task back untried ([`Failure::Stop`]); when that fails, its lease
+/// runs out instead.
+async fn give_back(queue: &Queue, task: &Task, why: &str) -> Outcome {
+    match queue.abandon_many(&[(&task.id, task.fence)]).await {
+        Ok(1) => {
+            tracing::info!(queue = %queue.name(), id = %task.id, why, "task given back; the worker stops");
+            Outcome::Returned
+        }
+        Ok(_) => Outcome::Lost,
+        Err(e) => {
+            tracing::warn!(queue = %queue.name(), id = %task.id, error = %e, "could not give the task back; its lease will run out");
+            Outcome::Lost
+        }
+    }
+}
+
 /// Ack or nack, retrying transient errors for a while (the lease is the limit).
 async fn settle(
     queue: &Queue,
@@ -544,7 +842,7 @@ async fn settle(
     task: &Task,
     started: Option<u64>,
     output: Vec<u8>,
-    error: Option<&str>,
+    error: Option<(&str, Failure)>,
 ) -> Outcome {
     let mut pause = Duration::from_millis(20);
     loop {
@@ -556,17 +854,23 @@ async fn settle(
                     1 => Outcome::Acked,
                     _ => Outcome::Lost,
                 }),
-            Some(e) => queue
-                .nack_raw(task, queue.backoff_for(task.attempt), e)
-                .await
-                .map(|n| match n {
-                    Nacked::Retrying => Outcome::Retried,
-                    Nacked::Dead => Outcome::Dead,
-                })
-                .or_else(|err| match err {
-                    Error::LeaseLost { .. } => Ok(Outcome::Lost),
-                    other => Err(other),
-                }),
+            Some((e, failure)) => {
+                let max_attempts = match failure {
+                    Failure::Fatal => 1,
+                    _ => queue.max_attempts,
+                };
+                queue
+                    .nack_within(task, queue.backoff_for(task.attempt), e, max_attempts)
+                    .await
+                    .map(|n| match n {
+                        Nacked::Retrying => Outcome::Retried,
+                        Nacked::Dead => Outcome::Dead,
+                    })
+                    .or_else(|err| match err {
+                        Error::LeaseLost { .. } => Ok(Outcome::Lost),
+                        other => Err(other),
+                    })
+            }
         };
         match result {
             Ok(Outcome::Lost) => {
@@ -599,7 +903,24 @@ async fn heartbeat(
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        let leases: Vec<(String, Fence)> = lock_running(&running).keys().cloned().collect();
+        // Most runs have the worker's lease; those whose handler asked for a
+        // longer one (RunContext::extend) are renewed to theirs.
+        let mut by_lease: Vec<(Duration, Vec<(String, Fence)>)> = vec![(lease, Vec::new())];
+        for (run, l) in lock_running(&running).iter() {
+            match by_lease.iter_mut().find(|(d, _)| *d == l.lease) {
+                Some((_, runs)) => runs.push(run.clone()),
+                None => by_lease.push((l.lease, vec![run.clone()])),
+            }
+        }
+        for (lease, leases) in &by_lease {
+            renew(&queue, &running, leases, *lease).await;
+        }
+    }
+}
+
+/// Renew `leases` to `lease` from now, in scripts of at most 1000.
+async fn renew(queue: &Queue, running: &Running, leases: &[(String, Fence)], lease: Duration) {
+    {
         for chunk in leases.chunks(1000) {
             let refs: Vec<(&str, Fence)> = chunk.iter().map(|(id, f)| (id.as_str(), *f)).collect();
             match queue.extend_many(&refs, lease).await {
@@ -609,7 +930,7 @@ async fn heartbeat(
                     // applied before the renewal although its reply has not
                     // reached the task yet. A real loss of such a task is
                     // reported by its settle.
-                    let still = lock_running(&running);
+                    let still = lock_running(running);
                     let lost = chunk
                         .iter()
                         .zip(&codes)
