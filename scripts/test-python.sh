@@ -26,7 +26,8 @@ if [ "${DLM_PY_FRESH_VENV:-0}" = 1 ] || [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
   "$venv/bin/pip" install -q --upgrade pip
 fi
-"$venv/bin/pip" install -q pytest mypy redis
+# msgpack: dlm.tasks' other serializer; fastapi, httpx, django: the recipes (python/recipes).
+"$venv/bin/pip" install -q pytest mypy redis msgpack fastapi httpx django
 # The command the README gives users; --force-reinstall rebuilds from the sources.
 "$venv/bin/pip" install -q --force-reinstall --no-deps ./python
 

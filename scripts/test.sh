@@ -34,6 +34,10 @@ step bash scripts/examples.sh
 # The Python package: `pip install ./python` into a virtualenv, mypy on its stubs and tests, pytest
 # (with the CLI interop tests, which use the target/debug/dlm that `cargo test` built).
 step bash scripts/test-python.sh
+# The wheel without Rust: one abi3 wheel (dev profile here, reusing the build above; scripts/wheel.sh
+# makes the stripped release one) in a fresh virtualenv on CPython 3.9 and on 3.13, on a PATH without
+# cargo, running the Python contract tests (scripts/test-wheel.sh says which).
+step bash scripts/test-wheel.sh
 # The nemesis soak, 2 minutes on the debug binary `cargo test` built: every lock kind and the queue
 # under faults from the library, the CLI and Python (the virtualenv above), judged by the homegrown
 # and the linearizability checkers (scripts/soak.sh).

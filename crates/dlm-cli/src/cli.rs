@@ -439,10 +439,11 @@ pub enum QueueCommand {
     /// drops out by itself; a beat comes within a second of a task starting
     /// or settling. A table (id, host, pid, uptime, busy/concurrency,
     /// processed, failed, last beat, tasks in flight); with --json one JSON
-    /// array of {"queue","id","host","pid","started_ms","concurrency","busy",
-    /// "in_flight","processed","failed","last_beat_ms","beat_age_ms",
-    /// "expires_ms","ttl_ms","stopping","version"} ("in_flight": an array of
-    /// task ids; `[]` when no worker is live). Exit 0.
+    /// object per line and worker, {"queue","id","host","pid","started_ms",
+    /// "concurrency","busy","in_flight","processed","failed","last_beat_ms",
+    /// "beat_age_ms","expires_ms","ttl_ms","stopping","version"}
+    /// ("in_flight": an array of task ids; no line when no worker is live).
+    /// Exit 0.
     Workers(QueueArg),
     /// Pause the queue: every worker (in any process) stops claiming within
     /// one idle wait; tasks in flight finish, enqueues go on. Prints

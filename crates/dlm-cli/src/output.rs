@@ -9,21 +9,49 @@ use serde::Serialize;
 use crate::error::CliError;
 
 /// Print `value` as one JSON line when `json`, else the text `plain()` makes
-/// (which may span several lines; a final newline is added).
+/// (which may span several lines; a final newline is added). `value` is one
+/// JSON object: a list is printed with [`emit_each`], one object per line.
 pub fn emit<T: Serialize>(
     json: bool,
     value: &T,
     plain: impl FnOnce() -> String,
 ) -> Result<(), CliError> {
     if json {
-        let line = serde_json::to_string(value).map_err(|e| CliError::Io {
-            what: "encoding JSON",
-            source: e.into(),
-        })?;
-        line_out(&line)
+        line_out(&json_line(value)?)
     } else {
         line_out(&plain())
     }
+}
+
+/// Print each item as one JSON line when `json` (nothing for an empty list),
+/// else the text `plain()` makes: the `--json` convention for lists (JSON
+/// lines, never one array).
+pub fn emit_each<T: Serialize>(
+    json: bool,
+    items: &[T],
+    plain: impl FnOnce() -> String,
+) -> Result<(), CliError> {
+    if json {
+        for item in items {
+            line_out(&json_line(item)?)?;
+        }
+        Ok(())
+    } else {
+        line_out(&plain())
+    }
+}
+
+/// `value` as one line of JSON: an object, by the `--json` convention.
+fn json_line<T: Serialize>(value: &T) -> Result<String, CliError> {
+    let line = serde_json::to_string(value).map_err(|e| CliError::Io {
+        what: "encoding JSON",
+        source: e.into(),
+    })?;
+    debug_assert!(
+        line.starts_with('{'),
+        "--json prints one JSON object per line, not {line}"
+    );
+    Ok(line)
 }
 
 /// Print one line (or several) to stdout and flush.

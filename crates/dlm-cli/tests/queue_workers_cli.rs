@@ -8,12 +8,11 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// `dlm --json queue workers QUEUE`, parsed.
+/// `dlm --json queue workers QUEUE`, parsed (one JSON object per line and worker).
 fn workers_json(server: &RedisServer, queue: &str) -> Vec<serde_json::Value> {
     let r = run_on(server, &["--json", "queue", "workers", queue]);
     assert_eq!(r.code(), 0, "{}", r.stderr);
-    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).expect("one JSON array");
-    v.as_array().cloned().expect("an array")
+    json_lines(&r)
 }
 
 /// Poll `workers_json` until `ok` accepts it (at most `limit`); the last list.

@@ -343,7 +343,10 @@ pub async fn bench_curves(global: &Global, args: &BenchCurvesArgs) -> Result<u8,
         queue_workers(&mut run, args).await?;
     }
     run.bar.finish_with_message("done");
-    output::line_out(&format!("curves written to {}", args.out.display()))?;
+    let out = args.out.display().to_string();
+    output::emit(global.json, &json!({"curves": out}), || {
+        format!("curves written to {out}")
+    })?;
     Ok(EXIT_OK)
 }
 

@@ -1,6 +1,6 @@
 //! `dlm queue workers QUEUE`: the live workers of a queue (every running
 //! `dlm queue work` and library `Worker` heartbeats a record of itself),
-//! as a table, or with `--json` as one JSON array.
+//! as a table, or with `--json` as one JSON object per line and worker.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -121,7 +121,7 @@ pub async fn workers(global: &Global, args: &QueueArg) -> Result<u8, CliError> {
         .into_iter()
         .map(|w| WorkerLine::new(&args.queue, w))
         .collect();
-    output::emit(global.json, &lines, || table(&args.queue, &lines))?;
+    output::emit_each(global.json, &lines, || table(&args.queue, &lines))?;
     Ok(EXIT_OK)
 }
 

@@ -113,11 +113,18 @@ pub async fn serve(global: &Global, args: &ServeArgs) -> Result<u8, CliError> {
     )?);
     state.discover().await;
     let sampler = tokio::spawn(state::run_sampler(state.clone()));
-    crate::output::line_out(&format!(
-        "dlm serve: http://{local}/ (Redis {}, {})",
-        redact(global.url()),
-        state.access().describe()
-    ))?;
+    let url = format!("http://{local}/");
+    let redis = redact(global.url());
+    crate::output::emit(
+        global.json,
+        &serde_json::json!({"url": url, "redis": redis, "access": state.access().describe()}),
+        || {
+            format!(
+                "dlm serve: {url} (Redis {redis}, {})",
+                state.access().describe()
+            )
+        },
+    )?;
     let app = routes::router(state);
     let shutdown = async move {
         signals.recv().await;
