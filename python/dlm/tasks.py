@@ -56,7 +56,7 @@ from typing import (
     overload,
 )
 
-from ._dlm import AsyncClient, AsyncQueue, Client, Queue, Task
+from ._dlm import AsyncClient, AsyncQueue, Call, Client, Queue, Task
 from .errors import Error
 
 if TYPE_CHECKING:  # TypedDicts of the stubs only
@@ -541,7 +541,7 @@ class AsyncTasks:
                 value = await value
         return self.registry.serializer.dumps(value)
 
-    def work(self, concurrency: int = 1, stop_when_idle: bool = False, **options: Any) -> "asyncio.Future[WorkReport]":
+    def work(self, concurrency: int = 1, stop_when_idle: bool = False, **options: Any) -> "Call[WorkReport]":
         return self.queue.work(self.handle, concurrency, stop_when_idle, **options)
 
 
