@@ -57,7 +57,7 @@ from typing import (
 )
 
 from ._dlm import AsyncClient, AsyncQueue, Call, Client, Queue, Task
-from .errors import Error
+from .errors import Error, NotFound, ResultTimeout, TaskFailed
 
 if TYPE_CHECKING:  # TypedDicts of the stubs only
     from ._dlm import TaskInfo, WorkReport
@@ -299,7 +299,10 @@ class Job:
                 raise JobTimeout(self.id, status)
             # Woken by the result; every second a look at the state (a job
             # that died leaves no result).
-            q.wait_result(self.id, 1.0 if left is None else max(0.01, min(1.0, left)))
+            try:
+                q.wait_result(self.id, 1.0 if left is None else max(0.01, min(1.0, left)))
+            except (ResultTimeout, TaskFailed, NotFound):
+                pass  # the state is read again above
 
     def cancel(self) -> bool:
         """Keep the job from running: True when it was waiting and is now
@@ -440,7 +443,10 @@ class AsyncJob:
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
                 raise JobTimeout(self.id, status)
-            await self.tasks.queue.wait_result(self.id, 1.0 if left is None else max(0.01, min(1.0, left)))
+            try:
+                await self.tasks.queue.wait_result(self.id, 1.0 if left is None else max(0.01, min(1.0, left)))
+            except (ResultTimeout, TaskFailed, NotFound):
+                pass  # the state is read again above
 
     async def cancel(self) -> bool:
         q = self.tasks.queue
