@@ -201,12 +201,19 @@ mod tests {
         setup.replicas()[0].resume()?;
         assert_eq!(checked?, Replication::Short(0));
 
-        // With the replica back, the grant counts; a grant that is gone does not.
-        let (script, extend) = extend_token_command("{r}:lock", &token, Duration::from_secs(10));
-        assert_eq!(
-            confirm(&checker, script, extend, 1, Duration::from_secs(5)).await?,
-            Replication::Replicated
-        );
+        // With the replica back (it may have to resync first: allow it 60 s),
+        // the grant counts; a grant that is gone does not.
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (script, extend) =
+                extend_token_command("{r}:lock", &token, Duration::from_secs(10));
+            let r = confirm(&checker, script, extend, 1, Duration::from_secs(2)).await;
+            match r {
+                Ok(Replication::Replicated) => break,
+                Ok(Replication::Short(_)) | Err(Error::Timeout(_)) if Instant::now() < until => {}
+                other => panic!("the resumed replica never counted: {other:?}"),
+            }
+        }
         let other = Token::random()?;
         let (script, extend) = extend_token_command("{r}:lock", &other, Duration::from_secs(10));
         assert_eq!(
