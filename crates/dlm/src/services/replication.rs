@@ -163,8 +163,11 @@ mod tests {
     /// A connection of its own to `url`, as a `Backend` (a fresh connection:
     /// what a client has after it reconnected).
     async fn fresh(url: &str) -> std::result::Result<Backend, Box<dyn std::error::Error>> {
+        // As the client's own connections: no response timeout of redis-rs
+        // (its default would cut a `WAIT` short); the Backend's deadlines bound it.
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
         let conn = redis::Client::open(url)?
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await?;
         Ok(Backend::new(conn, Duration::from_secs(2)))
     }
