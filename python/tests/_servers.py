@@ -22,17 +22,12 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import pytest
 
+from dlm.testing import free_port as free_port  # re-exported for the test modules
+
 if TYPE_CHECKING:
     import redis
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (python/tests/ -> python/ -> root)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class RedisServer:
