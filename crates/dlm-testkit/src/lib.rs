@@ -115,6 +115,8 @@ pub enum Error {
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct ServerBuilder {
+    /// The server binary (default: `DLM_REDIS_SERVER`, else `redis-server`).
+    binary: Option<String>,
     aof: bool,
     password: Option<String>,
     extra_args: Vec<String>,
@@ -149,6 +151,14 @@ enum Mode {
 }
 
 impl ServerBuilder {
+    /// Run this server binary (a path, or a name on `PATH`) instead of
+    /// `DLM_REDIS_SERVER`'s (default `redis-server`): e.g. a Valkey beside
+    /// Redis in one test.
+    pub fn binary(mut self, path: impl Into<String>) -> Self {
+        self.binary = Some(path.into());
+        self
+    }
+
     /// Turn on the append-only file (`appendfsync always`), so a restart keeps the data.
     pub fn aof(mut self, on: bool) -> Self {
         self.aof = on;
@@ -412,7 +422,10 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), Error> {
-        let binary = std::env::var("DLM_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let binary = match &self.opts.binary {
+            Some(b) => b.clone(),
+            None => std::env::var("DLM_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()),
+        };
         let dir = self.dir.path().to_string_lossy().into_owned();
         let log = self.dir.path().join("redis.log");
         let mut cmd = Command::new(&binary);

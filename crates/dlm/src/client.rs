@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
+use crate::backend::server::ServerInfo;
 use crate::backend::{Backend, Deployment, TlsConfig, Topology};
 use crate::consistency::{Stock, Versioned};
 use crate::election::{Election, ElectionShared};
@@ -87,6 +88,7 @@ pub struct ClientBuilder {
     tls: Option<TlsConfig>,
     metrics_lock_names: usize,
     lazy: bool,
+    native_commands: bool,
     #[cfg(feature = "seeded-defects")]
     seeded: Option<crate::seeded::SeededDefect>,
 }
@@ -103,6 +105,7 @@ impl Default for ClientBuilder {
             tls: None,
             metrics_lock_names: 0,
             lazy: false,
+            native_commands: true,
             #[cfg(feature = "seeded-defects")]
             seeded: None,
         }
@@ -282,6 +285,30 @@ impl ClientBuilder {
     /// ```
     pub fn metrics_lock_names(mut self, n: usize) -> Self {
         self.metrics_lock_names = n;
+        self
+    }
+
+    /// Use the server's native commands where it has them (the default):
+    /// on Valkey 9, a lock's release is `DELIFEQ` and its extend `SET ...
+    /// IFEQ`, without Lua; elsewhere, and with `false`, scripts. Both paths
+    /// decide alike (`tests/native_paths.rs` runs them side by side); turn
+    /// them off to rule them out, or to compare. A server that refuses a
+    /// native command (a proxy that renames it, an ACL without
+    /// [`crate::keys::ACL_RULES_NATIVE`]) gets the script after one warning
+    /// anyway. On a Redis Cluster dlm uses scripts (nodes may differ during a
+    /// rolling upgrade).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dlm::Result<()> {
+    /// let client = dlm::Client::builder()
+    ///     .native_commands(false)
+    ///     .connect("redis://127.0.0.1:6379")
+    ///     .await?;
+    /// assert!(client.server_info().await?[0].native().is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub fn native_commands(mut self, on: bool) -> Self {
+        self.native_commands = on;
         self
     }
 
@@ -539,6 +566,9 @@ impl ClientBuilder {
         );
         #[cfg(feature = "seeded-defects")]
         locks.set_seeded(self.seeded);
+        for node in locks.nodes.all() {
+            node.backend.set_native_off(!self.native_commands);
+        }
         let backend = locks.single_backend().cloned();
         let (wakeups, background) = (locks.wakeups.clone(), locks.background.clone());
         let root: Arc<str> = root.into();
@@ -770,6 +800,30 @@ impl Client {
     /// How many independent Redis nodes this client locks on (1, or N for Redlock).
     pub fn nodes(&self) -> usize {
         self.inner.locks.nodes.len()
+    }
+
+    /// What each node this client locks on is (one, or N for Redlock), asked
+    /// now with `INFO server`: Redis or Valkey, its version, and the native
+    /// commands dlm uses on it (see [`ClientBuilder::native_commands`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// for server in client.server_info().await? {
+    ///     println!("{} {}: native {:?}", server.product, server.version, server.native());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn server_info(&self) -> Result<Vec<ServerInfo>> {
+        let mut out = Vec::new();
+        for node in self.inner.locks.nodes.all() {
+            let mut info = node.backend.learn().await?;
+            if node.backend.batch_by_slot() {
+                // Scripts on a cluster, or a connection passed in.
+                info = info.without_native();
+            }
+            out.push(info);
+        }
+        Ok(out)
     }
 
     /// How many locks this client holds now (guards alive and not released).

@@ -177,6 +177,13 @@ pub enum Error {
         #[source]
         source: BackendError,
     },
+    /// The server is one dlm cannot run on (older than Redis 6.2): the
+    /// reason names the version found and the one needed. Not retryable.
+    #[error("unsupported server: {reason}")]
+    UnsupportedServer {
+        /// What was found, and what dlm needs.
+        reason: String,
+    },
     /// Redis answered with an error (e.g. wrong type, a script error) or an unexpected reply.
     #[error("Redis error: {source}")]
     Backend {
@@ -246,6 +253,9 @@ impl Error {
             },
             Error::Auth { source } => Error::Auth {
                 source: source.to_string().into(),
+            },
+            Error::UnsupportedServer { reason } => Error::UnsupportedServer {
+                reason: reason.clone(),
             },
             other => Error::protocol(other.to_string()),
         }

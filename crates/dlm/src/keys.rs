@@ -86,6 +86,19 @@ pub const ACL_RULES: &str = "resetkeys ~dlm:* resetchannels &dlm:* -@all \
 +subscribe +unsubscribe +ping +hello +cluster|slots \
 +cluster|shards +asking +info";
 
+/// The native commands dlm uses where the server has them (see
+/// [`crate::ClientBuilder::native_commands`]), for a least-privilege user on
+/// such a server: append them to [`ACL_RULES`] on Valkey 9 or newer. Other
+/// servers do not know them (`ACL SETUSER` refuses an unknown command), and
+/// dlm does not need them: without them it uses its scripts, after one
+/// warning. (`SET ... IFEQ` is `+set`, already in [`ACL_RULES`].)
+///
+/// ```
+/// let rules = format!("{} {}", dlm::keys::ACL_RULES, dlm::keys::ACL_RULES_NATIVE);
+/// assert!(rules.contains("+delifeq"));
+/// ```
+pub const ACL_RULES_NATIVE: &str = "+delifeq";
+
 /// The keys and channel of one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {

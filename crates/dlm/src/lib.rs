@@ -176,6 +176,7 @@ mod seeded;
 mod services;
 mod token;
 
+pub use backend::server::{Capability, Product, ServerInfo, Version};
 pub use backend::{TlsConfig, Topology};
 pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT, LockKind};
 pub use election::{Election, Leader, Leadership};

@@ -39,12 +39,15 @@ pub(crate) enum State<C> {
 }
 
 /// Why a background connection gave up: the error's text, and whether it
-/// was Redis refusing the credentials (so that callers still see an
-/// [`Error::Auth`], not a bare "unavailable").
+/// was Redis refusing the credentials or a server dlm cannot run on (so that
+/// callers still see an [`Error::Auth`] or [`Error::UnsupportedServer`], not a
+/// bare "unavailable").
 #[derive(Debug, Clone)]
 pub(crate) struct Failure {
     pub text: String,
     pub auth: bool,
+    /// The server is older than dlm's minimum.
+    pub unsupported: bool,
 }
 
 impl Failure {
@@ -54,6 +57,8 @@ impl Failure {
             Error::Auth {
                 source: self.text.into(),
             }
+        } else if self.unsupported {
+            Error::UnsupportedServer { reason: self.text }
         } else {
             Error::Unavailable {
                 source: self.text.into(),
@@ -334,6 +339,17 @@ async fn connect_once<C: ConnectionLike + Clone + Send + Sync + 'static>(
                         tracing::debug!(error = %e, "preloading a script failed; EVALSHA falls back");
                     }
                 }
+                // A server older than dlm's minimum is refused here, once,
+                // with the version found and the one needed.
+                if let Some(reason) = unsupported(&mut conn, attempt_timeout).await {
+                    tracing::error!(server = %addr, "{reason}");
+                    tx.send_replace(State::Failed(Failure {
+                        auth: false,
+                        unsupported: true,
+                        text: reason,
+                    }));
+                    return None;
+                }
                 return Some((conn, addr));
             }
             Ok(Err(e)) => {
@@ -342,6 +358,7 @@ async fn connect_once<C: ConnectionLike + Clone + Send + Sync + 'static>(
                     tracing::warn!(error = %e, "the server refused the connection for good");
                     tx.send_replace(State::Failed(Failure {
                         auth: matches!(e, Error::Auth { .. }),
+                        unsupported: false,
                         text: e.to_string(),
                     }));
                     return None;
@@ -358,6 +375,17 @@ async fn connect_once<C: ConnectionLike + Clone + Send + Sync + 'static>(
         }
         pause = (pause * 2).min(Duration::from_secs(1));
     }
+}
+
+/// Why dlm cannot run on the server behind `conn`, if it cannot (from its
+/// `INFO server`; a server that does not answer it is given the benefit of
+/// the doubt: a proxy may not pass `INFO` on).
+async fn unsupported<C: ConnectionLike + Send>(conn: &mut C, timeout: Duration) -> Option<String> {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("server");
+    let info = cmd.query_async::<String>(conn);
+    let text = tokio::time::timeout(timeout, info).await.ok()?.ok()?;
+    super::server::ServerInfo::parse(&text)?.unsupported()
 }
 
 /// A connection whose errors that mean "this server is gone or demoted" wake

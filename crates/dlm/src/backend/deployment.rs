@@ -435,6 +435,7 @@ impl Deployment {
                 .await?;
                 let backend = Backend::new(manager, timeout).standalone();
                 backend.preload(&preload).await;
+                backend.learn_at_connect().await?;
                 Ok(backend)
             }
             #[cfg(feature = "cluster")]
@@ -450,6 +451,7 @@ impl Deployment {
                 // Wait for the first connection, so that errors (no such
                 // master, all Sentinels down) surface here.
                 backend.wait_up(bound).await?;
+                backend.learn_at_connect().await?;
                 Ok(backend)
             }
         }

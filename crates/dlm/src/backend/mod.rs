@@ -17,6 +17,7 @@ use crate::metrics::{self, RedisErrorKind};
 
 mod deferred;
 mod deployment;
+pub(crate) mod server;
 mod tls;
 
 pub(crate) use deferred::State as ConnectState;
@@ -135,6 +136,8 @@ pub(crate) struct Backend {
     /// The server refused `MULTI`/`EXEC` to this user once: do not send
     /// transactions again on this deployment.
     no_transactions: Arc<std::sync::atomic::AtomicBool>,
+    /// What the server is and which native commands it has (learned lazily).
+    known: Arc<server::Known>,
     /// The process that made it: its connections are that process's, so
     /// a forked child refuses to use them (issue 33: it waited for ever).
     pid: u32,
@@ -176,6 +179,7 @@ impl Backend {
             by_slot: true,
             cluster: None,
             no_transactions: Arc::default(),
+            known: Arc::default(),
             pid: std::process::id(),
         }
     }
@@ -201,6 +205,7 @@ impl Backend {
             by_slot: true,
             cluster: None,
             no_transactions: Arc::default(),
+            known: Arc::default(),
             pid: std::process::id(),
         };
         (backend, state)
@@ -225,6 +230,7 @@ impl Backend {
             by_slot: true,
             cluster: None,
             no_transactions: Arc::default(),
+            known: Arc::default(),
             pid: std::process::id(),
         }
     }
@@ -255,6 +261,7 @@ impl Backend {
             by_slot: true,
             cluster: None,
             no_transactions: Arc::default(),
+            known: Arc::default(),
             pid: std::process::id(),
         }
     }
@@ -310,6 +317,77 @@ impl Backend {
     pub(crate) fn transactions_refused(&self) -> bool {
         self.no_transactions
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether to run `capability`'s native command now instead of its
+    /// script: the server has it (as last learned) and never refused it.
+    /// Until the server is learned (in the background, started here, and
+    /// again every [`server::RELEARN_EVERY`]) the answer is no: the script
+    /// path is always correct.
+    pub(crate) fn native(&self, capability: server::Capability) -> bool {
+        let (usable, learn) = self.known.check(capability);
+        if learn {
+            let me = self.clone();
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn(async move {
+                        if let Err(e) = me.learn().await {
+                            tracing::debug!(error = %e, "learning the server failed; scripts meanwhile");
+                        }
+                    });
+                }
+                Err(_) => self.known.learned(None),
+            }
+        }
+        usable
+    }
+
+    /// Learn what the server is now (`INFO server`), and remember it for
+    /// [`Backend::native`]. The answer lists the native commands this
+    /// deployment uses (none that the server refused, none when they are
+    /// switched off).
+    pub(crate) async fn learn(&self) -> Result<server::ServerInfo> {
+        let text = self.query::<String>(redis::cmd("INFO").arg("server")).await;
+        let info = text
+            .as_ref()
+            .ok()
+            .and_then(|t| server::ServerInfo::parse(t));
+        self.known.learned(info.clone());
+        match (info, text) {
+            (Some(info), _) => Ok(self.known.in_use(info)),
+            (None, Err(e)) => Err(e),
+            (None, Ok(_)) => Err(Error::protocol("INFO server names no version")),
+        }
+    }
+
+    /// Learn the server while connecting: refuse one dlm cannot run on
+    /// ([`Error::UnsupportedServer`], naming the version found and the one
+    /// needed), and know its native commands before the first request. A
+    /// server that does not answer `INFO` (a proxy may not pass it on) is
+    /// taken as it is: scripts until a later learn works.
+    pub(crate) async fn learn_at_connect(&self) -> Result<()> {
+        match self.learn().await {
+            Ok(info) => match info.unsupported() {
+                Some(reason) => Err(Error::UnsupportedServer { reason }),
+                None => Ok(()),
+            },
+            Err(e @ (Error::Auth { .. } | Error::Timeout(_) | Error::Unavailable { .. })) => Err(e),
+            Err(e) => {
+                tracing::debug!(error = %e, "INFO server failed; dlm uses its scripts");
+                Ok(())
+            }
+        }
+    }
+
+    /// The server refused `capability`'s native command (`why`): its script
+    /// from now on, with one warning.
+    pub(crate) fn native_refused(&self, capability: server::Capability, why: &str) {
+        self.known.refused(capability, why);
+    }
+
+    /// Switch native commands off for this deployment (scripts only), or on.
+    pub(crate) fn set_native_off(&self, off: bool) {
+        self.known.set_off(off);
     }
 
     /// Whether multi-key scripts must group keys by hash slot.
@@ -473,6 +551,18 @@ impl Backend {
     ) -> Result<Vec<Value>> {
         let mut conn = self.conn.handle();
         deadline(bound, pipe.query_async(&mut conn)).await
+    }
+
+    /// Run `pipe` (one round trip, no transaction) within `timeout` (at
+    /// most the client's deadline). Errors inside the pipeline are values
+    /// when it was built with `ignore_errors`.
+    pub(crate) async fn pipeline_within(
+        &self,
+        timeout: Duration,
+        pipe: &redis::Pipeline,
+    ) -> Result<Vec<Value>> {
+        let mut conn = self.handle()?;
+        deadline(timeout.min(self.timeout), pipe.query_async(&mut conn)).await
     }
 
     /// Run one command within the client's deadline.

@@ -13,6 +13,7 @@ use futures_util::future::join_all;
 use redis::{Script, Value};
 use tokio::sync::oneshot;
 
+use crate::backend::server::{self, Capability};
 use crate::backend::{Backend, Transaction, end_transaction, evalsha, millis, transaction};
 use crate::error::{Error, Result};
 use crate::keys::{FENCE_FLOOR, LockKeys, slot};
@@ -544,6 +545,18 @@ async fn send_group(backend: &Backend, jobs: Vec<Job>) {
         }
         return;
     }
+    if !backend.batch_by_slot() && backend.native(Capability::CompareAndDelete) {
+        release_native(backend, jobs).await;
+        return;
+    }
+    release_script(backend, jobs).await;
+}
+
+/// Releases of one call through `release_many.lua`.
+async fn release_script(backend: &Backend, jobs: Vec<Job>) {
+    if jobs.is_empty() {
+        return;
+    }
     let timeout = max_timeout(&jobs);
     let bytes: usize = jobs.iter().map(Job::bytes).sum();
     let mut cmd = evalsha(&RELEASE_MANY, 2 * jobs.len(), 2 * jobs.len(), bytes);
@@ -571,6 +584,162 @@ async fn send_group(backend: &Backend, jobs: Vec<Job>) {
             let _ = reply.send(r);
         }
     }
+}
+
+/// Releases on one server with a native compare-and-delete (Valkey 9's
+/// `DELIFEQ`): no script. One pipeline, not a transaction, per batch:
+///
+/// ```text
+/// DELIFEQ lock_1 token_1; DEL waiters_1; ...; DELIFEQ lock_n token_n; DEL waiters_n
+/// ```
+///
+/// It decides exactly what `release_many.lua` decides: `DELIFEQ` deletes the
+/// lock only while it holds the caller's token, atomically (the invariant
+/// both paths share: a release never deletes a lock that is not the
+/// caller's). The waiters marker is deleted unconditionally after it, and
+/// whoever deleted a marker publishes the wake-up (after the replies, in the
+/// background), even when its own release found the lock not its own: the
+/// woken waiters try again, find the lock busy, and set the marker again.
+/// So a marker deleted by the wrong release (a lock taken in between) costs
+/// its waiters one spurious try, never a missed wake-up: a waiter subscribes
+/// before it sets the marker, so every deletion of a marker it set is
+/// followed by a message it receives. Where the script answers in the same
+/// call whether a lock that was not ours had expired or was taken, this path
+/// asks `EXISTS` afterwards, for those locks only: not atomic, so a lock that
+/// expired and was taken again in between reads as taken (both mean the
+/// lock was lost before the release, and no decision depends on which).
+///
+/// A server that refuses `DELIFEQ` (unknown, renamed by a proxy, or denied
+/// to this user by its ACL) switches the native release off for this
+/// deployment with one warning; the jobs it refused go to the script.
+async fn release_native(backend: &Backend, jobs: Vec<Job>) {
+    let timeout = max_timeout(&jobs);
+    let mut pipe = redis::Pipeline::with_capacity(2 * jobs.len());
+    pipe.ignore_errors();
+    for job in &jobs {
+        if let Job::Release { keys, token, .. } = job {
+            pipe.cmd("DELIFEQ").arg(&keys.lock).arg(token.as_str());
+            pipe.cmd("DEL").arg(&keys.waiters);
+        }
+    }
+    let replies = match backend.pipeline_within(timeout, &pipe).await {
+        Ok(r) if r.len() == 2 * jobs.len() => r,
+        Ok(r) => {
+            let e = Error::protocol(format!(
+                "the release pipeline returned {} replies for {}",
+                r.len(),
+                2 * jobs.len()
+            ));
+            fail(jobs, &e);
+            return;
+        }
+        Err(e) => {
+            fail(jobs, &e);
+            return;
+        }
+    };
+    let mut replies = replies.into_iter();
+    let mut wake = Vec::new();
+    let mut refused = Vec::new();
+    let mut unsure = Vec::new();
+    for job in jobs {
+        let (Some(deleted), Some(marker)) = (replies.next(), replies.next()) else {
+            break;
+        };
+        let Job::Release { keys, .. } = &job else {
+            continue;
+        };
+        if matches!(marker, Value::Int(1)) {
+            wake.push(keys.channel.clone());
+        }
+        match deleted {
+            Value::Int(1) => {
+                if let Job::Release { reply, .. } = job {
+                    let _ = reply.send(Ok(Outcome::Done));
+                }
+            }
+            Value::Int(0) => unsure.push(job),
+            Value::ServerError(e) if server::refuses_command(&e) => {
+                backend.native_refused(
+                    Capability::CompareAndDelete,
+                    e.details().unwrap_or(e.code()),
+                );
+                refused.push(job);
+            }
+            Value::ServerError(e) => {
+                let e = Error::from(redis::RedisError::from(e));
+                if let Job::Release { reply, .. } = job {
+                    let _ = reply.send(Err(e));
+                }
+            }
+            other => {
+                if let Job::Release { reply, .. } = job {
+                    let _ = reply.send(Err(Error::protocol(format!("DELIFEQ replied {other:?}"))));
+                }
+            }
+        }
+    }
+    if !wake.is_empty() {
+        publish_released(backend, wake);
+    }
+    futures_util::future::join(release_script(backend, refused), not_ours(backend, unsure)).await;
+}
+
+/// Answer releases whose `DELIFEQ` deleted nothing: `Expired` when the key
+/// is gone now, `NotHeld` when another token holds it.
+async fn not_ours(backend: &Backend, jobs: Vec<Job>) {
+    if jobs.is_empty() {
+        return;
+    }
+    let mut pipe = redis::Pipeline::with_capacity(jobs.len());
+    for job in &jobs {
+        if let Job::Release { keys, .. } = job {
+            pipe.cmd("EXISTS").arg(&keys.lock);
+        }
+    }
+    let found: Result<Vec<i64>> = backend
+        .pipeline_within(max_timeout(&jobs), &pipe)
+        .await
+        .and_then(|values| {
+            values
+                .into_iter()
+                .map(|v| redis::from_redis_value(v).map_err(Error::from))
+                .collect()
+        });
+    match found {
+        Ok(found) => {
+            for (job, exists) in jobs.into_iter().zip(found) {
+                if let Job::Release { reply, .. } = job {
+                    let outcome = if exists == 1 {
+                        Outcome::NotHeld
+                    } else {
+                        Outcome::Expired
+                    };
+                    let _ = reply.send(Ok(outcome));
+                }
+            }
+        }
+        Err(e) => fail(jobs, &e),
+    }
+}
+
+/// Publish the release message on `channels`, in the background (nobody
+/// waits for it: a lost message costs a waiter its next poll, as with a
+/// lost script reply).
+fn publish_released(backend: &Backend, channels: Vec<String>) {
+    let backend = backend.clone();
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        let mut pipe = redis::Pipeline::with_capacity(channels.len());
+        for channel in &channels {
+            pipe.cmd("PUBLISH").arg(channel).arg("released").ignore();
+        }
+        if let Err(e) = backend.pipeline_within(backend.timeout(), &pipe).await {
+            tracing::debug!(error = %e, "publishing a release failed; waiters poll");
+        }
+    });
 }
 
 #[cfg(test)]

@@ -186,6 +186,14 @@ impl Nodes {
         }
     }
 
+    /// Every node: the one Redis, or each Redlock node.
+    pub(crate) fn all(&self) -> &[Node] {
+        match self {
+            Nodes::Single(n) => std::slice::from_ref(n),
+            Nodes::Quorum(q) => &q.backends,
+        }
+    }
+
     /// How many independent nodes.
     pub(crate) fn len(&self) -> usize {
         match self {

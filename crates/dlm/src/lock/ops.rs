@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
+use crate::backend::server::{self, Capability};
 use crate::backend::{Backend, millis};
 use crate::error::{Error, Result};
 use crate::keys::{FenceLayout, LockKeys, fence_layout_keys};
@@ -202,6 +203,12 @@ pub(crate) async fn extend(
     ttl: Duration,
     timeout: Duration,
 ) -> Result<Outcome> {
+    if !backend.batch_by_slot() && backend.native(Capability::CompareAndSet) {
+        let codes = extend_native(backend, &[(keys.lock.as_str(), token, ttl)], timeout).await?;
+        if let Some(Some(code)) = codes.first() {
+            return release_reply(*code);
+        }
+    }
     let reply = backend
         .eval_within(
             timeout,
@@ -209,6 +216,58 @@ pub(crate) async fn extend(
         )
         .await?;
     release_reply(redis::from_redis_value(reply)?)
+}
+
+/// Extend locks natively on a server with compare-and-set (Valkey 9):
+/// per lock `(key, token, ttl)`, one `SET key token IFEQ token PX ttl GET`,
+/// all in one pipeline. It decides exactly what `extend.lua` decides, in one
+/// command: the TTL is set only while the key holds the token (`IFEQ`), and
+/// `GET` returns what it held, so the reply tells the same three cases apart
+/// atomically. Per lock: `Some(code)` with extend.lua's code (1 extended, 0
+/// gone, -1 another owner's), or `None` when the server refused the command
+/// (unknown option or command: an older server, or a proxy; native extends
+/// are then off for this deployment, with one warning), for the caller to
+/// send to the script.
+pub(crate) async fn extend_native(
+    backend: &Backend,
+    locks: &[(&str, &Token, Duration)],
+    timeout: Duration,
+) -> Result<Vec<Option<i64>>> {
+    let mut pipe = redis::Pipeline::with_capacity(locks.len());
+    pipe.ignore_errors();
+    for (key, token, ttl) in locks {
+        pipe.cmd("SET")
+            .arg(*key)
+            .arg(token.as_str())
+            .arg("IFEQ")
+            .arg(token.as_str())
+            .arg("PX")
+            .arg(millis(*ttl))
+            .arg("GET");
+    }
+    let replies = backend.pipeline_within(timeout, &pipe).await?;
+    if replies.len() != locks.len() {
+        return Err(Error::protocol(format!(
+            "the extend pipeline returned {} replies for {}",
+            replies.len(),
+            locks.len()
+        )));
+    }
+    replies
+        .into_iter()
+        .zip(locks)
+        .map(|(reply, (_, token, _))| match reply {
+            Value::Nil => Ok(Some(0)),
+            Value::BulkString(held) if held == token.as_str().as_bytes() => Ok(Some(1)),
+            Value::BulkString(_) => Ok(Some(-1)),
+            Value::ServerError(e) if server::refuses_option(&e) => {
+                backend.native_refused(Capability::CompareAndSet, e.details().unwrap_or(e.code()));
+                Ok(None)
+            }
+            Value::ServerError(e) => Err(Error::from(redis::RedisError::from(e))),
+            other => Err(Error::protocol(format!("SET IFEQ replied {other:?}"))),
+        })
+        .collect()
 }
 
 /// Redlock's per-node extend: `Done` when extended, `Expired` when the key

@@ -11,6 +11,7 @@ use futures_util::future::join_all;
 use redis::Script;
 use tokio::time::Instant;
 
+use crate::backend::server::Capability;
 use crate::backend::{Backend, millis};
 use crate::error::{Error, Result};
 use crate::lock::Outcome;
@@ -101,16 +102,16 @@ fn renewed(h: &Held, valid_until: Instant, sent: Instant) -> Renewal {
     Renewal::Renewed { sent }
 }
 
-/// One batch on one Redis: one `extend_many.lua` call.
+/// One batch on one Redis: one `extend_many.lua` call, or on a server with
+/// a native compare-and-set one pipeline of `SET ... IFEQ` (see
+/// [`ops::extend_native`]; the locks it refused go to the script).
 async fn renew_single(backend: &Backend, batch: &[Due<Held>]) -> Vec<Renewal> {
     let start = Instant::now();
-    let mut inv = EXTEND_MANY.prepare_invoke();
-    for d in batch {
-        inv.key(&d.item.keys.lock)
-            .arg(d.item.token.as_str())
-            .arg(millis(d.ttl));
-    }
-    let result: Result<Vec<i64>> = backend.eval(&inv).await;
+    let result = if !backend.batch_by_slot() && backend.native(Capability::CompareAndSet) {
+        extend_natively(backend, batch).await
+    } else {
+        extend_by_script(backend, batch).await
+    };
     match result {
         Ok(codes) if codes.len() == batch.len() => batch
             .iter()
@@ -138,6 +139,46 @@ async fn renew_single(backend: &Backend, batch: &[Due<Held>]) -> Vec<Renewal> {
             batch.iter().map(|d| undecided(&d.item)).collect()
         }
     }
+}
+
+/// extend_many.lua's codes for `batch` (1 extended, 0 gone, -1 another's).
+async fn extend_by_script<'a>(
+    backend: &Backend,
+    batch: impl IntoIterator<Item = &'a Due<Held>>,
+) -> Result<Vec<i64>> {
+    let mut inv = EXTEND_MANY.prepare_invoke();
+    for d in batch {
+        inv.key(&d.item.keys.lock)
+            .arg(d.item.token.as_str())
+            .arg(millis(d.ttl));
+    }
+    backend.eval(&inv).await
+}
+
+/// The same codes natively; the locks the server refused it for go to the
+/// script.
+async fn extend_natively(backend: &Backend, batch: &[Due<Held>]) -> Result<Vec<i64>> {
+    let locks: Vec<(&str, &crate::token::Token, std::time::Duration)> = batch
+        .iter()
+        .map(|d| (d.item.keys.lock.as_str(), &d.item.token, d.ttl))
+        .collect();
+    let codes = ops::extend_native(backend, &locks, backend.timeout()).await?;
+    if codes.iter().all(Option::is_some) {
+        return Ok(codes.into_iter().flatten().collect());
+    }
+    let refused = batch
+        .iter()
+        .zip(&codes)
+        .filter(|(_, c)| c.is_none())
+        .map(|(d, _)| d);
+    let mut by_script = extend_by_script(backend, refused).await?.into_iter();
+    codes
+        .into_iter()
+        .map(|c| {
+            c.or_else(|| by_script.next())
+                .ok_or_else(|| Error::protocol("short extend_many reply"))
+        })
+        .collect()
 }
 
 /// One batch under Redlock: one script per node, all nodes at once; each lock

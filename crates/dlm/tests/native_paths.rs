@@ -1,0 +1,342 @@
+//! The native paths of a lock beside their scripts (issue 34): on Valkey 9 a
+//! release is `DELIFEQ` (with the waiters marker deleted after it and the
+//! wake-up published by whoever deleted it), an extend and the watchdog's
+//! renewal `SET ... IFEQ ... GET`. Each scenario runs with native commands on
+//! and off (`ClientBuilder::native_commands(false)`: the scripts) on the same
+//! server binary; the outcomes must be the same, and `INFO commandstats`
+//! shows which path ran. Also: the server is learned (`server_info`), an ACL
+//! user without `+delifeq` falls back to the script with the lock still
+//! released, and a Redis without the commands never gets them.
+//!
+//! The Valkey binary comes from `DLM_VALKEY_SERVER`, else from
+//! `target/servers` (`scripts/servers.sh` installs it there). Without one the
+//! tests say so and pass, except under `CI`, where they fail.
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::*;
+use dlm::{Capability, Client, Product};
+use dlm_testkit::RedisServer;
+
+/// The Valkey 9 server binary, if installed.
+fn valkey_binary() -> Option<String> {
+    if let Ok(path) = std::env::var("DLM_VALKEY_SERVER") {
+        return Some(path);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/servers");
+    find(&root, "valkey-server", 6).map(|p| p.to_string_lossy().into_owned())
+}
+
+fn find(dir: &Path, name: &str, depth: u32) -> Option<PathBuf> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.file_name().is_some_and(|n| n == name) && path.is_file() {
+            return Some(path);
+        }
+        if depth > 0
+            && path.is_dir()
+            && let Some(found) = find(&path, name, depth - 1)
+        {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// A throwaway Valkey 9, or `None` (with a note) where none is installed.
+fn valkey(builder: dlm_testkit::ServerBuilder) -> Option<RedisServer> {
+    match valkey_binary() {
+        Some(binary) => Some(builder.binary(binary).start().expect("start valkey-server")),
+        None if std::env::var_os("CI").is_some() => {
+            panic!("no valkey-server: run scripts/servers.sh or set DLM_VALKEY_SERVER")
+        }
+        None => {
+            eprintln!(
+                "skipped: no valkey-server (run scripts/servers.sh or set DLM_VALKEY_SERVER)"
+            );
+            None
+        }
+    }
+}
+
+async fn connect(url: &str, native: bool) -> Client {
+    Client::builder()
+        .timeout(Duration::from_secs(2))
+        .native_commands(native)
+        .connect(url)
+        .await
+        .expect("connect")
+}
+
+/// Calls of each command the paths use, from `INFO commandstats`.
+fn calls(s: &RedisServer) -> [u64; 3] {
+    let stats = s.command(&["INFO", "commandstats"]).expect("INFO");
+    [
+        command_calls(&stats, "delifeq"),
+        command_calls(&stats, "set"),
+        evalsha_calls(&stats),
+    ]
+}
+
+/// Wait until the client has learned its server (in the background after
+/// its first native-capable call; `server_info` learns it at once).
+async fn learned(c: &Client) -> Vec<Capability> {
+    c.server_info().await.expect("server_info")[0].native()
+}
+
+/// One scenario: outcomes of release, extend and release of a lost lock,
+/// release of a lock taken by another, as text.
+async fn scenario(c: &Client, other: &Client) -> Vec<String> {
+    let opts = ttl(5_000);
+    let mut out = Vec::new();
+    let g = c.lock("a").acquire(&opts).await.expect("acquire a");
+    out.push(format!(
+        "extend: {:?}",
+        g.extend(Duration::from_secs(8)).await
+    ));
+    out.push(format!(
+        "remaining>5s: {}",
+        g.remaining() > Duration::from_secs(5)
+    ));
+    out.push(format!(
+        "release: {:?}",
+        g.release().await.map(|_| "released")
+    ));
+    // A lock that expired: extend and release find it gone.
+    let g = c.lock("b").acquire(&ttl(100)).await.expect("acquire b");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    out.push(format!(
+        "extend expired: {:?}",
+        g.extend(Duration::from_secs(1)).await.map_err(|e| kind(&e))
+    ));
+    out.push(format!(
+        "release expired: {:?}",
+        g.release().await.map(|_| ()).map_err(|e| kind(&e))
+    ));
+    // A lock taken by another owner after ours expired.
+    let g = c.lock("c").acquire(&ttl(100)).await.expect("acquire c");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let theirs = other
+        .lock("c")
+        .acquire(&opts)
+        .await
+        .expect("other acquires c");
+    out.push(format!(
+        "extend taken: {:?}",
+        g.extend(Duration::from_secs(1)).await.map_err(|e| kind(&e))
+    ));
+    out.push(format!(
+        "release taken: {:?}",
+        g.release().await.map(|_| ()).map_err(|e| kind(&e))
+    ));
+    out.push(format!("theirs still held: {:?}", theirs.is_held().await));
+    out.push(format!(
+        "theirs release: {:?}",
+        theirs.release().await.map(|_| ())
+    ));
+    out
+}
+
+fn kind(e: &dlm::Error) -> &'static str {
+    match e {
+        dlm::Error::Expired { .. } => "Expired",
+        dlm::Error::NotHeld { .. } => "NotHeld",
+        dlm::Error::Lost { .. } => "Lost",
+        _ => "other",
+    }
+}
+
+#[tokio::test]
+async fn release_and_extend_decide_alike_natively_and_by_script() -> TestResult {
+    let Some(s) = valkey(RedisServer::builder()) else {
+        return Ok(());
+    };
+    let mut results = Vec::new();
+    let mut used = Vec::new();
+    for native in [true, false] {
+        let (c, other) = (
+            connect(&s.url(), native).await,
+            connect(&s.url(), native).await,
+        );
+        let caps = learned(&c).await;
+        assert_eq!(caps.is_empty(), !native, "native {native}: {caps:?}");
+        learned(&other).await;
+        // Warm up: a new fencing counter is raised by a script once.
+        for client in [&c, &other] {
+            client
+                .lock("warm")
+                .acquire(&ttl(5_000))
+                .await?
+                .release()
+                .await?;
+        }
+        let before = calls(&s);
+        results.push(scenario(&c, &other).await);
+        let after = calls(&s);
+        used.push([0, 1, 2].map(|i| after[i] - before[i]));
+    }
+    let (native, scripts) = (used[0], used[1]);
+    // Four releases and three extends: DELIFEQ and SET IFEQ instead of scripts.
+    assert_eq!(native[0], 4, "every release is DELIFEQ natively: {used:?}");
+    assert_eq!(
+        scripts[0], 0,
+        "no DELIFEQ with native commands off: {used:?}"
+    );
+    assert!(
+        native[2] + 7 <= scripts[2],
+        "seven scripts fewer natively (releases and extends): {used:?}"
+    );
+    assert_eq!(
+        results[0], results[1],
+        "native and script paths decide alike"
+    );
+    let expected = [
+        "extend: Ok(())",
+        "remaining>5s: true",
+        "release: Ok(\"released\")",
+        "extend expired: Err(\"Expired\")",
+    ];
+    assert_eq!(&results[0][..4], &expected[..], "{:#?}", results[0]);
+    assert!(
+        results[0][6].contains("NotHeld"),
+        "a taken lock's release says so: {:#?}",
+        results[0]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_release_wakes_a_waiter_of_another_client_natively() -> TestResult {
+    let Some(s) = valkey(RedisServer::builder()) else {
+        return Ok(());
+    };
+    let holder = connect(&s.url(), true).await;
+    let waiter = connect(&s.url(), true).await;
+    assert!(!learned(&holder).await.is_empty());
+    for round in 0..5 {
+        let g = holder.lock("w").acquire(&ttl(30_000)).await?;
+        let w = waiter.clone();
+        let wait = tokio::spawn(async move {
+            let started = Instant::now();
+            let g = w
+                .lock("w")
+                .acquire(
+                    &ttl(30_000)
+                        .wait(Duration::from_secs(20))
+                        .retry_interval(Duration::from_secs(3)),
+                )
+                .await?;
+            let took = started.elapsed();
+            g.release().await?;
+            Ok::<_, dlm::Error>(took)
+        });
+        // Let the waiter find it busy and set the waiters marker.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before = calls(&s);
+        let released_at = Instant::now();
+        g.release().await?;
+        assert!(
+            calls(&s)[0] > before[0],
+            "round {round}: the release was DELIFEQ"
+        );
+        let took = wait.await??;
+        let stats = s.command(&["INFO", "commandstats"])?;
+        assert!(
+            command_calls(&stats, "publish") > round,
+            "round {round}: published"
+        );
+        let after_release = took.saturating_sub(Duration::from_millis(200));
+        // Without the wake-up the waiter would try again only after its retry
+        // interval (3 s, jittered); with it, within a round trip or two.
+        assert!(
+            released_at.elapsed() < Duration::from_secs(1)
+                && after_release < Duration::from_secs(1),
+            "round {round}: the waiter was woken ({took:?} in all)"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_watchdog_renews_natively() -> TestResult {
+    let Some(s) = valkey(RedisServer::builder()) else {
+        return Ok(());
+    };
+    let c = connect(&s.url(), true).await;
+    assert!(learned(&c).await.contains(&Capability::CompareAndSet));
+    let g = c.lock("dog").acquire(&ttl(300).watchdog(true)).await?;
+    let before = calls(&s);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let after = calls(&s);
+    assert!(g.is_held().await?, "renewed past four TTLs");
+    assert!(
+        after[1] - before[1] >= 3,
+        "the renewals were SET IFEQ: {before:?} -> {after:?}"
+    );
+    assert_eq!(
+        after[2], before[2],
+        "no extend script: {before:?} -> {after:?}"
+    );
+    g.release().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_user_without_delifeq_falls_back_to_the_script() -> TestResult {
+    let Some(s) = valkey(
+        RedisServer::builder()
+            .acl_user("old", "s3cret", dlm::keys::ACL_RULES)
+            .acl_user(
+                "new",
+                "s3cret",
+                &format!("{} {}", dlm::keys::ACL_RULES, dlm::keys::ACL_RULES_NATIVE),
+            ),
+    ) else {
+        return Ok(());
+    };
+    let old = connect(&s.url_as("old", "s3cret"), true).await;
+    let new = connect(&s.url_as("new", "s3cret"), true).await;
+    assert!(!learned(&old).await.is_empty(), "not refused yet");
+    assert!(!learned(&new).await.is_empty());
+    for round in 0..3 {
+        let g = old.lock("o").acquire(&ttl(5_000)).await?;
+        g.release().await?;
+        assert!(
+            !s.command(&["EXISTS", "dlm:lock:{o}"])?.contains('1'),
+            "round {round}: released by the script after the refusal"
+        );
+    }
+    assert!(
+        learned(&old).await == vec![Capability::CompareAndSet],
+        "compare-and-delete is off for this user after its refusal"
+    );
+    let before = calls(&s);
+    let g = new.lock("n").acquire(&ttl(5_000)).await?;
+    g.release().await?;
+    assert!(
+        calls(&s)[0] > before[0],
+        "the user with ACL_RULES_NATIVE releases natively"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn redis_gets_no_native_command() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let info = c.server_info().await?;
+    assert_eq!(info.len(), 1);
+    assert!(info[0].native().is_empty(), "{info:?}");
+    let before = calls(&s);
+    let g = c.lock("r").acquire(&ttl(5_000)).await?;
+    g.extend(Duration::from_secs(6)).await?;
+    g.release().await?;
+    assert_eq!(calls(&s)[0], before[0]);
+    if info[0].product == Product::Valkey {
+        eprintln!("DLM_REDIS_SERVER is a Valkey: the Redis case was not run");
+    }
+    Ok(())
+}
