@@ -62,6 +62,7 @@ async fn lock_client(global: &Global) -> Result<dlm::Client, CliError> {
         .key_prefix("dlm:check:")
         .timeout(global.timeout)
         .connect_timeout(global.timeout)
+        .native_commands(global.native_commands)
         .quorum_wait(Duration::ZERO);
     if let Some(tls) = &global.tls {
         builder = builder.tls(tls.clone());

@@ -130,6 +130,14 @@ pub struct Cli {
           value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
 
+    /// Use the server's native commands where it has them (Valkey 9:
+    /// DELIFEQ releases, SET IFEQ extends, without Lua); false: dlm's
+    /// scripts everywhere (to rule the native paths out, or to compare).
+    /// Env: DLM_NATIVE_COMMANDS.
+    #[arg(long, value_name = "BOOL", global = true, env = "DLM_NATIVE_COMMANDS",
+          default_value_t = true, action = ArgAction::Set)]
+    pub native_commands: bool,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -167,6 +175,7 @@ impl Cli {
             topology: self.topology()?,
             tls: self.tls()?,
             threads: usize::from(self.threads),
+            native_commands: self.native_commands,
         })
     }
 

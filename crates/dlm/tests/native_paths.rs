@@ -340,3 +340,121 @@ async fn redis_gets_no_native_command() -> TestResult {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_server_out_of_memory_keeps_watchdog_locks_through_the_script() -> TestResult {
+    // `SET` is refused under `noeviction` when memory is full; the script's
+    // `PEXPIRE` is not: the renewal falls back to it, per lock.
+    let Some(s) = valkey(RedisServer::builder()) else {
+        return Ok(());
+    };
+    let c = connect(&s.url(), true).await;
+    assert!(learned(&c).await.contains(&Capability::CompareAndSet));
+    let g = c.lock("oom").acquire(&ttl(600).watchdog(true)).await?;
+    s.command(&["CONFIG", "SET", "maxmemory-policy", "noeviction"])?;
+    s.command(&["CONFIG", "SET", "maxmemory", "1"])?;
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let held = g.is_held().await;
+    let extended = g.extend(Duration::from_secs(5)).await;
+    s.command(&["CONFIG", "SET", "maxmemory", "0"])?;
+    assert!(!g.is_lost(), "the watchdog kept the lock");
+    assert!(matches!(held, Ok(true)), "{held:?}");
+    assert!(extended.is_ok(), "{extended:?}");
+    assert!(
+        learned(&c).await.contains(&Capability::CompareAndSet),
+        "an out-of-memory error is no refusal of the command"
+    );
+    g.release().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_server_that_refuses_info_is_not_asked_at_every_call() -> TestResult {
+    let rules =
+        format!("{} {}", dlm::keys::ACL_RULES, dlm::keys::ACL_RULES_NATIVE).replace(" +info", "");
+    let Some(s) = valkey(RedisServer::builder().acl_user("noinfo", "s3cret", &rules)) else {
+        return Ok(());
+    };
+    let c = connect(&s.url_as("noinfo", "s3cret"), true).await;
+    for _ in 0..50 {
+        c.lock("i").acquire(&ttl(5_000)).await?.release().await?;
+    }
+    let stats = s.command(&["INFO", "commandstats"])?;
+    let line = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_info:"))
+        .unwrap_or_default();
+    let rejected: u64 = line
+        .split("rejected_calls=")
+        .nth(1)
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        rejected <= 3,
+        "INFO asked {rejected} times in 50 cycles: {line}"
+    );
+    Ok(())
+}
+
+/// Hold `name` on a client in its own runtime, release it when `go` says so,
+/// and shut that runtime down at once (as a process that exits right after
+/// its release): returns when the holder holds it.
+fn hold_in_own_runtime(url: String, name: &'static str) -> std::sync::mpsc::Sender<()> {
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let holder = connect(&url, true).await;
+            learned(&holder).await;
+            let g = holder
+                .lock(name)
+                .acquire(&ttl(30_000))
+                .await
+                .expect("acquire");
+            let _ = held_tx.send(());
+            let _ = tokio::task::spawn_blocking(move || go_rx.recv()).await;
+            g.release().await.expect("release");
+        });
+        drop(rt);
+    });
+    let _ = held_rx.recv();
+    go_tx
+}
+
+#[tokio::test]
+async fn a_release_right_before_the_process_ends_has_woken_the_waiters() -> TestResult {
+    let Some(s) = valkey(RedisServer::builder()) else {
+        return Ok(());
+    };
+    let waiter = connect(&s.url(), true).await;
+    for round in 0..5 {
+        let go = hold_in_own_runtime(s.url(), "x");
+        let w = waiter.clone();
+        let wait = tokio::spawn(async move {
+            let g = w
+                .lock("x")
+                .acquire(
+                    &ttl(30_000)
+                        .wait(Duration::from_secs(20))
+                        .retry_interval(Duration::from_secs(3)),
+                )
+                .await?;
+            let at = Instant::now();
+            g.release().await?;
+            Ok::<_, dlm::Error>(at)
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released = Instant::now();
+        go.send(())?;
+        let acquired_at = wait.await??;
+        assert!(
+            acquired_at.duration_since(released) < Duration::from_secs(1),
+            "round {round}: woken by a release right before its runtime ended"
+        );
+    }
+    Ok(())
+}

@@ -53,6 +53,9 @@ pub enum BenchMode {
     Distinct,
     /// All tasks take turns on one lock: waiting, hand-off and fairness.
     Contended,
+    /// Every task holds its own lock and extends it in a loop (an `ops` is
+    /// one extend): what a renewal costs Redis (mutex only).
+    Extend,
 }
 
 impl BenchMode {
@@ -61,6 +64,7 @@ impl BenchMode {
         match self {
             BenchMode::Distinct => "distinct",
             BenchMode::Contended => "contended",
+            BenchMode::Extend => "extend",
         }
     }
 }
@@ -77,7 +81,8 @@ pub struct BenchLockArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_PERMITS,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(dlm::MAX_PERMITS)))]
     pub permits: u32,
-    /// distinct: random keys; contended: one lock for all tasks.
+    /// distinct: random keys; contended: one lock for all tasks; extend:
+    /// each task extends its own lock in a loop.
     #[arg(long, value_enum, default_value_t = BenchMode::Distinct)]
     pub mode: BenchMode,
     /// Number of concurrent tasks (sharing one client).
@@ -152,6 +157,11 @@ pub struct BenchReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_ops_per_worker: Option<u64>,
     redis_version: Option<String>,
+    /// What the (first) node is, e.g. `valkey 9.1.2` (`None`: unknown).
+    server: Option<String>,
+    /// The native commands dlm used on it (`compare_and_delete`,
+    /// `compare_and_set`; empty: scripts only).
+    native: Vec<String>,
     /// Redis's CPU time (`INFO CPU`, every node's) over the measured
     /// window, in microseconds per operation counted in `ops`: what a shared
     /// Redis pays for each acquire+release cycle (`None`: not measured).
@@ -205,7 +215,53 @@ struct WorkerStats {
     handoffs_us: Vec<u64>,
 }
 
+/// `--mode extend`: hold one lock and extend it until the end; each
+/// extend is one op (its latency in `latencies_us`).
+async fn extend_worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
+    let mut st = WorkerStats::default();
+    let lock = shared.client.lock(format!("bench:lock:extend:{id}"));
+    let guard = match lock.acquire(&shared.base).await {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::debug!(error = %e, "acquire failed");
+            st.errors += 1;
+            return st;
+        }
+    };
+    loop {
+        let start = Instant::now();
+        if start >= shared.measure_until {
+            break;
+        }
+        let measured = start >= shared.measure_from;
+        if measured {
+            st.attempts += 1;
+        }
+        match guard.extend(BENCH_TTL).await {
+            Ok(()) => {
+                let done = Instant::now();
+                if measured && done <= shared.measure_until {
+                    st.ops += 1;
+                    st.latencies_us.push(us(done - start));
+                }
+            }
+            Err(e) => {
+                if measured {
+                    st.errors += 1;
+                }
+                tracing::debug!(error = %e, "extend failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    let _ = guard.release().await;
+    st
+}
+
 async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
+    if shared.mode == BenchMode::Extend {
+        return extend_worker(id, shared).await;
+    }
     let mut st = WorkerStats::default();
     let mut rng = SplitMix(seed(id));
     let contended = shared.mode == BenchMode::Contended;
@@ -381,12 +437,18 @@ pub(crate) async fn measure(
         )));
     }
     let semaphore = args.primitive == Primitive::Semaphore;
+    if args.mode == BenchMode::Extend && args.primitive != Primitive::Mutex {
+        return Err(CliError::Usage(
+            "--mode extend measures the mutex's extend: drop --primitive".into(),
+        ));
+    }
     if semaphore && args.mode != BenchMode::Contended {
         return Err(CliError::Usage(
             "--primitive semaphore measures the contended mode: add --mode contended".into(),
         ));
     }
     let client = connect_nodes(&target.urls, global).await?;
+    let servers = client.server_info().await.ok();
     let semaphore = if semaphore {
         let sem = client.semaphore(CONTENDED_NAME, args.permits);
         sem.set_permits(args.permits).await?;
@@ -479,6 +541,10 @@ pub(crate) async fn measure(
     );
     report.redis_cpu_us_per_op =
         crate::global::target::us_per_op(cpu.await.ok().flatten(), report.ops);
+    if let Some(first) = servers.as_ref().and_then(|s| s.first()) {
+        report.server = Some(format!("{} {}", first.product, first.version));
+        report.native = first.native().iter().map(ToString::to_string).collect();
+    }
     report.nodes = target.urls.len();
     report.frozen = frozen;
     report.replicas = args.replicas;

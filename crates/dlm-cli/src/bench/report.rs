@@ -64,6 +64,8 @@ pub(super) fn summarize(
         min_ops_per_worker: min_ops,
         max_ops_per_worker: max_ops,
         redis_version,
+        server: None,
+        native: Vec::new(),
         redis_cpu_us_per_op: None,
         nodes: 1,
         frozen: 0,

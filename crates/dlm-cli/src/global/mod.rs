@@ -34,6 +34,8 @@ pub struct Global {
     pub tls: Option<dlm::TlsConfig>,
     /// Worker threads of the async runtime.
     pub threads: usize,
+    /// Use the server's native commands where it has them (`--native-commands`).
+    pub native_commands: bool,
 }
 
 /// What the `--redis` URLs name.

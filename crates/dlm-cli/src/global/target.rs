@@ -111,7 +111,8 @@ pub fn redact(url: &str) -> String {
 fn builder(global: &Global) -> dlm::ClientBuilder {
     let mut builder = dlm::Client::builder()
         .timeout(global.timeout)
-        .connect_timeout(global.timeout);
+        .connect_timeout(global.timeout)
+        .native_commands(global.native_commands);
     if let Some(tls) = &global.tls {
         builder = builder.tls(tls.clone());
     }

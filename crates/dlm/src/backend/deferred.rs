@@ -339,9 +339,11 @@ async fn connect_once<C: ConnectionLike + Clone + Send + Sync + 'static>(
                         tracing::debug!(error = %e, "preloading a script failed; EVALSHA falls back");
                     }
                 }
-                // A server older than dlm's minimum is refused here, once,
-                // with the version found and the one needed.
-                if let Some(reason) = unsupported(&mut conn, attempt_timeout).await {
+                // A server older than dlm's minimum is refused here, with
+                // the version found and the one needed: before the first
+                // connection only (after a failover onto one, the calls'
+                // errors say so, and a later failover may bring a good one).
+                if give_up && let Some(reason) = unsupported(&mut conn, attempt_timeout).await {
                     tracing::error!(server = %addr, "{reason}");
                     tx.send_replace(State::Failed(Failure {
                         auth: false,

@@ -352,7 +352,7 @@ impl Backend {
             .as_ref()
             .ok()
             .and_then(|t| server::ServerInfo::parse(t));
-        self.known.learned(info.clone());
+        self.known.learned(info.as_ref());
         match (info, text) {
             (Some(info), _) => Ok(self.known.in_use(info)),
             (None, Err(e)) => Err(e),

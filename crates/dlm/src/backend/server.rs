@@ -191,8 +191,9 @@ pub(crate) struct Known {
     off: AtomicBool,
     /// A learn is in flight.
     learning: AtomicBool,
-    /// When it was last learned, and what.
-    last: Mutex<Option<(Instant, ServerInfo)>>,
+    /// When it was last learned (or a learn failed: a server that refuses
+    /// `INFO` is asked again at the same pace, not at every call).
+    tried_at: Mutex<Option<Instant>>,
 }
 
 impl Known {
@@ -206,23 +207,22 @@ impl Known {
         let bit = capability.bit();
         let usable = self.caps.load(Ordering::Relaxed) & bit != 0
             && self.refused.load(Ordering::Relaxed) & bit == 0;
-        let stale = match self.last.try_lock() {
-            Ok(last) => last
-                .as_ref()
-                .is_none_or(|(at, _)| at.elapsed() >= RELEARN_EVERY),
+        let stale = match self.tried_at.try_lock() {
+            Ok(at) => at.is_none_or(|at| at.elapsed() >= RELEARN_EVERY),
             Err(_) => false,
         };
         let learn = stale && !self.learning.swap(true, Ordering::AcqRel);
         (usable, learn)
     }
 
-    /// Record what a learn found (`None`: it failed; try again later).
-    pub(crate) fn learned(&self, info: Option<ServerInfo>) {
+    /// Record what a learn found (`None`: it failed; try again after
+    /// [`RELEARN_EVERY`]).
+    pub(crate) fn learned(&self, info: Option<&ServerInfo>) {
         if let Some(info) = info {
             self.caps.store(info.caps, Ordering::Relaxed);
-            if let Ok(mut last) = self.last.lock() {
-                *last = Some((Instant::now(), info));
-            }
+        }
+        if let Ok(mut at) = self.tried_at.lock() {
+            *at = Some(Instant::now());
         }
         self.learning.store(false, Ordering::Release);
     }
@@ -260,11 +260,14 @@ impl Known {
 
 /// Whether a server error means the command is not there for us: unknown
 /// (an older server, or renamed or disabled by a proxy or a managed
-/// service) or denied to this user (`NOPERM`).
+/// service) or denied to this user (`NOPERM ... permissions to run`; a
+/// `NOPERM` on a key is the key's, and the script meets it too).
 pub(crate) fn refuses_command(e: &redis::ServerError) -> bool {
-    matches!(e.kind(), Some(redis::ServerErrorKind::NoPerm))
-        || e.details()
-            .is_some_and(|d| d.to_ascii_lowercase().starts_with("unknown command"))
+    let details = e.details().unwrap_or_default().to_ascii_lowercase();
+    match e.kind() {
+        Some(redis::ServerErrorKind::NoPerm) => details.contains("permissions to run"),
+        _ => details.starts_with("unknown command"),
+    }
 }
 
 /// Whether an option of a command was refused as one the server lacks (an
@@ -337,7 +340,7 @@ mod tests {
             (false, false),
             "one learn at a time"
         );
-        known.learned(ServerInfo::parse(VALKEY9));
+        known.learned(ServerInfo::parse(VALKEY9).as_ref());
         assert_eq!(known.check(Capability::CompareAndDelete), (true, false));
         known.refused(Capability::CompareAndDelete, "unknown command");
         assert_eq!(known.check(Capability::CompareAndDelete), (false, false));

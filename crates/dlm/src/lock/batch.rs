@@ -597,23 +597,29 @@ async fn release_script(backend: &Backend, jobs: Vec<Job>) {
 /// lock only while it holds the caller's token, atomically (the invariant
 /// both paths share: a release never deletes a lock that is not the
 /// caller's). The waiters marker is deleted unconditionally after it, and
-/// whoever deleted a marker publishes the wake-up (after the replies, in the
-/// background), even when its own release found the lock not its own: the
-/// woken waiters try again, find the lock busy, and set the marker again.
-/// So a marker deleted by the wrong release (a lock taken in between) costs
-/// its waiters one spurious try, never a missed wake-up: a waiter subscribes
-/// before it sets the marker, so every deletion of a marker it set is
-/// followed by a message it receives. Where the script answers in the same
-/// call whether a lock that was not ours had expired or was taken, this path
-/// asks `EXISTS` afterwards, for those locks only: not atomic, so a lock that
-/// expired and was taken again in between reads as taken (both mean the
-/// lock was lost before the release, and no decision depends on which).
+/// whoever deleted a marker publishes the wake-up before it answers, even
+/// when its own release found the lock not its own: the woken waiters try
+/// again, find the lock busy, and set the marker again. So a marker deleted
+/// by the wrong release (a lock taken in between) costs its waiters one
+/// spurious try, never a missed wake-up: a waiter subscribes before it sets
+/// the marker, so every deletion of a marker it set is followed by a message
+/// it receives. (Publishing before answering costs a second round trip only
+/// when someone waits, and a process that exits right after its release
+/// has published.) Where the script answers in the same call whether a lock
+/// that was not ours had expired or was taken, this path asks `EXISTS`
+/// afterwards, for those locks only: not atomic, so a lock that expired and
+/// was taken again in between reads as taken (both mean the lock was lost
+/// before the release, and no decision depends on which; if `EXISTS` fails,
+/// the answer is `Expired`).
 ///
-/// A server that refuses `DELIFEQ` (unknown, renamed by a proxy, or denied
-/// to this user by its ACL) switches the native release off for this
-/// deployment with one warning; the jobs it refused go to the script.
+/// A job whose `DELIFEQ` failed goes to the script in the same call (a
+/// server short of memory, a key that is not a string: the script decides
+/// and reports those as it always did). A server that refuses `DELIFEQ`
+/// itself (unknown, renamed by a proxy, or not allowed to this user) also
+/// switches the native release off for this deployment, with one warning.
+/// Everything after the pipeline runs within what is left of the deadline.
 async fn release_native(backend: &Backend, jobs: Vec<Job>) {
-    let timeout = max_timeout(&jobs);
+    let deadline = tokio::time::Instant::now() + max_timeout(&jobs).min(backend.timeout());
     let mut pipe = redis::Pipeline::with_capacity(2 * jobs.len());
     pipe.ignore_errors();
     for job in &jobs {
@@ -622,7 +628,7 @@ async fn release_native(backend: &Backend, jobs: Vec<Job>) {
             pipe.cmd("DEL").arg(&keys.waiters);
         }
     }
-    let replies = match backend.pipeline_within(timeout, &pipe).await {
+    let replies = match backend.pipeline_within(max_timeout(&jobs), &pipe).await {
         Ok(r) if r.len() == 2 * jobs.len() => r,
         Ok(r) => {
             let e = Error::protocol(format!(
@@ -640,8 +646,7 @@ async fn release_native(backend: &Backend, jobs: Vec<Job>) {
     };
     let mut replies = replies.into_iter();
     let mut wake = Vec::new();
-    let mut refused = Vec::new();
-    let mut unsure = Vec::new();
+    let (mut released, mut by_script, mut unsure) = (Vec::new(), Vec::new(), Vec::new());
     for job in jobs {
         let (Some(deleted), Some(marker)) = (replies.next(), replies.next()) else {
             break;
@@ -653,24 +658,18 @@ async fn release_native(backend: &Backend, jobs: Vec<Job>) {
             wake.push(keys.channel.clone());
         }
         match deleted {
-            Value::Int(1) => {
-                if let Job::Release { reply, .. } = job {
-                    let _ = reply.send(Ok(Outcome::Done));
-                }
-            }
+            Value::Int(1) => released.push(job),
             Value::Int(0) => unsure.push(job),
-            Value::ServerError(e) if server::refuses_command(&e) => {
-                backend.native_refused(
-                    Capability::CompareAndDelete,
-                    e.details().unwrap_or(e.code()),
-                );
-                refused.push(job);
-            }
             Value::ServerError(e) => {
-                let e = Error::from(redis::RedisError::from(e));
-                if let Job::Release { reply, .. } = job {
-                    let _ = reply.send(Err(e));
+                if server::refuses_command(&e) {
+                    backend.native_refused(
+                        Capability::CompareAndDelete,
+                        e.details().unwrap_or(e.code()),
+                    );
+                } else {
+                    tracing::debug!(error = ?e, "DELIFEQ failed; the script decides this release");
                 }
+                by_script.push(job);
             }
             other => {
                 if let Job::Release { reply, .. } = job {
@@ -679,14 +678,34 @@ async fn release_native(backend: &Backend, jobs: Vec<Job>) {
             }
         }
     }
-    if !wake.is_empty() {
-        publish_released(backend, wake);
+    publish_released(backend, wake, deadline).await;
+    for job in released {
+        if let Job::Release { reply, .. } = job {
+            let _ = reply.send(Ok(Outcome::Done));
+        }
     }
-    futures_util::future::join(release_script(backend, refused), not_ours(backend, unsure)).await;
+    futures_util::future::join(
+        release_script(backend, within(by_script, deadline)),
+        not_ours(backend, within(unsure, deadline)),
+    )
+    .await;
+}
+
+/// `jobs` with their deadlines cut to `deadline` (a follow-up call of the
+/// same batch gets what is left, never a fresh deadline).
+fn within(mut jobs: Vec<Job>, deadline: tokio::time::Instant) -> Vec<Job> {
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    for job in &mut jobs {
+        if let Job::Release { timeout, .. } = job {
+            *timeout = (*timeout).min(left);
+        }
+    }
+    jobs
 }
 
 /// Answer releases whose `DELIFEQ` deleted nothing: `Expired` when the key
-/// is gone now, `NotHeld` when another token holds it.
+/// is gone now (or `EXISTS` could not tell), `NotHeld` when another token
+/// holds it.
 async fn not_ours(backend: &Backend, jobs: Vec<Job>) {
     if jobs.is_empty() {
         return;
@@ -697,49 +716,46 @@ async fn not_ours(backend: &Backend, jobs: Vec<Job>) {
             pipe.cmd("EXISTS").arg(&keys.lock);
         }
     }
-    let found: Result<Vec<i64>> = backend
-        .pipeline_within(max_timeout(&jobs), &pipe)
-        .await
-        .and_then(|values| {
-            values
-                .into_iter()
-                .map(|v| redis::from_redis_value(v).map_err(Error::from))
-                .collect()
-        });
-    match found {
-        Ok(found) => {
-            for (job, exists) in jobs.into_iter().zip(found) {
-                if let Job::Release { reply, .. } = job {
-                    let outcome = if exists == 1 {
-                        Outcome::NotHeld
-                    } else {
-                        Outcome::Expired
-                    };
-                    let _ = reply.send(Ok(outcome));
-                }
-            }
+    let found: Vec<i64> = match backend.pipeline_within(max_timeout(&jobs), &pipe).await {
+        Ok(values) => values
+            .into_iter()
+            .map(|v| redis::from_redis_value(v).unwrap_or(0))
+            .collect(),
+        Err(e) => {
+            tracing::debug!(error = %e, "EXISTS after a release failed; answering Expired");
+            Vec::new()
         }
-        Err(e) => fail(jobs, &e),
+    };
+    for (i, job) in jobs.into_iter().enumerate() {
+        if let Job::Release { reply, .. } = job {
+            let outcome = if found.get(i) == Some(&1) {
+                Outcome::NotHeld
+            } else {
+                Outcome::Expired
+            };
+            let _ = reply.send(Ok(outcome));
+        }
     }
 }
 
-/// Publish the release message on `channels`, in the background (nobody
-/// waits for it: a lost message costs a waiter its next poll, as with a
-/// lost script reply).
-fn publish_released(backend: &Backend, channels: Vec<String>) {
-    let backend = backend.clone();
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+/// Publish the release message on `channels` (by `deadline`; a lost
+/// message costs a waiter its next poll, as a lost script reply does).
+async fn publish_released(
+    backend: &Backend,
+    channels: Vec<String>,
+    deadline: tokio::time::Instant,
+) {
+    if channels.is_empty() {
         return;
-    };
-    rt.spawn(async move {
-        let mut pipe = redis::Pipeline::with_capacity(channels.len());
-        for channel in &channels {
-            pipe.cmd("PUBLISH").arg(channel).arg("released").ignore();
-        }
-        if let Err(e) = backend.pipeline_within(backend.timeout(), &pipe).await {
-            tracing::debug!(error = %e, "publishing a release failed; waiters poll");
-        }
-    });
+    }
+    let mut pipe = redis::Pipeline::with_capacity(channels.len());
+    for channel in &channels {
+        pipe.cmd("PUBLISH").arg(channel).arg("released").ignore();
+    }
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    if let Err(e) = backend.pipeline_within(left, &pipe).await {
+        tracing::debug!(error = %e, "publishing a release failed; waiters poll");
+    }
 }
 
 #[cfg(test)]

@@ -224,10 +224,12 @@ pub(crate) async fn extend(
 /// command: the TTL is set only while the key holds the token (`IFEQ`), and
 /// `GET` returns what it held, so the reply tells the same three cases apart
 /// atomically. Per lock: `Some(code)` with extend.lua's code (1 extended, 0
-/// gone, -1 another owner's), or `None` when the server refused the command
-/// (unknown option or command: an older server, or a proxy; native extends
-/// are then off for this deployment, with one warning), for the caller to
-/// send to the script.
+/// gone, -1 another owner's), or `None` when the command failed, for the
+/// caller to send to the script: refused (an unknown option or command: an
+/// older server, or a proxy; native extends are then off for this
+/// deployment, with one warning), or failed for another reason (`SET` is
+/// refused when the server is out of memory, where the script's `PEXPIRE`
+/// is not).
 pub(crate) async fn extend_native(
     backend: &Backend,
     locks: &[(&str, &Token, Duration)],
@@ -260,11 +262,18 @@ pub(crate) async fn extend_native(
             Value::Nil => Ok(Some(0)),
             Value::BulkString(held) if held == token.as_str().as_bytes() => Ok(Some(1)),
             Value::BulkString(_) => Ok(Some(-1)),
-            Value::ServerError(e) if server::refuses_option(&e) => {
-                backend.native_refused(Capability::CompareAndSet, e.details().unwrap_or(e.code()));
+            Value::ServerError(e) => {
+                if server::refuses_option(&e) {
+                    backend
+                        .native_refused(Capability::CompareAndSet, e.details().unwrap_or(e.code()));
+                } else {
+                    // Short of memory (`SET` is refused under `noeviction`
+                    // where the script's `PEXPIRE` is not), a key that is not
+                    // a string: the script decides, as it always did.
+                    tracing::debug!(error = ?e, "SET IFEQ failed; the script decides this extend");
+                }
                 Ok(None)
             }
-            Value::ServerError(e) => Err(Error::from(redis::RedisError::from(e))),
             other => Err(Error::protocol(format!("SET IFEQ replied {other:?}"))),
         })
         .collect()
