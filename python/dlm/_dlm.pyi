@@ -392,7 +392,9 @@ class Queue:
     def status(self, id: str) -> Optional[TaskState]:
         """Where the task is now, or None when it is not known."""
     def cancel(self, id: str) -> bool:
-        """Remove the task if it is waiting (due or delayed); False otherwise."""
+        """Remove the task if it is waiting (due or delayed); False otherwise
+        (blocked on dependencies, in flight, completed, dead or unknown). The
+        queue keeps no trace of a cancelled task: `status(id)` is then None."""
     def clear(self) -> int:
         """Remove every task waiting and due now; how many."""
     def events_page(self, after: Optional[str] = None, count: int = 100) -> EventsPage:
@@ -436,7 +438,11 @@ class Queue:
         grace: Optional[float] = None,
         keep_results: Optional[float] = None,
         stop: Optional[StopEvent] = None,
-    ) -> WorkReport: ...
+    ) -> WorkReport:
+        """Run `handler` for every task until stopped: gracefully on stop(),
+        `stop` set, Ctrl-C or SIGTERM (then KeyboardInterrupt or
+        SystemExit(143)); a second Ctrl-C or SIGTERM stops it at once, its
+        tasks given back."""
     def stop(self) -> None:
         """Stop every `work` running on this handle, gracefully."""
 
@@ -470,7 +476,7 @@ class AsyncQueue:
     def status(self, id: str) -> "Call[Optional[TaskState]]":
         """Where the task is now, or None when it is not known."""
     def cancel(self, id: str) -> "Call[bool]":
-        """Remove the task if it is waiting (due or delayed); False otherwise."""
+        """As Queue.cancel: remove the task if it is waiting (due or delayed)."""
     def clear(self) -> "Call[int]":
         """Remove every task waiting and due now; how many."""
     def events_page(self, after: Optional[str] = None, count: int = 100) -> "Call[EventsPage]":
@@ -514,7 +520,9 @@ class AsyncQueue:
         grace: Optional[float] = None,
         keep_results: Optional[float] = None,
         stop: Optional["asyncio.Event"] = None,
-    ) -> "Call[WorkReport]": ...
+    ) -> "Call[WorkReport]":
+        """As Queue.work, on the running loop: a second Ctrl-C or SIGTERM
+        stops it at once too; cancelling the awaiting task stops it at once."""
     def stop(self) -> None:
         """Stop every `work` running on this handle, gracefully."""
 

@@ -142,7 +142,8 @@ class StateError(Error, RuntimeError):
     """A call the object's state does not allow, as the message says:
     releasing a guard twice, releasing through a handle that holds nothing
     for this thread (or asyncio task), acquiring again through a handle
-    this thread already holds, using a closed client. A bug in the calling
+    this thread already holds, using a closed client, using in a forked
+    child a client made before the fork (make a new one in the child). A bug in the calling
     code, not a condition to retry (``name``: the lock or client)."""
 
     name: Optional[str] = None

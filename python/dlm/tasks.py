@@ -26,8 +26,8 @@ worker runs the registered functions from the CLI (the payload on stdin, the
 result on stdout).
 
 This module is pure Python over the native binding; the only queue calls it
-makes are ``push``, ``task``, ``result``, ``wait_result`` and ``work`` (and
-``remove`` for :meth:`Job.cancel` when the binding has one).
+makes are ``push``, ``task``, ``result``, ``wait_result``, ``cancel`` and
+``work``.
 """
 
 from __future__ import annotations
@@ -79,15 +79,6 @@ __all__ = [
 
 R = TypeVar("R")
 
-#: What a cancelled task's payload is replaced with (see :meth:`Job.cancel`),
-#: and the result its worker stores: any dlm worker can drain it.
-CANCELLED = {"cancelled": True}
-#: The group a cancelled task is moved to while it waits to be drained, so
-#: that ``status()`` can tell it from a live one.
-CANCELLED_GROUP = "dlm.tasks.cancelled"
-#: The top priority: a cancelled task is drained before the live ones.
-_TOP_PRIORITY = 1000
-
 
 class JobStatus(str, enum.Enum):
     """Where a job is. A ``str``, so ``job.status() == "complete"`` works."""
@@ -102,9 +93,13 @@ class JobStatus(str, enum.Enum):
     FAILED = "failed"
     """Failed ``max_attempts`` times: in the dead-letter set."""
     CANCELLED = "cancelled"
-    """Cancelled before it ran."""
+    """Cancelled before it ran, by this handle's :meth:`Job.cancel`. The
+    queue removes a cancelled task (``Queue.cancel``) and keeps no trace of
+    it, so only the handle that cancelled it says so; any other handle on
+    the id says :attr:`NOT_FOUND`."""
     NOT_FOUND = "not_found"
-    """Never pushed, or completed and forgotten."""
+    """Never pushed, completed and forgotten, or cancelled (by another
+    handle)."""
 
 
 class JobFailed(Error):
@@ -183,21 +178,18 @@ def _serializer(name: str) -> _Serializer:
 
 
 # ------------------------------------------------------------------- the shared part
-def _status(info: Optional[TaskInfo], result: Callable[[], Optional[bytes]], cancelled: bytes) -> JobStatus:
-    """The job's status from the queue's view of its task (``Queue.task``)."""
+def _status(info: Optional[TaskInfo], cancelled: bool) -> JobStatus:
+    """The job's status from the queue's view of its task (``Queue.task``);
+    ``cancelled``: the handle removed it (the queue keeps no trace of that)."""
     if info is None:
-        return JobStatus.NOT_FOUND
+        return JobStatus.CANCELLED if cancelled else JobStatus.NOT_FOUND
     state = info["state"]
-    if info.get("group") == CANCELLED_GROUP:
-        return JobStatus.CANCELLED
     if state in ("waiting", "delayed", "blocked"):
         return JobStatus.QUEUED
     if state == "in_flight":
         return JobStatus.RUNNING
     if state == "dead":
         return JobStatus.FAILED
-    if info.get("result_bytes") == len(cancelled) and result() == cancelled:
-        return JobStatus.CANCELLED
     return JobStatus.COMPLETE
 
 
@@ -207,7 +199,6 @@ class _Registry:
     def __init__(self, serializer: str) -> None:
         self.serializer = _serializer(serializer)
         self.functions: Dict[str, Callable[..., Any]] = {}
-        self.cancelled = self.serializer.dumps(CANCELLED)
 
     def register(self, fn: Callable[..., Any], name: Optional[str]) -> str:
         name = name or fn.__name__
@@ -219,13 +210,11 @@ class _Registry:
     def encode(self, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bytes:
         return self.serializer.dumps({"task": name, "args": list(args), "kwargs": kwargs})
 
-    def decode(self, payload: bytes) -> Tuple[Optional[Callable[..., Any]], Tuple[Any, ...], Dict[str, Any]]:
-        """The function a payload calls (None: a cancelled task) and its arguments."""
+    def decode(self, payload: bytes) -> Tuple[Callable[..., Any], Tuple[Any, ...], Dict[str, Any]]:
+        """The function a payload calls and its arguments."""
         call = self.serializer.loads(payload)
         if not isinstance(call, dict):
             raise UnknownTask(f"not a dlm.tasks payload: {payload[:80]!r}")
-        if call.get("cancelled"):
-            return None, (), {}
         name = call.get("task")
         fn = self.functions.get(name) if isinstance(name, str) else None
         if fn is None:
@@ -250,8 +239,6 @@ class _Registry:
 
     def run_sync(self, task: Task) -> bytes:
         fn, args, kwargs = self.decode(task.payload)
-        if fn is None:
-            return self.cancelled
         value = fn(*args, **kwargs)
         if asyncio.iscoroutine(value):
             value = asyncio.run(value)
@@ -270,6 +257,7 @@ class Job:
     def __init__(self, tasks: "Tasks", id: str) -> None:
         self.tasks = tasks
         self.id = id
+        self._cancelled = False
 
     def __repr__(self) -> str:
         return f"Job({self.id!r}, queue={self.tasks.queue.name!r})"
@@ -279,8 +267,8 @@ class Job:
         return self.tasks.queue.task(self.id)
 
     def status(self) -> JobStatus:
-        q = self.tasks.queue
-        return _status(q.task(self.id), lambda: q.result(self.id), self.tasks.registry.cancelled)
+        """Where the job is; ``CANCELLED`` only on the handle that cancelled it."""
+        return _status(self.tasks.queue.task(self.id), self._cancelled)
 
     def result(self, timeout: Optional[float] = None) -> Any:
         """The function's return value, waiting up to ``timeout`` seconds for
@@ -290,7 +278,7 @@ class Job:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             info = q.task(self.id)
-            status = _status(info, lambda: q.result(self.id), self.tasks.registry.cancelled)
+            status = _status(info, self._cancelled)
             if status not in (JobStatus.QUEUED, JobStatus.RUNNING):
                 raw = q.result(self.id) if status is JobStatus.COMPLETE else None
                 return self.tasks.registry.outcome(self.id, status, info, raw)
@@ -305,17 +293,14 @@ class Job:
                 pass  # the state is read again above
 
     def cancel(self) -> bool:
-        """Keep the job from running: True when it was waiting and is now
-        cancelled, False when it already ran, runs, failed or is unknown."""
-        q = self.tasks.queue
-        remove = getattr(q, "remove", None)
-        if remove is not None:  # the binding's own op, where it has one
-            return bool(remove(self.id))
-        if _status(q.task(self.id), lambda: None, b"") is not JobStatus.QUEUED:
-            return False
-        q.push(self.id, self.tasks.registry.cancelled, priority=_TOP_PRIORITY,
-               group=CANCELLED_GROUP, replace=True)
-        return True
+        """Keep the job from running (``Queue.cancel``): True when it was
+        waiting (due or delayed) and is now removed from the queue, False
+        when it is blocked on dependencies, runs, ran, failed or is unknown.
+        After True, this handle's ``status()`` says ``CANCELLED`` and
+        ``result()`` raises :class:`JobCancelled`."""
+        cancelled = self.tasks.queue.cancel(self.id)
+        self._cancelled = self._cancelled or cancelled
+        return cancelled
 
 
 class TaskFunction(Generic[R]):
@@ -417,6 +402,7 @@ class AsyncJob:
     def __init__(self, tasks: "AsyncTasks", id: str) -> None:
         self.tasks = tasks
         self.id = id
+        self._cancelled = False
 
     def __repr__(self) -> str:
         return f"AsyncJob({self.id!r}, queue={self.tasks.queue.name!r})"
@@ -428,7 +414,7 @@ class AsyncJob:
         q = self.tasks.queue
         info = await q.task(self.id)
         raw = await q.result(self.id) if info is not None and info["state"] == "completed" else None
-        return _status(info, lambda: raw, self.tasks.registry.cancelled), info, raw
+        return _status(info, self._cancelled), info, raw
 
     async def status(self) -> JobStatus:
         return (await self._status())[0]
@@ -449,15 +435,10 @@ class AsyncJob:
                 pass  # the state is read again above
 
     async def cancel(self) -> bool:
-        q = self.tasks.queue
-        remove = getattr(q, "remove", None)
-        if remove is not None:
-            return bool(await remove(self.id))
-        if _status(await q.task(self.id), lambda: None, b"") is not JobStatus.QUEUED:
-            return False
-        await q.push(self.id, self.tasks.registry.cancelled, priority=_TOP_PRIORITY,
-                     group=CANCELLED_GROUP, replace=True)
-        return True
+        """As :meth:`Job.cancel` (``AsyncQueue.cancel``)."""
+        cancelled = await self.tasks.queue.cancel(self.id)
+        self._cancelled = self._cancelled or cancelled
+        return cancelled
 
 
 class AsyncTaskFunction(Generic[R]):
@@ -537,8 +518,6 @@ class AsyncTasks:
 
     async def handle(self, task: Task) -> bytes:
         fn, args, kwargs = self.registry.decode(task.payload)
-        if fn is None:
-            return self.registry.cancelled
         if inspect.iscoroutinefunction(fn):
             value = await fn(*args, **kwargs)
         else:  # a plain function runs in a thread: the loop goes on
@@ -576,14 +555,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.path.insert(0, "")
     registry = _load(args[1]).registry
     fn, fargs, fkwargs = registry.decode(sys.stdin.buffer.read())
-    if fn is None:
-        out = registry.cancelled
-    else:
-        value = fn(*fargs, **fkwargs)
-        if asyncio.iscoroutine(value):
-            value = asyncio.run(value)
-        out = registry.serializer.dumps(value)
-    sys.stdout.buffer.write(out)
+    value = fn(*fargs, **fkwargs)
+    if asyncio.iscoroutine(value):
+        value = asyncio.run(value)
+    sys.stdout.buffer.write(registry.serializer.dumps(value))
     sys.stdout.buffer.flush()
     return 0
 

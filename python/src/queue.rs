@@ -545,11 +545,15 @@ impl Drop for Sigterm {
 }
 
 /// What an async `work` set up on its loop: the waiter of its `stop` event
-/// and its SIGTERM handler, undone when it ends.
+/// and its signal handlers, undone when it ends.
 #[pyclass(frozen, module = "dlm._dlm")]
 struct StopWorker {
+    /// Cancelled: stop gracefully.
     token: tokio_util::sync::CancellationToken,
-    terminated: Arc<std::sync::atomic::AtomicBool>,
+    /// Cancelled: stop at once (a second signal), giving the tasks back.
+    hard: tokio_util::sync::CancellationToken,
+    /// The first signal that stopped the worker (SIGTERM, SIGINT), 0: none.
+    signal: Arc<std::sync::atomic::AtomicI32>,
 }
 
 #[pymethods]
@@ -560,16 +564,40 @@ impl StopWorker {
     }
 }
 
+/// The loop's handler of one signal (SIGTERM, or SIGINT under asyncio's
+/// own Ctrl-C handling) for an async `work`: the first one stops it
+/// gracefully, as in a sync `work`; a second one (of either) at once.
 #[pyclass(frozen, module = "dlm._dlm")]
-struct OnSigterm(Py<StopWorker>);
+struct OnSignal(Py<StopWorker>, i32);
 
 #[pymethods]
-impl OnSigterm {
+impl OnSignal {
     fn __call__(&self) {
         let s = self.0.get();
-        s.terminated
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        s.token.cancel();
+        let first = s
+            .signal
+            .compare_exchange(
+                0,
+                self.1,
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+            )
+            .is_ok();
+        if first {
+            s.token.cancel();
+        } else {
+            s.hard.cancel();
+        }
+    }
+}
+
+/// The exception a signal raises from `work` once it stopped: SystemExit(143)
+/// for SIGTERM, KeyboardInterrupt for SIGINT.
+fn signal_exit(signum: i32) -> Option<PyErr> {
+    match signum {
+        SIGTERM => Some(pyo3::exceptions::PySystemExit::new_err(128 + SIGTERM)),
+        SIGINT => Some(pyo3::exceptions::PyKeyboardInterrupt::new_err(())),
+        _ => None,
     }
 }
 
@@ -587,6 +615,31 @@ impl Drop for UndoOnDrop {
 struct AsyncStop {
     waiter: Option<Py<PyAny>>,
     event_loop: Option<Py<PyAny>>,
+    /// SIGINT's handler before `work` took it over (Python's, or
+    /// asyncio.run's), put back when it ends.
+    sigint: Option<(Py<PyAny>, Py<PyAny>)>,
+}
+
+/// True when SIGINT is handled the way a plain asyncio program does:
+/// Python's default handler, or asyncio.run's (Python 3.11+), which cancels
+/// the main task (a worker would stop at once on the first Ctrl-C).
+fn sigint_is_default(py: Python<'_>, current: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if current.is(py.import("signal")?.getattr("default_int_handler")?) {
+        return Ok(true);
+    }
+    // asyncio.Runner installs functools.partial(Runner._on_sigint, ...).
+    let Ok(func) = current.getattr("func") else {
+        return Ok(false);
+    };
+    let name: String = func
+        .getattr("__qualname__")
+        .and_then(|n| n.extract())
+        .unwrap_or_default();
+    let module: String = func
+        .getattr("__module__")
+        .and_then(|n| n.extract())
+        .unwrap_or_default();
+    Ok(name == "Runner._on_sigint" && module.starts_with("asyncio"))
 }
 
 impl AsyncStop {
@@ -599,6 +652,7 @@ impl AsyncStop {
         let mut out = AsyncStop {
             waiter: None,
             event_loop: None,
+            sigint: None,
         };
         if let Some(ev) = stop {
             let w = asyncio.call_method1("ensure_future", (ev.call_method0("wait")?,))?;
@@ -607,10 +661,21 @@ impl AsyncStop {
         }
         if sigterm_is_ours(py)? {
             let l = asyncio.call_method0("get_running_loop")?;
-            let sigterm = py.import("signal")?.getattr("SIGTERM")?;
-            let h = Bound::new(py, OnSigterm(s.clone().unbind()))?;
-            if l.call_method1("add_signal_handler", (sigterm, h)).is_ok() {
-                out.event_loop = Some(l.unbind());
+            let signal = py.import("signal")?;
+            let h = Bound::new(py, OnSignal(s.clone().unbind(), SIGTERM))?;
+            if l.call_method1("add_signal_handler", (signal.getattr("SIGTERM")?, h))
+                .is_ok()
+            {
+                out.event_loop = Some(l.clone().unbind());
+                // Ctrl-C too, unless the application handles it itself.
+                let sigint = signal.getattr("SIGINT")?;
+                let current = signal.call_method1("getsignal", (&sigint,))?;
+                if sigint_is_default(py, &current)? {
+                    let h = Bound::new(py, OnSignal(s.clone().unbind(), SIGINT))?;
+                    if l.call_method1("add_signal_handler", (&sigint, h)).is_ok() {
+                        out.sigint = Some((sigint.unbind(), current.unbind()));
+                    }
+                }
             }
         }
         Ok(out)
@@ -621,9 +686,17 @@ impl AsyncStop {
             let _ = w.bind(py).call_method0("cancel");
         }
         if let Some(l) = self.event_loop
-            && let Ok(t) = py.import("signal").and_then(|s| s.getattr("SIGTERM"))
+            && let Ok(signal) = py.import("signal")
         {
-            let _ = l.bind(py).call_method1("remove_signal_handler", (t,));
+            if let Ok(t) = signal.getattr("SIGTERM") {
+                let _ = l.bind(py).call_method1("remove_signal_handler", (t,));
+            }
+            if let Some((sigint, before)) = self.sigint {
+                let _ = l
+                    .bind(py)
+                    .call_method1("remove_signal_handler", (sigint.bind(py),));
+                let _ = signal.call_method1("signal", (sigint, before));
+            }
         }
     }
 }
@@ -1752,7 +1825,9 @@ impl AsyncQueue {
     /// Run `handler(task)` for every task, `concurrency` at a time: a
     /// coroutine function on this event loop, a plain function in a thread
     /// (never blocking the loop). As Queue.work otherwise; `stop` is an
-    /// asyncio.Event. Cancelling the awaiting task stops the worker at once
+    /// asyncio.Event. SIGTERM and Ctrl-C (while SIGINT has Python's or
+    /// asyncio.run's handler) stop it gracefully, a second one at once, as
+    /// in Queue.work. Cancelling the awaiting task stops the worker at once
     /// (its tasks given back).
     #[pyo3(signature = (handler, concurrency=Int::of(1), stop_when_idle=false, *, lease=None, task_timeout=None, worker_id=None, grace=None, keep_results=None, stop=None))]
     #[allow(clippy::too_many_arguments)]
@@ -1787,12 +1862,14 @@ impl AsyncQueue {
             None
         };
         let token = self.core.stop_token();
-        let terminated = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hard = tokio_util::sync::CancellationToken::new();
+        let signalled = Arc::new(std::sync::atomic::AtomicI32::new(0));
         let s = Bound::new(
             py,
             StopWorker {
                 token: token.clone(),
-                terminated: terminated.clone(),
+                hard: hard.clone(),
+                signal: signalled.clone(),
             },
         )?;
         let set_up = AsyncStop::set_up(py, stop.as_ref(), &s)?;
@@ -1803,16 +1880,28 @@ impl AsyncQueue {
             .work(handler.unbind(), handler_loop, args, token, stash.clone());
         let undo = UndoOnDrop(Some((on_loop, set_up)));
         awaitable(py, async move {
-            let r = work.await;
+            // A second signal drops the worker: its handlers are cancelled and
+            // its tasks go back to the queue at once (the core's worker gives
+            // its leases back when dropped), as a sync `work` does.
+            let r = tokio::select! {
+                r = work => Some(r),
+                () = hard.cancelled() => None,
+            };
             drop(undo);
+            let signal = signal_exit(signalled.load(std::sync::atomic::Ordering::SeqCst));
+            let Some(r) = r else {
+                return Err(
+                    signal.unwrap_or_else(|| pyo3::exceptions::PyKeyboardInterrupt::new_err(()))
+                );
+            };
             let r = r?;
             if let Some(e) = lock(&stash).take() {
                 return Err(e);
             }
-            if terminated.load(std::sync::atomic::Ordering::Relaxed) {
-                return Err(pyo3::exceptions::PySystemExit::new_err(128 + SIGTERM));
+            match signal {
+                Some(e) => Err(e),
+                None => Ok(r),
             }
-            Ok(r)
         })
     }
 
@@ -1822,5 +1911,6 @@ impl AsyncQueue {
     }
 }
 
-/// The signal's number on Linux (and every POSIX system dlm runs on).
+/// The signals' numbers on Linux (and every POSIX system dlm runs on).
 const SIGTERM: i32 = 15;
+const SIGINT: i32 = 2;

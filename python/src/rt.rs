@@ -403,6 +403,11 @@ fn build_err(py: Python<'_>, e: &dlm::Error) -> PyResult<PyErr> {
             attrs.set_item("reason", reason)?;
             "InvalidArgument"
         }
+        E::Forked { .. } => {
+            // Misuse, not bad input: the client belongs to the parent process.
+            attrs.set_item("name", "client")?;
+            "StateError"
+        }
         E::Unavailable { .. } => "ConnectionError",
         E::Auth { .. } => "AuthenticationError",
         E::Timeout(after) => {

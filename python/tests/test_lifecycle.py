@@ -9,6 +9,7 @@ does not."""
 from __future__ import annotations
 
 import asyncio
+import queue
 import signal
 import subprocess
 import sys
@@ -149,7 +150,12 @@ def with_old_client() -> None:
         OLD.queue("forked").stats()
     except dlm.Error as e:
         print("old client:", type(e).__name__, e, flush=True)
-        sys.exit(0 if "fork" in str(e) else 3)
+        # A state error (the client is the parent's), not a bad argument, naming the cause
+        # and the way out.
+        ok = (isinstance(e, dlm.StateError) and not isinstance(e, dlm.InvalidArgument)
+              and getattr(e, "name", None) == "client"
+              and "before a fork" in str(e) and "new client in the child" in str(e))
+        sys.exit(0 if ok else 3)
     sys.exit(4)
 
 
@@ -362,6 +368,67 @@ def test_sigterm_stops_an_async_worker_gracefully(redis_url: str, tmp_path: Path
         assert q.result(first) == b"done"
         st = q.stats()
         assert (st["processed"], st["waiting"], st["in_flight"]) == (1, 1, 0), st
+    finally:
+        stop_child(p)
+
+
+def lines_of(p: "subprocess.Popen[str]") -> "queue.Queue[str]":
+    """The child's stdout lines, read in a thread (so that a wait for one has a deadline)."""
+    out: "queue.Queue[str]" = queue.Queue()
+
+    def read() -> None:
+        assert p.stdout is not None
+        for line in p.stdout:
+            out.put(line.strip())
+
+    threading.Thread(target=read, daemon=True).start()
+    return out
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_second_signal_stops_an_async_worker_at_once(
+    redis_url: str, tmp_path: Path, signum: int
+) -> None:
+    """The first SIGTERM or Ctrl-C stops an AsyncQueue.work gracefully (the running handler
+    goes on); a second one stops it at once, its task given back, as in Queue.work."""
+    name = f"second-signal-{signum}"
+    q = dlm.Client(redis_url).queue(name)
+    q.push("slow", b"x")
+    p = child(
+        f"""
+        import asyncio, signal, time, dlm
+        # Python's own Ctrl-C handler, even when started with SIGINT ignored.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        async def main():
+            aq = (await dlm.AsyncClient.connect({redis_url!r})).queue({name!r})
+            async def slow(task):
+                print("started", flush=True)
+                await asyncio.sleep(60)
+            await aq.work(slow, lease=30.0, grace=60.0)
+        try:
+            asyncio.run(main())
+        except BaseException as e:
+            print("stopped", type(e).__name__, flush=True)
+        time.sleep(120)  # the process lives on: its leases must not
+        """,
+        tmp_path,
+    )
+    try:
+        lines = lines_of(p)
+        assert lines.get(timeout=LONG) == "started"
+        p.send_signal(signum)
+        time.sleep(1.0)
+        # Graceful: the handler runs on, its task leased.
+        assert p.poll() is None and lines.empty(), lines.queue
+        assert q.stats()["in_flight"] == 1
+        t0 = time.monotonic()
+        p.send_signal(signum)
+        stopped = lines.get(timeout=LONG)
+        assert time.monotonic() - t0 < 10.0
+        want = "SystemExit" if signum == signal.SIGTERM else "KeyboardInterrupt"
+        assert stopped == f"stopped {want}"
+        # Given back at once: far sooner than the 30 s lease would run out.
+        wait_until(back_in_queue(q), "the stopped worker's task is given back", deadline=10.0)
     finally:
         stop_child(p)
 

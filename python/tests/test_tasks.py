@@ -158,16 +158,28 @@ def test_cancel_keeps_a_waiting_job_from_running(redis_url: str) -> None:
 
     keep = charge.delay("kept")
     drop = charge.delay("dropped")
+    later = charge.push(("later",), delay=60.0)
+    blocked = charge.push(("blocked",), after=[keep])
     assert drop.cancel() is True
-    assert drop.status() is JobStatus.CANCELLED
-    tasks.work(stop_when_idle=True)
-    assert runs == ["kept"]
+    assert later.cancel() is True  # a delayed job too
+    assert blocked.cancel() is False  # blocked on its dependency: the queue's cancel leaves it
+    # The queue's own cancel: the task is gone, no marker stays queued for a worker to drain.
+    assert tasks.queue.status(drop.id) is None and tasks.queue.task(later.id) is None
+    assert tasks.queue.stats()["waiting"] == 1 and tasks.queue.stats()["blocked"] == 1
+    assert drop.status() is JobStatus.CANCELLED  # this handle cancelled it
+    assert tasks.job(drop.id).status() is JobStatus.NOT_FOUND  # the queue keeps no trace
+    report = tasks.work(stop_when_idle=True)
+    assert report["acked"] == 2, report  # the kept one and its dependent ran
+    assert runs == ["kept", "blocked"]
     assert drop.status() is JobStatus.CANCELLED
     with pytest.raises(JobCancelled):
         drop.result(timeout=1)
+    with pytest.raises(JobNotFound):
+        tasks.job(drop.id).result(timeout=1)
     assert keep.result(timeout=1) == "kept"
     assert keep.cancel() is False  # it ran already
     assert drop.cancel() is False
+    assert drop.status() is JobStatus.CANCELLED
 
 
 def test_msgpack_serializer(redis_url: str) -> None:
@@ -220,14 +232,16 @@ def test_asyncio_tasks(redis_url: str) -> None:
         j2 = await blocking.delay("x")
         j3 = await fetch.delay(1)
         assert await j3.cancel() is True
+        assert await tasks.queue.status(j3.id) is None  # removed, not a marker to drain
         assert await j1.status() is JobStatus.QUEUED
         report = await tasks.work(concurrency=4, stop_when_idle=True)
-        assert report["acked"] == 3, report
+        assert report["acked"] == 2, report
         assert await j1.result(timeout=5) == [0, 1, 2]
         assert await j2.result(timeout=5) == "X"
         assert await j3.status() is JobStatus.CANCELLED
         with pytest.raises(JobCancelled):
             await j3.result(timeout=1)
+        assert await tasks.job(j3.id).status() is JobStatus.NOT_FOUND
         with pytest.raises(JobNotFound):
             await tasks.job("nope").result(timeout=1)
 
@@ -272,7 +286,7 @@ def test_a_cli_worker_drains_python_tasks(dlm_bin: str, redis_url: str, tmp_path
                 "jobs_mod:tasks", cwd=tmp_path, timeout=60)
     assert r.returncode == 0, (r.stdout, r.stderr)
     summary = json.loads(r.stdout.strip().splitlines()[-1])
-    assert summary["acked"] == 3 and summary["dead"] == 1, summary
+    assert summary["acked"] == 2 and summary["dead"] == 1, summary  # the cancelled one is gone
     assert j1.result(timeout=5)["area"] == 12
     assert j2.result(timeout=5)["area"] == 30
     assert j1.result(timeout=5)["pid"] != __import__("os").getpid()

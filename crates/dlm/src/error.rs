@@ -158,6 +158,20 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The client was made in another process, which this one was forked
+    /// from: its connections belong to that process, so a forked child
+    /// refuses to use it (issue 33: it waited for ever). Make a new client
+    /// in the child. Not retryable: the same client fails again.
+    #[error(
+        "this client was made in process {made_in} before a fork and cannot be used in the \
+         forked process {pid}: make a new client in the child"
+    )]
+    Forked {
+        /// The process that made the client.
+        made_in: u32,
+        /// This process, forked from it.
+        pid: u32,
+    },
     /// Redis could not be reached (connection refused, dropped, I/O error).
     #[error("Redis unavailable: {source}")]
     Unavailable {
@@ -256,6 +270,10 @@ impl Error {
             },
             Error::UnsupportedServer { reason } => Error::UnsupportedServer {
                 reason: reason.clone(),
+            },
+            Error::Forked { made_in, pid } => Error::Forked {
+                made_in: *made_in,
+                pid: *pid,
             },
             other => Error::protocol(other.to_string()),
         }

@@ -157,13 +157,9 @@ impl Backend {
     fn handle(&self) -> Result<BoxedConnection> {
         let pid = std::process::id();
         if pid != self.pid {
-            return Err(Error::InvalidArgument {
-                arg: "client",
-                reason: format!(
-                    "this client was made in process {} and cannot be used after a fork (this is \
-                     process {pid}): make a new client in the forked process",
-                    self.pid
-                ),
+            return Err(Error::Forked {
+                made_in: self.pid,
+                pid,
             });
         }
         Ok(self.conn.handle())
