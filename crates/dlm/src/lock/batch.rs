@@ -590,51 +590,63 @@ async fn release_script(backend: &Backend, jobs: Vec<Job>) {
 /// `DELIFEQ`): no script. One pipeline, not a transaction, per batch:
 ///
 /// ```text
-/// DELIFEQ lock_1 token_1; DEL waiters_1; ...; DELIFEQ lock_n token_n; DEL waiters_n
+/// DELIFEQ lock_1 token_1; ...; DELIFEQ lock_n token_n; MGET waiters_1 ... waiters_n
 /// ```
 ///
 /// It decides exactly what `release_many.lua` decides: `DELIFEQ` deletes the
 /// lock only while it holds the caller's token, atomically (the invariant
 /// both paths share: a release never deletes a lock that is not the
-/// caller's). The waiters marker is deleted unconditionally after it, and
-/// whoever deleted a marker publishes the wake-up before it answers, even
-/// when its own release found the lock not its own: the woken waiters try
-/// again, find the lock busy, and set the marker again. So a marker deleted
-/// by the wrong release (a lock taken in between) costs its waiters one
-/// spurious try, never a missed wake-up: a waiter subscribes before it sets
-/// the marker, so every deletion of a marker it set is followed by a message
-/// it receives. (Publishing before answering costs a second round trip only
-/// when someone waits, and a process that exits right after its release
-/// has published.) Where the script answers in the same call whether a lock
-/// that was not ours had expired or was taken, this path asks `EXISTS`
-/// afterwards, for those locks only: not atomic, so a lock that expired and
-/// was taken again in between reads as taken (both mean the lock was lost
-/// before the release, and no decision depends on which; if `EXISTS` fails,
-/// the answer is `Expired`).
+/// caller's). For each lock it released whose waiters marker exists, a
+/// second round trip (only then) deletes the marker and publishes the
+/// wake-up, before the release answers: `DEL waiters; PUBLISH channel`.
+///
+/// Why no wake-up is missed: a waiter sets the marker in the same script
+/// call that finds the lock busy (`acquire_many.lua`), after subscribing; so
+/// a waiter that found the lock busy before the `DELIFEQ` has its marker
+/// seen by the `MGET` after it, and one that tried after the `DELIFEQ` found
+/// the lock free. The marker's `DEL` is not atomic with the release: it may
+/// delete a marker that a waiter of the next holder set in between, but the
+/// `PUBLISH` after it wakes that waiter too, which tries again, finds the
+/// lock busy and sets its marker again: whoever deletes a marker publishes
+/// after it. (Publishing before answering means that a process that ends
+/// right after its release has published.)
+///
+/// Where the script answers in the same call whether a lock that was not
+/// ours had expired or was taken, this path asks `EXISTS` afterwards, for
+/// those locks only: not atomic, so a lock that expired and was taken again
+/// in between reads as taken (both mean the lock was lost before the
+/// release, and no decision depends on which; if `EXISTS` fails, the answer
+/// is `Expired`).
 ///
 /// A job whose `DELIFEQ` failed goes to the script in the same call (a
 /// server short of memory, a key that is not a string: the script decides
-/// and reports those as it always did). A server that refuses `DELIFEQ`
-/// itself (unknown, renamed by a proxy, or not allowed to this user) also
-/// switches the native release off for this deployment, with one warning.
-/// Everything after the pipeline runs within what is left of the deadline.
+/// and reports those as it always did, and wakes the waiters if the marker
+/// is there). A server that refuses `DELIFEQ` itself (unknown, renamed by a
+/// proxy, or not allowed to this user) also switches the native release off
+/// for this deployment, with one warning. Everything after the pipeline runs
+/// within what is left of the deadline.
 async fn release_native(backend: &Backend, jobs: Vec<Job>) {
     let deadline = tokio::time::Instant::now() + max_timeout(&jobs).min(backend.timeout());
-    let mut pipe = redis::Pipeline::with_capacity(2 * jobs.len());
+    let mut pipe = redis::Pipeline::with_capacity(jobs.len() + 1);
     pipe.ignore_errors();
     for job in &jobs {
         if let Job::Release { keys, token, .. } = job {
             pipe.cmd("DELIFEQ").arg(&keys.lock).arg(token.as_str());
-            pipe.cmd("DEL").arg(&keys.waiters);
+        }
+    }
+    let mget = pipe.cmd("MGET");
+    for job in &jobs {
+        if let Job::Release { keys, .. } = job {
+            mget.arg(&keys.waiters);
         }
     }
     let replies = match backend.pipeline_within(max_timeout(&jobs), &pipe).await {
-        Ok(r) if r.len() == 2 * jobs.len() => r,
+        Ok(r) if r.len() == jobs.len() + 1 => r,
         Ok(r) => {
             let e = Error::protocol(format!(
                 "the release pipeline returned {} replies for {}",
                 r.len(),
-                2 * jobs.len()
+                jobs.len() + 1
             ));
             fail(jobs, &e);
             return;
@@ -645,20 +657,29 @@ async fn release_native(backend: &Backend, jobs: Vec<Job>) {
         }
     };
     let mut replies = replies.into_iter();
+    // Which locks have waiters; if the MGET failed (a user without
+    // `+mget`), every released lock publishes.
+    let markers: Option<Vec<Value>> = match replies.next_back() {
+        Some(Value::Array(values)) if values.len() == jobs.len() => Some(values),
+        _ => None,
+    };
+    let waited = |i: usize| {
+        markers
+            .as_ref()
+            .is_none_or(|m| !matches!(m.get(i), Some(Value::Nil) | None))
+    };
     let mut wake = Vec::new();
     let (mut released, mut by_script, mut unsure) = (Vec::new(), Vec::new(), Vec::new());
-    for job in jobs {
-        let (Some(deleted), Some(marker)) = (replies.next(), replies.next()) else {
-            break;
-        };
-        let Job::Release { keys, .. } = &job else {
-            continue;
-        };
-        if matches!(marker, Value::Int(1)) {
-            wake.push(keys.channel.clone());
-        }
+    for (i, (job, deleted)) in jobs.into_iter().zip(replies).enumerate() {
         match deleted {
-            Value::Int(1) => released.push(job),
+            Value::Int(1) => {
+                if let Job::Release { keys, .. } = &job
+                    && waited(i)
+                {
+                    wake.push(keys.clone());
+                }
+                released.push(job);
+            }
             Value::Int(0) => unsure.push(job),
             Value::ServerError(e) => {
                 if server::refuses_command(&e) {
@@ -738,19 +759,24 @@ async fn not_ours(backend: &Backend, jobs: Vec<Job>) {
     }
 }
 
-/// Publish the release message on `channels` (by `deadline`; a lost
-/// message costs a waiter its next poll, as a lost script reply does).
+/// Delete the waiters marker of each of `locks` and publish its release
+/// message (by `deadline`; a lost message costs a waiter its next poll, as a
+/// lost script reply does).
 async fn publish_released(
     backend: &Backend,
-    channels: Vec<String>,
+    locks: Vec<Arc<LockKeys>>,
     deadline: tokio::time::Instant,
 ) {
-    if channels.is_empty() {
+    if locks.is_empty() {
         return;
     }
-    let mut pipe = redis::Pipeline::with_capacity(channels.len());
-    for channel in &channels {
-        pipe.cmd("PUBLISH").arg(channel).arg("released").ignore();
+    let mut pipe = redis::Pipeline::with_capacity(2 * locks.len());
+    for keys in &locks {
+        pipe.cmd("DEL").arg(&keys.waiters).ignore();
+        pipe.cmd("PUBLISH")
+            .arg(&keys.channel)
+            .arg("released")
+            .ignore();
     }
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
     if let Err(e) = backend.pipeline_within(left, &pipe).await {
