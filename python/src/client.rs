@@ -9,7 +9,7 @@ use pyo3::types::PyBytes;
 use crate::bridge::awaitable;
 use crate::guard::{AsyncLock, Lock, LockCore, acquired};
 use crate::queue::{AsyncQueue, Queue, QueueOpts};
-use crate::rt::{Int, Payload, Record, block, err, opt_int, opt_secs, secs, state_err};
+use crate::rt::{Int, Payload, Record, Val, block, err, opt_int, opt_secs, secs, state_err};
 
 /// How to connect: the arguments of `Client(...)` / `AsyncClient.connect(...)`.
 #[derive(Clone)]
@@ -25,6 +25,7 @@ struct ConnectArgs {
     connect_timeout: Option<f64>,
     key_prefix: Option<String>,
     lazy: bool,
+    native_commands: bool,
 }
 
 async fn connect(a: ConnectArgs) -> PyResult<dlm::Client> {
@@ -39,7 +40,7 @@ async fn connect(a: ConnectArgs) -> PyResult<dlm::Client> {
         if let Some(p) = a.key_prefix {
             b = b.key_prefix(p);
         }
-        b = b.lazy(a.lazy);
+        b = b.lazy(a.lazy).native_commands(a.native_commands);
         if a.cacert.is_some() || a.cert.is_some() || a.key.is_some() {
             let mut tls = dlm::TlsConfig::default();
             if let Some(ca) = a.cacert {
@@ -468,6 +469,22 @@ fn queue_opts(
     })
 }
 
+/// What each node is: dict(product, version, native) per node.
+async fn server_info(c: dlm::Client) -> PyResult<Vec<Record>> {
+    let v = c.server_info().await.map_err(err)?;
+    Ok(v.into_iter()
+        .map(|s| {
+            Record::default()
+                .with("product", s.product.to_string())
+                .with("version", s.version.to_string())
+                .with(
+                    "native",
+                    Val::Strs(s.native().iter().map(ToString::to_string).collect()),
+                )
+        })
+        .collect())
+}
+
 fn release_all_record(r: dlm::ReleaseAll) -> Record {
     Record::default()
         .with("released", r.released)
@@ -786,8 +803,10 @@ impl Client {
     /// at once and connect in the background; a call made before the
     /// connection is up waits for it within its deadline, and an unreachable
     /// server is that call's error (dlm.Timeout, dlm.AuthenticationError...).
+    /// native_commands=False: dlm's scripts even where the server has native
+    /// commands (Valkey 9: DELIFEQ releases, SET IFEQ extends).
     #[new]
-    #[pyo3(signature = (url=None, *, urls=None, cluster=false, sentinel=None, cacert=None, cert=None, key=None, timeout=None, connect_timeout=None, key_prefix=None, lazy=false))]
+    #[pyo3(signature = (url=None, *, urls=None, cluster=false, sentinel=None, cacert=None, cert=None, key=None, timeout=None, connect_timeout=None, key_prefix=None, lazy=false, native_commands=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -802,6 +821,7 @@ impl Client {
         connect_timeout: Option<f64>,
         key_prefix: Option<String>,
         lazy: bool,
+        native_commands: bool,
     ) -> PyResult<Self> {
         let a = ConnectArgs {
             url,
@@ -815,6 +835,7 @@ impl Client {
             connect_timeout,
             key_prefix,
             lazy,
+            native_commands,
         };
         let c = block(py, connect(a))?;
         Ok(Client::wrap(c))
@@ -848,6 +869,15 @@ impl Client {
         let t = secs("timeout", timeout).map_err(err)?;
         let c = self.h()?.0.clone();
         block(py, async move { Ok(c.settle(t).await) })
+    }
+
+    /// What each node this client locks on is (one, or N for Redlock):
+    /// [dict(product="valkey", version="9.1.2", native=["compare_and_delete",
+    /// ...])], asked now with INFO server; `native` lists the native commands
+    /// dlm uses on it (none on Redis, on a Cluster, or with
+    /// native_commands=False).
+    fn server_info(&self, py: Python<'_>) -> PyResult<Vec<Record>> {
+        block(py, server_info(self.h()?.0.clone()))
     }
 
     /// Release every lock this client still holds (all kinds), in
@@ -915,7 +945,7 @@ impl Client {
 impl AsyncClient {
     /// Connect (awaitable); the same arguments as Client(...).
     #[staticmethod]
-    #[pyo3(signature = (url=None, *, urls=None, cluster=false, sentinel=None, cacert=None, cert=None, key=None, timeout=None, connect_timeout=None, key_prefix=None, lazy=false))]
+    #[pyo3(signature = (url=None, *, urls=None, cluster=false, sentinel=None, cacert=None, cert=None, key=None, timeout=None, connect_timeout=None, key_prefix=None, lazy=false, native_commands=true))]
     #[allow(clippy::too_many_arguments)]
     fn connect(
         py: Python<'_>,
@@ -930,6 +960,7 @@ impl AsyncClient {
         connect_timeout: Option<f64>,
         key_prefix: Option<String>,
         lazy: bool,
+        native_commands: bool,
     ) -> PyResult<Bound<'_, PyAny>> {
         let a = ConnectArgs {
             url,
@@ -943,6 +974,7 @@ impl AsyncClient {
             connect_timeout,
             key_prefix,
             lazy,
+            native_commands,
         };
         let fut = connect(a);
         awaitable(py, async move {
@@ -977,6 +1009,11 @@ impl AsyncClient {
         let t: Duration = secs("timeout", timeout).map_err(err)?;
         let c = self.h()?.0.clone();
         awaitable(py, async move { Ok(c.settle(t).await) })
+    }
+
+    /// server_info (awaitable).
+    fn server_info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, server_info(self.h()?.0.clone()))
     }
 
     /// release_all (awaitable).

@@ -199,3 +199,30 @@ def test_dicts_match_their_stub_types(redis_url: str) -> None:
         assert set(handle.status()) <= fields["LockStatus"]
     g.release()
     assert set(c.release_all()) == fields["ReleaseAll"]
+
+
+def test_server_info_names_the_server_and_the_native_commands_in_use(redis_url: str) -> None:
+    with dlm.Client(redis_url) as c:
+        (info,) = c.server_info()
+        assert info["product"] in ("redis", "valkey")
+        assert info["version"].count(".") == 2
+        if info["product"] == "redis":
+            assert info["native"] == []
+        else:
+            assert "compare_and_delete" in info["native"], info
+        with c.lock("native", ttl=5.0):
+            pass
+    with dlm.Client(redis_url, native_commands=False) as scripts:
+        assert scripts.server_info()[0]["native"] == []
+        with scripts.lock("native", ttl=5.0):
+            pass
+
+
+def test_async_server_info(redis_url: str) -> None:
+    async def main() -> None:
+        ac = await dlm.AsyncClient.connect(redis_url, native_commands=False)
+        async with ac:
+            (info,) = await ac.server_info()
+            assert info["native"] == []
+
+    asyncio.run(main())
