@@ -355,6 +355,9 @@ mod tests {
 
     #[test]
     fn sentinels_over_tls_fail_over_when_the_master_dies() -> Result<(), Error> {
+        if crate::skip_without(crate::Feature::Tls) {
+            return Ok(());
+        }
         let files = TlsFiles::generate()?;
         let started = Instant::now();
         let mut setup = Sentinels::builder("tls-master").tls(&files).start()?;
