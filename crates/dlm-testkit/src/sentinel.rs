@@ -76,7 +76,7 @@ impl SentinelsBuilder {
             .arg("127.0.0.1")
             .arg(master.port().to_string())
             .start()?;
-        crate::replicated::wait_synced(&replica, SETUP_TIMEOUT)?;
+        crate::replicated::wait_synced(&master, &replica, SETUP_TIMEOUT)?;
 
         let mut config = vec![
             "sentinel resolve-hostnames no".to_string(),
