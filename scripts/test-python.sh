@@ -7,6 +7,9 @@
 # why); its builds go to target/python so that reruns reuse them, and the
 # virtualenv lives in target/python-venv (PYTHON picks the interpreter,
 # default python3; DLM_PY_FRESH_VENV=1 starts it afresh).
+#
+# `test-python.sh --setup` stops before pytest (scripts/test-servers.sh then runs pytest on each
+# server binary with the virtualenv it left).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -33,4 +36,5 @@ fi
 
 # mypy and pytest run outside python/ so that `import dlm` is the installed package.
 "$venv/bin/mypy" --strict --cache-dir "$root/target/python-mypy-cache" python/tests python/dlm
+[ "${1:-}" = --setup ] && exit 0
 "$venv/bin/pytest" -q -p no:cacheprovider python/tests

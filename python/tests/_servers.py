@@ -10,18 +10,15 @@ pid when the fixture ends, also when the test failed.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import pytest
 
+from dlm import testing
 from dlm.testing import free_port as free_port  # re-exported for the test modules
 
 if TYPE_CHECKING:
@@ -30,54 +27,23 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]  # the repository (python/tests/ -> python/ -> root)
 
 
-class RedisServer:
-    """One redis-server process on 127.0.0.1:<free port>, stopped by pid."""
+class RedisServer(testing.RedisServer):
+    """One server process ($DLM_REDIS_SERVER, else redis-server) on 127.0.0.1:<free port>,
+    stopped by pid: dlm.testing's, skipping the test when there is no server binary."""
+
+    proc: "subprocess.Popen[bytes]"  # always set once started
 
     def __init__(self) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
-            pytest.skip("redis-server is not installed")
-        self.dir = tempfile.mkdtemp(prefix="dlm-py-redis-")
-        for _ in range(20):
-            self.port = free_port()
-            self.proc = subprocess.Popen(
-                [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", self.dir, "--daemonize", "no"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )
-            if self._wait_ready():
-                break
-            self.stop()
-        else:
-            raise RuntimeError("could not start redis-server on a free port")
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False  # port taken between the probe and the bind: try another
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return True
-            except OSError:
-                pass
-            time.sleep(0.05)
-        return False
+        try:
+            super().__init__()
+        except testing.RedisServerMissing as e:
+            pytest.skip(str(e))
 
     def redis(self) -> "redis.Redis":
         """A redis-py client of this server (for looking behind dlm's back)."""
         import redis
 
         return redis.Redis(port=self.port)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def find_dlm_bin() -> Optional[str]:

@@ -1,6 +1,10 @@
 """Throwaway deployments for test_topologies.py: a 3-master Redis Cluster, a master
 watched by one Sentinel, and redis-server over TLS (server-auth and mutual).
 
+The server binary is $DLM_REDIS_SERVER (a redis-server or a valkey-server), else redis-server on
+the PATH; the cluster is joined with $DLM_REDIS_CLI, else redis-cli. The TLS fixtures skip the
+test when the binary is built without TLS.
+
 Not a conftest: the test module imports the fixtures from here. Every process listens on
 127.0.0.1:<free port> (never 6379), saves nothing, and is killed by its pid when the fixture
 ends, also when a test or the setup itself failed.
@@ -19,6 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import pytest
+
+from dlm.testing import server_executable
 
 from _servers import free_port
 
@@ -60,6 +66,23 @@ def _exe(name: str) -> str:
     if exe is None:
         pytest.skip(f"{name} is not installed")
     return exe
+
+
+def _server_exe() -> str:
+    exe = server_executable()
+    if exe is None:
+        pytest.skip("redis-server is not installed (or set $DLM_REDIS_SERVER)")
+    return exe
+
+
+def _tls_unsupported(log: Path) -> Optional[str]:
+    """Why the server whose log this is could not serve TLS, if that is why it exited: a binary
+    built without TLS refuses `tls-port` (Redis 6.2: `Bad directive`) or finds no TLS
+    connection type (Redis 7+, Valkey: `Failed finding TLS support`)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    if "Failed finding TLS support" in text or ("Bad directive" in text and "tls-" in text):
+        return f"{server_executable()} is built without TLS support"
+    return None
 
 
 def command(port: int, *args: str, ctx: Optional[ssl.SSLContext] = None, timeout: float = 2.0) -> bytes:
@@ -107,12 +130,12 @@ def _start_redis(procs: Procs, d: Path, extra: Callable[[int], list[str]],
                  ready: Optional[Callable[[int], bool]] = None) -> int:
     """redis-server with the args extra(port) on a free port (another one if the port got
     taken meanwhile); returns the port once `ready(port)` (default: PING answers)."""
-    exe = _exe("redis-server")
+    exe = _server_exe()
     for _ in range(10):
         p = free_port()
+        log = d / f"redis-{p}.log"
         proc = procs.start([exe, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                            "--dir", str(d), "--daemonize", "no", *extra(p)],
-                           d / f"redis-{p}.log")
+                            "--dir", str(d), "--daemonize", "no", *extra(p)], log)
         check = ready or (lambda q: command(q, "PING").startswith(b"+PONG"))
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and proc.poll() is None:
@@ -126,6 +149,9 @@ def _start_redis(procs: Procs, d: Path, extra: Callable[[int], list[str]],
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
         procs.procs.remove(proc)
+        why = _tls_unsupported(log)
+        if why is not None:
+            pytest.skip(why)
     raise RuntimeError(f"could not start redis-server (see logs in {d})")
 
 
@@ -135,7 +161,7 @@ def _start_redis(procs: Procs, d: Path, extra: Callable[[int], list[str]],
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """Three masters (no replicas) joined with `redis-cli --cluster create`."""
-    cli = _exe("redis-cli")
+    cli = _exe(os.environ.get("DLM_REDIS_CLI") or "redis-cli")
     d = tmp_path_factory.mktemp("cluster")
     procs = Procs()
     try:
@@ -177,7 +203,7 @@ def sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
             return [str(conf), "--sentinel"]
 
         # redis-server <conf> --sentinel: the config file must come first
-        exe = _exe("redis-server")
+        exe = _server_exe()
         port = 0
         for _ in range(10):
             p = free_port()

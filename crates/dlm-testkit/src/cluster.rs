@@ -278,7 +278,7 @@ impl Cluster {
 
     /// Join the nodes with `redis-cli --cluster create`.
     fn create(&self) -> Result<(), Error> {
-        let binary = std::env::var("DLM_REDIS_CLI").unwrap_or_else(|_| "redis-cli".into());
+        let binary = crate::binary::cli_binary();
         let log_path = self.nodes[0].dir().join("cluster-create.log");
         let log = File::create(&log_path)?;
         let mut cmd = Command::new(&binary);
@@ -510,6 +510,9 @@ mod tests {
 
     #[test]
     fn cluster_over_tls() -> Result<(), Box<dyn std::error::Error>> {
+        if crate::skip_without(crate::Feature::Tls) {
+            return Ok(());
+        }
         let tls = TlsFiles::generate()?;
         let started = Instant::now();
         let cluster = Cluster::builder().tls(&tls).password("s3cret").start()?;

@@ -23,6 +23,11 @@
 //!   [`TlsFiles`];
 //! * ACL users ([`ServerBuilder::acl_user`], [`RedisServer::url_as`]).
 //!
+//! The server binary is `redis-server` from the PATH, or the one
+//! `DLM_REDIS_SERVER` names: any Redis from 6.2 on, or a `valkey-server`.
+//! [`server_binary`] says what it is and what it can do; a test that needs
+//! what a binary lacks (e.g. TLS) returns early with [`skip_without`].
+//!
 //! [`FaultProxy`] sits between a client and one server and injects network
 //! faults (latency, bandwidth limits, blackholes, lost replies, resets,
 //! refused connections, partitions) while traffic flows, deterministically
@@ -31,6 +36,7 @@
 //! [`layers`] checks that a crate's modules import only downwards, for a
 //! test that keeps a crate's module structure free of import cycles.
 
+mod binary;
 mod cluster;
 pub mod history;
 pub mod layers;
@@ -41,6 +47,10 @@ mod resp;
 mod sentinel;
 mod tls;
 
+pub use binary::{
+    CLI_ENV, Feature, Product, SERVER_ENV, SKIPS_ENV, ServerBinary, server_binary, skip,
+    skip_without,
+};
 pub use cluster::{Cluster, ClusterBuilder, key_slot};
 pub use proxy::{ConnId, Direction, FaultProxy, Faults, LinkFaults, Stats};
 pub use replicated::Replicated;
@@ -246,8 +256,11 @@ impl ServerBuilder {
         // redis-server binds it; try a few ports before giving up.
         for _ in 0..5 {
             let dir = tempfile::Builder::new().prefix("dlm-redis-").tempdir()?;
-            let cluster = matches!(self.mode, Mode::ClusterNode);
-            let ports = free_ports(if cluster { 2 } else { 1 })?;
+            let ports = if matches!(self.mode, Mode::ClusterNode) {
+                cluster_ports()?
+            } else {
+                free_ports(1)?
+            };
             let mut server = RedisServer {
                 child: None,
                 port: ports[0],
@@ -422,10 +435,7 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), Error> {
-        let binary = match &self.opts.binary {
-            Some(b) => b.clone(),
-            None => std::env::var("DLM_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()),
-        };
+        let binary = self.opts.binary.clone().unwrap_or_else(binary::server_path);
         let dir = self.dir.path().to_string_lossy().into_owned();
         let log = self.dir.path().join("redis.log");
         let mut cmd = Command::new(&binary);
@@ -473,8 +483,11 @@ impl RedisServer {
             }
             if let Some(bus) = self.bus_port {
                 cmd.args(["--cluster-enabled", "yes"])
-                    .args(["--cluster-config-file", "nodes.conf"])
-                    .args(["--cluster-port", &bus.to_string()]);
+                    .args(["--cluster-config-file", "nodes.conf"]);
+                // Else the bus is on port + 10000, which cluster_ports() chose free.
+                if server_binary()?.has_cluster_port_option() {
+                    cmd.args(["--cluster-port", &bus.to_string()]);
+                }
                 if self.opts.tls.is_some() {
                     cmd.args(["--tls-cluster", "yes"]);
                 }
@@ -566,6 +579,28 @@ fn free_ports(n: usize) -> Result<Vec<u16>, Error> {
         .iter()
         .map(|l| Ok(l.local_addr()?.port()))
         .collect()
+}
+
+/// A free port for a cluster node and one for its bus: any free one where
+/// the binary takes `--cluster-port`, else port + 10000, which it then uses.
+fn cluster_ports() -> Result<Vec<u16>, Error> {
+    if server_binary()?.has_cluster_port_option() {
+        return free_ports(2);
+    }
+    const BUS_OFFSET: u16 = 10000;
+    for _ in 0..100 {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        let Some(bus) = port.checked_add(BUS_OFFSET) else {
+            continue;
+        };
+        if TcpListener::bind(("127.0.0.1", bus)).is_ok() {
+            return Ok(vec![port, bus]);
+        }
+    }
+    Err(Error::Io(std::io::Error::other(
+        "no free port P with P + 10000 free too (a cluster node's bus)",
+    )))
 }
 
 /// Poll `check` every `every` until it passes or `timeout` runs out; the

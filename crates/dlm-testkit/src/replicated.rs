@@ -9,16 +9,36 @@ use crate::{Error, RedisServer, wait_until};
 const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(50);
 
-/// Wait (up to `timeout`) until `replica` reports `master_link_status:up`.
-pub(crate) fn wait_synced(replica: &RedisServer, timeout: Duration) -> Result<(), Error> {
+/// Wait (up to `timeout`) until `replica` reports `master_link_status:up`
+/// and `master` lists it as `state=online`. The master's side can lag: after
+/// a diskless sync, Redis 6.2 puts a replica online only on its first `ACK`,
+/// up to a second later, and until then `WAIT` does not count it.
+pub(crate) fn wait_synced(
+    master: &RedisServer,
+    replica: &RedisServer,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let listed = format!("port={},state=online,", replica.port());
     wait_until("the replica to sync with the master", timeout, POLL, || {
         let link = replica
             .info_field("replication", "master_link_status")
             .map_err(|e| e.to_string())?;
-        if link == "up" {
+        if link != "up" {
+            return Err(format!("master_link_status:{link}"));
+        }
+        let info = master
+            .command(&["INFO", "replication"])
+            .map_err(|e| e.to_string())?;
+        if info
+            .lines()
+            .any(|l| l.starts_with("slave") && l.contains(&listed))
+        {
             Ok(())
         } else {
-            Err(format!("master_link_status:{link}"))
+            Err(format!(
+                "the master does not list {} online yet",
+                replica.port()
+            ))
         }
     })
 }
@@ -41,7 +61,8 @@ pub struct Replicated {
 
 impl Replicated {
     /// Start a master and `replicas` replicas of it, and wait (up to 20 s)
-    /// until every replica reports `master_link_status:up`.
+    /// until every replica reports `master_link_status:up` and the master
+    /// lists it online.
     pub fn start(replicas: usize) -> Result<Replicated, Error> {
         // The default 5 s wait before a diskless full sync would delay each replica.
         let data = RedisServer::builder()
@@ -58,7 +79,7 @@ impl Replicated {
             })
             .collect::<Result<Vec<_>, _>>()?;
         for replica in &replicas {
-            wait_synced(replica, SYNC_TIMEOUT)?;
+            wait_synced(&master, replica, SYNC_TIMEOUT)?;
         }
         Ok(Replicated { replicas, master })
     }

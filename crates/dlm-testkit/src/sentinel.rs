@@ -76,7 +76,7 @@ impl SentinelsBuilder {
             .arg("127.0.0.1")
             .arg(master.port().to_string())
             .start()?;
-        crate::replicated::wait_synced(&replica, SETUP_TIMEOUT)?;
+        crate::replicated::wait_synced(&master, &replica, SETUP_TIMEOUT)?;
 
         let mut config = vec![
             "sentinel resolve-hostnames no".to_string(),
@@ -355,6 +355,9 @@ mod tests {
 
     #[test]
     fn sentinels_over_tls_fail_over_when_the_master_dies() -> Result<(), Error> {
+        if crate::skip_without(crate::Feature::Tls) {
+            return Ok(());
+        }
         let files = TlsFiles::generate()?;
         let started = Instant::now();
         let mut setup = Sentinels::builder("tls-master").tls(&files).start()?;

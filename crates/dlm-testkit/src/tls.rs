@@ -300,6 +300,9 @@ mod tests {
 
     #[test]
     fn tls_server_requires_a_client_certificate_from_its_ca() -> Result<(), Error> {
+        if crate::skip_without(crate::Feature::Tls) {
+            return Ok(());
+        }
         let tls = TlsFiles::generate()?;
         let server = RedisServer::builder()
             .password("s3cret")
@@ -329,6 +332,9 @@ mod tests {
 
     #[test]
     fn tls_server_without_client_auth_takes_any_client_trusting_the_ca() -> Result<(), Error> {
+        if crate::skip_without(crate::Feature::Tls) {
+            return Ok(());
+        }
         let tls = TlsFiles::generate()?;
         let server = RedisServer::builder().tls(&tls, false).start()?;
         assert_eq!(

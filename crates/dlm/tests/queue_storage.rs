@@ -98,7 +98,11 @@ async fn payloads_of_every_size_round_trip_and_leave_nothing_behind() -> TestRes
                 .arg(&b)
                 .query_async(&mut conn)
                 .await?;
-            assert_eq!(enc, "listpack", "{id}");
+            // The compact encoding: a listpack, which Redis 6.2 calls (and builds as) a ziplist.
+            assert!(
+                matches!(enc.as_str(), "listpack" | "ziplist"),
+                "{id}: {enc}"
+            );
         } else {
             assert_eq!(in_bucket, None, "{id}");
             assert_eq!(in_hash.as_ref(), Some(p), "{id}");

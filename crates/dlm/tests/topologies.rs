@@ -480,6 +480,9 @@ async fn core_cases_on_a_cluster() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn core_cases_on_a_cluster_over_tls() -> TestResult {
+    if dlm_testkit::skip_without(dlm_testkit::Feature::Tls) {
+        return Ok(());
+    }
     let files = TlsFiles::generate()?;
     let cluster = Cluster::builder().tls(&files).start()?;
     core_cases(&Topology::ClusterTls(cluster, files)).await
@@ -492,6 +495,9 @@ async fn core_cases_behind_sentinel() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn core_cases_behind_sentinel_over_tls() -> TestResult {
+    if dlm_testkit::skip_without(dlm_testkit::Feature::Tls) {
+        return Ok(());
+    }
     let files = TlsFiles::generate()?;
     let sentinels = Sentinels::builder("dlm-tls").tls(&files).start()?;
     core_cases(&Topology::SentinelTls(sentinels, files)).await
@@ -499,6 +505,9 @@ async fn core_cases_behind_sentinel_over_tls() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn core_cases_over_mutual_tls() -> TestResult {
+    if dlm_testkit::skip_without(dlm_testkit::Feature::Tls) {
+        return Ok(());
+    }
     let files = TlsFiles::generate()?;
     let server = RedisServer::builder().tls(&files, true).start()?;
     core_cases(&Topology::Tls(server, files)).await

@@ -310,13 +310,25 @@ async fn info(url: &str, timeout: Duration, section: &str) -> Option<String> {
         .ok()
 }
 
-/// The server's `redis_version` from `INFO server`, if it can be had.
+/// The server's version from `INFO server`, if it can be had: its
+/// `redis_version`, or `valkey X.Y.Z` for a Valkey.
 pub async fn redis_version(url: &str, timeout: Duration) -> Option<String> {
-    info(url, timeout, "server")
-        .await?
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .map(|v| v.trim().to_string())
+    parse_version(&info(url, timeout, "server").await?)
+}
+
+/// The version in one `INFO server` reply. A Valkey's `redis_version` is the
+/// Redis it is compatible with (7.2.4 for every Valkey so far), so its own
+/// `valkey_version` is the one to show.
+fn parse_version(info: &str) -> Option<String> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    };
+    match field("valkey_version") {
+        Some(v) => Some(format!("valkey {v}")),
+        None => field("redis_version"),
+    }
 }
 
 /// Redis's own CPU time (`INFO CPU`: `used_cpu_sys + used_cpu_user`, in
@@ -390,7 +402,17 @@ mod tests {
 
 #[cfg(test)]
 mod cpu_tests {
-    use super::parse_cpu;
+    use super::{parse_cpu, parse_version};
+
+    #[test]
+    fn a_valkey_shows_its_own_version() {
+        let redis = "# Server\r\nredis_version:7.0.15\r\nredis_git_sha1:0\r\n";
+        assert_eq!(parse_version(redis).as_deref(), Some("7.0.15"));
+        let valkey =
+            "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n";
+        assert_eq!(parse_version(valkey).as_deref(), Some("valkey 9.1.2"));
+        assert_eq!(parse_version("# Server\r\n"), None);
+    }
 
     #[test]
     fn info_cpu_is_read_as_seconds() {

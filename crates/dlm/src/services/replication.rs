@@ -195,9 +195,14 @@ mod tests {
         let bare: u64 = checker
             .query(&redis::cmd("WAIT").arg(1).arg(200).clone())
             .await?;
-        assert_eq!(
-            bare, 1,
-            "a bare WAIT on a fresh connection counts the frozen replica"
+        // Redis 7.0 on and Valkey count the frozen replica here. Redis 6.2
+        // does not: it sets a connection's wait offset to the master's at
+        // every command, so the client's `CLIENT SETINFO` at connect already
+        // made this WAIT wait for the grant. Either way the check must not
+        // count the replica.
+        assert!(
+            bare <= 1,
+            "a bare WAIT on a fresh connection counts at most the frozen replica: {bare}"
         );
         let (script, extend) = extend_token_command("{r}:lock", &token, Duration::from_secs(10));
         let checked = confirm(&checker, script, extend, 1, Duration::from_millis(300)).await;
