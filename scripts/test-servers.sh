@@ -48,6 +48,7 @@ compat_rust='(binary(lock_behaviour) | binary(lock_matrix) | binary(redlock) | b
 # On Valkey also Cluster and Sentinel: the core cases (locks and the queue) on each, every client kind
 # on each, and the testkit's own start and failover of both.
 compat_rust_valkey='test(/core_cases_on_a_cluster$/) | test(/core_cases_behind_sentinel$/)
+  | (package(dlm) & (binary(native_paths) | binary(fast_safe_pairs)))
   | (binary(lock_matrix) & test(/cluster|sentinel/))
   | (package(dlm-testkit) & (test(/^cluster::tests::cluster_starts_serves_slots_and_fails_over$/)
     | test(/^sentinel::tests::sentinels_start_and_fail_over_when_the_master_dies$/)))'

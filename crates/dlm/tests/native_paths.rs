@@ -329,15 +329,16 @@ async fn redis_gets_no_native_command() -> TestResult {
     let c = client(&s).await;
     let info = c.server_info().await?;
     assert_eq!(info.len(), 1);
+    if info[0].product == Product::Valkey {
+        eprintln!("DLM_REDIS_SERVER is a Valkey: the Redis case was not run");
+        return Ok(());
+    }
     assert!(info[0].native().is_empty(), "{info:?}");
     let before = calls(&s);
     let g = c.lock("r").acquire(&ttl(5_000)).await?;
     g.extend(Duration::from_secs(6)).await?;
     g.release().await?;
     assert_eq!(calls(&s)[0], before[0]);
-    if info[0].product == Product::Valkey {
-        eprintln!("DLM_REDIS_SERVER is a Valkey: the Redis case was not run");
-    }
     Ok(())
 }
 
