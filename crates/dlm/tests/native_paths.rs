@@ -459,3 +459,37 @@ async fn a_release_right_before_the_process_ends_has_woken_the_waiters() -> Test
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_server_that_disabled_delifeq_gets_the_script() -> TestResult {
+    // What a managed service or a proxy does: the command renamed away.
+    let Some(s) = valkey(
+        RedisServer::builder()
+            .arg("--rename-command")
+            .arg("DELIFEQ")
+            .arg(""),
+    ) else {
+        return Ok(());
+    };
+    let c = connect(&s.url(), true).await;
+    assert!(
+        learned(&c).await.contains(&Capability::CompareAndDelete),
+        "the server says Valkey 9"
+    );
+    for round in 0..3 {
+        let g = c.lock("gone").acquire(&ttl(5_000)).await?;
+        g.release().await?;
+        let other = c.lock("gone").acquire(&ttl(5_000)).await;
+        assert!(
+            other.is_ok(),
+            "round {round}: released by the script: {other:?}"
+        );
+        other?.release().await?;
+    }
+    assert_eq!(
+        learned(&c).await,
+        vec![Capability::CompareAndSet],
+        "compare-and-delete is off for this deployment after the refusal"
+    );
+    Ok(())
+}
