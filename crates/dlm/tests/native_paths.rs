@@ -493,3 +493,45 @@ async fn a_server_that_disabled_delifeq_gets_the_script() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_redlock_over_mixed_servers_uses_each_nodes_own_commands() -> TestResult {
+    // Redlock nodes may differ (a rolling upgrade): each is learned on its own.
+    let Some(v) = valkey(RedisServer::builder()) else {
+        return Ok(());
+    };
+    let (r1, r2) = (server(), server());
+    let c = Client::builder()
+        .timeout(Duration::from_secs(2))
+        .connect_many(&[v.url(), r1.url(), r2.url()])
+        .await?;
+    let info = c.server_info().await?;
+    assert_eq!(info.len(), 3);
+    assert!(
+        info[0].native().contains(&Capability::CompareAndDelete),
+        "{info:?}"
+    );
+    if info[1].product == Product::Redis {
+        assert!(
+            info[1].native().is_empty() && info[2].native().is_empty(),
+            "{info:?}"
+        );
+    }
+    let before = calls(&v);
+    for _ in 0..3 {
+        let g = c.lock("mixed").acquire(&ttl(5_000)).await?;
+        g.extend(Duration::from_secs(6)).await?;
+        let released = g.release().await?;
+        assert!(released.confirmed >= 2, "a majority released it: {released:?}");
+    }
+    // The last node's release may finish in the background.
+    assert!(c.settle(Duration::from_secs(5)).await);
+    assert!(
+        calls(&v)[0] >= before[0] + 3,
+        "the Valkey node released natively"
+    );
+    for s in [&v, &r1, &r2] {
+        assert!(!s.command(&["EXISTS", "dlm:lock:{mixed}"])?.contains('1'));
+    }
+    Ok(())
+}
