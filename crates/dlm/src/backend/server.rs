@@ -109,8 +109,9 @@ impl std::fmt::Display for Capability {
 ///
 /// ```
 /// # async fn demo(client: &dlm::Client) -> dlm::Result<()> {
-/// let server = client.server_info().await?;
-/// println!("{} {} native: {:?}", server.product, server.version, server.native());
+/// for server in client.server_info().await? {
+///     println!("{} {} native: {:?}", server.product, server.version, server.native());
+/// }
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
