@@ -522,7 +522,10 @@ async fn a_redlock_over_mixed_servers_uses_each_nodes_own_commands() -> TestResu
         let g = c.lock("mixed").acquire(&ttl(5_000)).await?;
         g.extend(Duration::from_secs(6)).await?;
         let released = g.release().await?;
-        assert!(released.confirmed >= 2, "a majority released it: {released:?}");
+        assert!(
+            released.confirmed >= 2,
+            "a majority released it: {released:?}"
+        );
     }
     // The last node's release may finish in the background.
     assert!(c.settle(Duration::from_secs(5)).await);
