@@ -238,13 +238,7 @@ async fn extend_worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
             st.attempts += 1;
         }
         match guard.extend(BENCH_TTL).await {
-            Ok(()) => {
-                let done = Instant::now();
-                if measured && done <= shared.measure_until {
-                    st.ops += 1;
-                    st.latencies_us.push(us(done - start));
-                }
-            }
+            Ok(()) => st.done(start, &shared),
             Err(e) => {
                 if measured {
                     st.errors += 1;
@@ -256,6 +250,18 @@ async fn extend_worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
     }
     let _ = guard.release().await;
     st
+}
+
+impl WorkerStats {
+    /// Count one operation that began at `start`, if it lies inside the
+    /// measured window.
+    fn done(&mut self, start: Instant, shared: &Shared) {
+        let done = Instant::now();
+        if start >= shared.measure_from && done <= shared.measure_until {
+            self.ops += 1;
+            self.latencies_us.push(us(done - start));
+        }
+    }
 }
 
 async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
@@ -341,11 +347,7 @@ async fn worker(id: usize, shared: Arc<Shared>) -> WorkerStats {
                 if contended {
                     shared.handoff.released(id);
                 }
-                let done = Instant::now();
-                if measured && done <= shared.measure_until {
-                    st.ops += 1;
-                    st.latencies_us.push(us(done - start));
-                }
+                st.done(start, &shared);
             }
             Err(e) => {
                 if measured {
