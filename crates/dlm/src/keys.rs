@@ -612,6 +612,76 @@ pub(crate) fn queue_keys(root: &str, name: &str) -> Result<Vec<String>> {
         .collect())
 }
 
+/// The most shards one queue may have (`QueueSettings::shards`): every
+/// read that shows the whole queue costs one script per shard.
+pub const MAX_SHARDS: u16 = 64;
+
+/// The hash tag of shard `i` of queue `name`: `Q#i`, or `Q#i.n` where `n`
+/// is the number chosen when the shard was made to put it on a given
+/// master (docs/sharded-queue.md, section 1). Shard 0 has today's tag, `Q`.
+pub(crate) fn queue_shard_tag(name: &str, i: u16, n: u16) -> String {
+    match (i, n) {
+        (0, _) => name.to_string(),
+        (i, 0) => format!("{name}#{i}"),
+        (i, n) => format!("{name}#{i}.{n}"),
+    }
+}
+
+/// The 31 keys of shard `i` (tag number `n`) of queue `name`: shard 0's are
+/// [`queue_keys`]; shard `i >= 1`'s are `ROOT queue:shard:{Q#i}:SUFFIX`.
+/// The `shard:` segment sits outside the braces, so no queue, whatever its
+/// name, owns a shard's keys.
+pub(crate) fn queue_shard_keys(root: &str, name: &str, i: u16, n: u16) -> Result<Vec<String>> {
+    if i == 0 {
+        return queue_keys(root, name);
+    }
+    queue_keys(root, name)?;
+    if name.contains('}') {
+        return Err(Error::invalid(
+            "queue name",
+            "a sharded queue's name must not contain '}'",
+        ));
+    }
+    let base = format!("{root}queue:shard:{{{}}}", queue_shard_tag(name, i, n));
+    Ok(QUEUE_KEY_SUFFIXES
+        .iter()
+        .map(|suffix| format!("{base}:{suffix}"))
+        .collect())
+}
+
+/// The cluster slot of shard `i` (tag number `n`) of queue `name`.
+pub(crate) fn queue_shard_slot(name: &str, i: u16, n: u16) -> u16 {
+    crc16(queue_shard_tag(name, i, n).as_bytes()) % 16384
+}
+
+/// FNV-1a, 64 bits: the hash of a shard key (frozen: changing it would move
+/// every task of every sharded queue).
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Lamping and Veach's jump consistent hash: the bucket in `0..buckets` of
+/// `key` (frozen, as [`fnv1a64`]). Raising `buckets` moves a key only to one
+/// of the new buckets; lowering it moves only the keys of removed buckets.
+pub(crate) fn jump_hash(mut key: u64, buckets: u16) -> u16 {
+    let buckets = i64::from(buckets.max(1));
+    let (mut b, mut j) = (-1i64, 0i64);
+    while j < buckets {
+        b = j;
+        key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
+        j = (((b + 1) as f64) * ((1u64 << 31) as f64 / (((key >> 33) + 1) as f64))) as i64;
+    }
+    u16::try_from(b).unwrap_or(0)
+}
+
+/// The shard, among `k`, of a task with shard key `key` (its group, the key
+/// given at push, or its id).
+pub(crate) fn queue_home(key: &str, k: u16) -> u16 {
+    jump_hash(fnv1a64(key.as_bytes()), k)
+}
+
 /// The default prefix of semaphore keys.
 pub const DEFAULT_SEMAPHORE_PREFIX: &str = "dlm:sem:";
 
@@ -778,6 +848,48 @@ mod tests {
         assert_eq!(slot(&k.lock), slot(&k.channel));
         assert_eq!(slot(&k.lock), slot(&k.waiters));
         Ok(())
+    }
+
+    #[test]
+    fn shard_keys_have_their_own_tag_outside_every_queue() -> Result<()> {
+        assert_eq!(
+            queue_shard_keys(DEFAULT_KEY_PREFIX, "mail", 0, 0)?,
+            queue_keys(DEFAULT_KEY_PREFIX, "mail")?
+        );
+        let k = queue_shard_keys(DEFAULT_KEY_PREFIX, "mail", 3, 0)?;
+        assert_eq!(k[0], "dlm:queue:shard:{mail#3}:waiting");
+        assert!(k.iter().all(|key| cluster_tag(key) == "mail#3"));
+        let k = queue_shard_keys(DEFAULT_KEY_PREFIX, "mail", 3, 7)?;
+        assert_eq!(k[10], "dlm:queue:shard:{mail#3.7}:config");
+        assert_eq!(slot(&k[0]), queue_shard_slot("mail", 3, 7));
+        // A queue named like a shard's tag never owns a shard's keys.
+        let other = queue_keys(DEFAULT_KEY_PREFIX, "mail#3")?;
+        assert!(other.iter().all(|o| !k.contains(o)));
+        assert!(queue_shard_keys(DEFAULT_KEY_PREFIX, "a}b", 1, 0).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn jump_hash_is_frozen_balanced_and_monotone() {
+        // Frozen values: a change here moves the tasks of every sharded queue.
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(jump_hash(0, 1), 0);
+        let mut counts = [0u32; 6];
+        for i in 0..60_000 {
+            let key = format!("task:{i}");
+            let at6 = queue_home(&key, 6);
+            counts[usize::from(at6)] += 1;
+            let at8 = queue_home(&key, 8);
+            assert!(
+                at8 == at6 || at8 >= 6,
+                "raising K moves a key only to a new shard"
+            );
+        }
+        assert!(
+            counts.iter().all(|c| (9_000..11_000).contains(c)),
+            "{counts:?}"
+        );
     }
 
     #[test]

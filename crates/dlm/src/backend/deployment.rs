@@ -220,6 +220,15 @@ fn no_timeout_config(connect_timeout: Duration) -> redis::AsyncConnectionConfig 
 }
 
 impl Deployment {
+    /// Whether this is a Redis Cluster (a blocking command takes keys of one slot only).
+    pub(crate) fn is_cluster(&self) -> bool {
+        #[cfg(feature = "cluster")]
+        if matches!(self, Deployment::Cluster { .. }) {
+            return true;
+        }
+        false
+    }
+
     /// One server at `url`.
     pub(crate) fn standalone(url: &str, tls: Option<&TlsCertificates>) -> Result<Self> {
         Ok(Deployment::Standalone(open(url, tls)?))

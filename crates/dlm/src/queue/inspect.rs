@@ -196,6 +196,40 @@ impl Queue {
                 format!("{limit} is outside 1 ..= {MAX_PAGE}"),
             ));
         }
+        if let Some(l) = self.sharded_view().await? {
+            // The shards one after another, as one list: skip `offset`
+            // across them, then take `limit`.
+            let (mut skip, mut left) = (offset as u64, limit);
+            let mut page = TaskPage {
+                now: 0,
+                total: 0,
+                tasks: Vec::new(),
+            };
+            for q in self.shard_handles(&l) {
+                let from = usize::try_from(skip).unwrap_or(usize::MAX);
+                let p = q.tasks_here(state, from, left.max(1), preview).await?;
+                page.now = page.now.max(p.now);
+                page.total += p.total;
+                skip = skip.saturating_sub(p.total);
+                if left > 0 {
+                    let taken: Vec<TaskInfo> = p.tasks.into_iter().take(left).collect();
+                    left -= taken.len();
+                    page.tasks.extend(taken);
+                }
+            }
+            return Ok(page);
+        }
+        self.tasks_here(state, offset, limit, preview).await
+    }
+
+    /// [`Queue::tasks`] on this handle's shard only.
+    pub(crate) async fn tasks_here(
+        &self,
+        state: TaskState,
+        offset: usize,
+        limit: usize,
+        preview: usize,
+    ) -> Result<TaskPage> {
         let (backend, keys) = self.ready_hot()?;
         let build = |keys: &[String]| {
             let mut inv = invocation(&TASKS, keys);
@@ -250,6 +284,11 @@ impl Queue {
     /// ```
     pub async fn task(&self, id: &str) -> Result<Option<TaskDetail>> {
         crate::queue::check_id(id)?;
+        self.holder_of(id).await?.task_here(id).await
+    }
+
+    /// [`Queue::task`] on this handle's shard only.
+    pub(crate) async fn task_here(&self, id: &str) -> Result<Option<TaskDetail>> {
         let (backend, keys) = self.ready_hot()?;
         let build = |keys: &[String]| {
             let mut inv = invocation(&TASK, keys);

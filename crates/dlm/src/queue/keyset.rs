@@ -79,6 +79,23 @@ impl KeySet {
         }
     }
 
+    /// The keys of shard `i` (tag number `n`) of the same queue, sent as
+    /// this set's are (wide when this one is always wide, the same seeded
+    /// defect).
+    pub(crate) fn for_shard(&self, root: &str, name: &str, i: u16, n: u16) -> Self {
+        let keys = KeySet {
+            all: crate::keys::queue_shard_keys(root, name, i, n).unwrap_or_default(),
+            wide: AtomicBool::new(self.wide.load(Ordering::Relaxed)),
+            bucketed: AtomicBool::new(false),
+            with_all_buckets: OnceLock::new(),
+            #[cfg(feature = "seeded-defects")]
+            seeded: None,
+        };
+        #[cfg(feature = "seeded-defects")]
+        let keys = keys.with_seeded(self.seeded);
+        keys
+    }
+
     /// As it is, for a queue of a client built with `defect` (see
     /// `crate::seeded`).
     #[cfg(feature = "seeded-defects")]

@@ -107,6 +107,7 @@
 mod beat;
 mod check;
 mod events;
+mod fanout;
 mod idle;
 mod inspect;
 mod keyset;
@@ -114,6 +115,7 @@ mod lease;
 mod ops;
 mod outcome;
 mod schedule;
+mod shards;
 mod types;
 mod worker;
 mod worker_options;
@@ -132,6 +134,7 @@ pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskDetail, TaskInfo, TaskPage, TaskSta
 pub use lease::Lease;
 pub use outcome::{OUTCOME_POLL, Outcome};
 pub use schedule::{MAX_SCHEDULES, MIN_EVERY, Repeat, ScheduleInfo, ScheduleRun, Scheduled};
+pub use shards::{ShardInfo, ShardLayout};
 pub use types::{
     Backoff, Completed, DEFAULT_EVENTS, DEFAULT_MAX_PAYLOAD, DEFAULT_RESULT_BYTES,
     DEFAULT_RESULT_TTL, DeadTask, DependencyFailure, Enqueued, Entry, MAX_BATCH, MAX_DELAY,
@@ -170,6 +173,14 @@ pub struct Queue {
     keys: Arc<keyset::KeySet>,
     /// The root of its keys (`dlm:`, or the client's key prefix).
     root: Arc<str>,
+    /// The layout of a sharded queue, shared by its handles (issue 35).
+    sharding: Arc<shards::Sharding>,
+    /// This handle is one shard of the queue (it never fans out).
+    is_shard: bool,
+    /// Which shard `keys` are (0: the queue's own keys).
+    shard_index: u16,
+    /// That shard's tag number (see `keys::queue_shard_tag`).
+    shard_n: u16,
 }
 
 /// The longest lease accepted (7 days).
@@ -213,6 +224,23 @@ pub(crate) fn check_id(id: &str) -> Result<()> {
 
 fn check_task_options(t: &NewTask) -> Result<()> {
     check_dependencies(t)?;
+    if let Some(k) = &t.shard_key {
+        if k.is_empty() || k.len() > MAX_GROUP_LEN {
+            return Err(Error::invalid(
+                "shard key",
+                format!("task {:?}: must be 1 to {MAX_GROUP_LEN} bytes", t.id),
+            ));
+        }
+        if t.group.as_ref().is_some_and(|g| g != k) {
+            return Err(Error::invalid(
+                "shard key",
+                format!(
+                    "task {:?}: a group is its tasks' shard key; a different --shard-key with --group is refused",
+                    t.id
+                ),
+            ));
+        }
+    }
     if t.priority > MAX_PRIORITY {
         return Err(Error::invalid(
             "priority",
@@ -340,6 +368,10 @@ impl Queue {
             max_attempts: 5,
             backoff: Backoff::default(),
             compact_payloads: false,
+            sharding: Arc::default(),
+            is_shard: false,
+            shard_index: 0,
+            shard_n: 0,
         }
     }
 
@@ -396,6 +428,7 @@ impl Queue {
         #[cfg(feature = "seeded-defects")]
         let keys = keys.with_seeded(self.keys.seeded());
         self.keys = Arc::new(keys);
+        self.sharding = Arc::default();
         self
     }
 
@@ -404,6 +437,7 @@ impl Queue {
     #[cfg(feature = "seeded-defects")]
     pub(crate) fn seeded_defect(mut self, defect: Option<crate::seeded::SeededDefect>) -> Self {
         self.keys = Arc::new(keyset::KeySet::new(&self.root, &self.name).with_seeded(defect));
+        self.sharding = Arc::default();
         self
     }
 
@@ -426,6 +460,11 @@ impl Queue {
     /// Where a worker opens its dedicated blocking connection, when known.
     pub(crate) fn deployment(&self) -> Option<&Arc<Deployment>> {
         self.deployment.as_ref()
+    }
+
+    /// Its shard's wake-up list (`signal`).
+    pub(crate) fn signal_key(&self) -> Option<String> {
+        self.keys.all().get(9).cloned()
     }
 
     fn ready(&self) -> Result<(&Backend, &[String])> {
@@ -490,13 +529,29 @@ impl Queue {
                 ));
             }
         }
+        let _ = backend;
+        let _ = keys;
+        self.enqueue_placed(&tasks, delay, on_duplicate).await
+    }
+
+    /// Enqueue on this handle's shard; `None`: its layout is stale
+    /// (`layout`: the caller's version, `None` for a queue not sharded).
+    pub(crate) async fn enqueue_here(
+        &self,
+        tasks: &[NewTask],
+        delay: Duration,
+        on_duplicate: OnDuplicate,
+        layout: Option<u64>,
+    ) -> Result<Option<Vec<Enqueued>>> {
+        let (backend, keys) = self.ready_hot()?;
         ops::enqueue(
             backend,
             keys,
-            &tasks,
+            tasks,
             delay,
             on_duplicate,
             self.compact_payloads,
+            layout,
         )
         .await
     }
@@ -529,6 +584,13 @@ impl Queue {
     /// ```
     pub async fn top(&self, count: usize) -> Result<Vec<Entry>> {
         check_count(count)?;
+        if let Some(l) = self.sharded_view().await? {
+            return self.top_sharded(&l, count).await;
+        }
+        self.top_here(count).await
+    }
+
+    pub(crate) async fn top_here(&self, count: usize) -> Result<Vec<Entry>> {
         let (backend, keys) = self.ready_hot()?;
         ops::entries(backend, keys, ops::Peek::Top, count).await
     }
@@ -541,6 +603,13 @@ impl Queue {
     /// is gone; use [`Queue::claim`] for at-least-once processing.)
     pub async fn pop(&self, count: usize) -> Result<Vec<Entry>> {
         check_count(count)?;
+        if let Some(l) = self.sharded_view().await? {
+            return self.pop_sharded(&l, count).await;
+        }
+        self.pop_here(count).await
+    }
+
+    pub(crate) async fn pop_here(&self, count: usize) -> Result<Vec<Entry>> {
         let (backend, keys) = self.ready_hot()?;
         ops::entries(backend, keys, ops::Peek::Pop, count).await
     }
@@ -556,6 +625,13 @@ impl Queue {
                 format!("{score} is above 2^53, so it is no due time dlm wrote"),
             ));
         }
+        if let Some(l) = self.sharded_view().await? {
+            return self.remove_if_score_sharded(&l, id, score).await;
+        }
+        self.remove_if_score_here(id, score).await
+    }
+
+    pub(crate) async fn remove_if_score_here(&self, id: &str, score: u64) -> Result<Removed> {
         let (backend, keys) = self.ready_hot()?;
         ops::remove_if_score(backend, keys, id, score).await
     }
@@ -567,22 +643,40 @@ impl Queue {
     pub async fn claim(&self, count: usize, lease: Duration) -> Result<Vec<Lease>> {
         check_count(count)?;
         let claimed = self.claim_raw(count, lease).await?;
-        let claimed_at = claimed.extras.then_some(claimed.now);
+        let now = claimed.now;
         Ok(claimed
             .tasks
             .into_iter()
-            .map(|task| Lease {
-                queue: self.clone(),
+            .zip(claimed.shards)
+            .map(|(task, (i, n, extras))| Lease {
+                queue: self.shard(i, n),
                 task,
-                claimed_at,
+                claimed_at: extras.then_some(now),
             })
             .collect())
     }
 
     pub(crate) async fn claim_raw(&self, count: usize, lease: Duration) -> Result<ops::Claimed> {
-        let (backend, keys) = self.ready_hot()?;
+        self.ready_hot()?;
         check_lease(lease)?;
-        let claimed = ops::claim(backend, keys, count, lease, self.max_attempts).await?;
+        self.claim_placed(count, lease).await
+    }
+
+    /// Claim on this handle's shard; `None`: its layout is stale.
+    pub(crate) async fn claim_here(
+        &self,
+        count: usize,
+        lease: Duration,
+        layout: Option<u64>,
+    ) -> Result<Option<ops::Claimed>> {
+        let (backend, keys) = self.ready_hot()?;
+        let Some(mut claimed) =
+            ops::claim(backend, keys, count, lease, self.max_attempts, layout).await?
+        else {
+            return Ok(None);
+        };
+        claimed.shards =
+            vec![(self.shard_index, self.shard_n, claimed.extras); claimed.tasks.len()];
         if claimed.died > 0 {
             // Leases that ran out on their last attempt: dead without a nack.
             self.metrics.tasks(TaskOutcome::Dead, claimed.died);
@@ -598,7 +692,7 @@ impl Queue {
             );
             tracing::debug!(queue = %self.name, claimed = claimed.tasks.len(), expired = claimed.expired, "claimed");
         }
-        Ok(claimed)
+        Ok(Some(claimed))
     }
 
     /// The queue's settings as stored in Redis (group concurrency, rate
@@ -611,6 +705,13 @@ impl Queue {
     /// # Ok(()) }
     /// ```
     pub async fn settings(&self) -> Result<QueueSettings> {
+        if let Some(l) = self.sharded_view().await? {
+            return self.settings_sharded(&l).await;
+        }
+        self.settings_here().await
+    }
+
+    pub(crate) async fn settings_here(&self) -> Result<QueueSettings> {
         let (backend, keys) = self.ready()?;
         ops::config(backend, keys, ops::ConfigOp::Get).await
     }
@@ -631,15 +732,37 @@ impl Queue {
     /// ```
     pub async fn configure(&self, change: &QueueSettings) -> Result<QueueSettings> {
         change.validate()?;
+        self.ready()?;
+        if let Some(k) = change.shards {
+            self.reshard(k, change.drain_shards).await?;
+        }
+        let mut rest = *change;
+        rest.shards = None;
+        rest.drain_shards = false;
+        if let Some(l) = self.sharded_view().await? {
+            return self.configure_sharded(&l, &rest).await;
+        }
+        self.configure_here(&rest).await?;
+        self.settings().await
+    }
+
+    pub(crate) async fn configure_here(&self, change: &QueueSettings) -> Result<QueueSettings> {
         let (backend, keys) = self.ready()?;
         ops::config(backend, keys, ops::ConfigOp::Set(change)).await
     }
 
     /// Remove every setting (no group limit, no rate limit, no completed
-    /// history; the history kept so far is deleted).
+    /// history; the history kept so far is deleted). A sharded queue keeps
+    /// its shards.
     pub async fn clear_settings(&self) -> Result<()> {
-        let (backend, keys) = self.ready()?;
-        ops::config(backend, keys, ops::ConfigOp::Clear).await?;
+        let shards = match self.sharded_view().await? {
+            Some(l) => self.shard_handles(&l),
+            None => vec![self.clone()],
+        };
+        for q in shards {
+            let (backend, keys) = q.ready()?;
+            ops::config(backend, keys, ops::ConfigOp::Clear).await?;
+        }
         Ok(())
     }
 
@@ -647,6 +770,13 @@ impl Queue {
     /// [`QueueSettings::keep_completed`]; empty otherwise).
     pub async fn completed(&self, count: usize) -> Result<Vec<Completed>> {
         check_count(count)?;
+        if let Some(l) = self.sharded_view().await? {
+            return self.completed_sharded(&l, count).await;
+        }
+        self.completed_here(count).await
+    }
+
+    pub(crate) async fn completed_here(&self, count: usize) -> Result<Vec<Completed>> {
         let (backend, keys) = self.ready()?;
         ops::completed(backend, keys, count).await
     }
@@ -667,8 +797,27 @@ impl Queue {
     /// # Ok(()) }
     /// ```
     pub async fn pause(&self) -> Result<bool> {
+        self.pause_all(true).await
+    }
+
+    /// Pause or resume every shard, shard 0 first; whether shard 0 was paused.
+    async fn pause_all(&self, pause: bool) -> Result<bool> {
+        let Some(l) = self.sharded_view().await? else {
+            return self.pause_here(pause).await;
+        };
+        let mut was = false;
+        for (i, q) in self.shard_handles(&l).into_iter().enumerate() {
+            let w = q.pause_here(pause).await?;
+            if i == 0 {
+                was = w;
+            }
+        }
+        Ok(was)
+    }
+
+    pub(crate) async fn pause_here(&self, pause: bool) -> Result<bool> {
         let (backend, keys) = self.ready()?;
-        ops::pause(backend, keys, true).await
+        ops::pause(backend, keys, pause).await
     }
 
     /// Let workers claim again, waking idle ones at once; returns whether
@@ -680,8 +829,7 @@ impl Queue {
     /// # Ok(()) }
     /// ```
     pub async fn resume(&self) -> Result<bool> {
-        let (backend, keys) = self.ready()?;
-        ops::pause(backend, keys, false).await
+        self.pause_all(false).await
     }
 
     /// Return expired leases to the queue now; how many were returned.
@@ -694,8 +842,10 @@ impl Queue {
     /// call it now and then to keep them current, as the library does not
     /// poll by itself.
     pub async fn stats(&self) -> Result<QueueStats> {
-        let (backend, keys) = self.ready()?;
-        let stats = ops::stats(backend, keys).await?;
+        let stats = match self.sharded_view().await? {
+            Some(l) => QueueStats::sum(&self.shard_stats_of(&l).await?),
+            None => self.stats_here().await?,
+        };
         self.metrics.sampled(
             [stats.waiting, stats.delayed, stats.inflight, stats.dead],
             stats.oldest_due,
@@ -704,9 +854,21 @@ impl Queue {
         Ok(stats)
     }
 
+    pub(crate) async fn stats_here(&self) -> Result<QueueStats> {
+        let (backend, keys) = self.ready()?;
+        ops::stats(backend, keys).await
+    }
+
     /// Up to `count` dead tasks, oldest death first.
     pub async fn dead(&self, count: usize) -> Result<Vec<DeadTask>> {
         check_count(count)?;
+        if let Some(l) = self.sharded_view().await? {
+            return self.dead_sharded(&l, count).await;
+        }
+        self.dead_here(count).await
+    }
+
+    pub(crate) async fn dead_here(&self, count: usize) -> Result<Vec<DeadTask>> {
         let (backend, keys) = self.ready_hot()?;
         ops::dead(backend, keys, count).await
     }
@@ -721,13 +883,29 @@ impl Queue {
                 return Err(Error::invalid("ids", format!("more than {MAX_BATCH}")));
             }
         }
-        ops::retry_dead(backend, keys, ids).await
+        let Some(l) = self.sharded_view().await? else {
+            return ops::retry_dead(backend, keys, ids).await;
+        };
+        let mut moved = 0;
+        for q in self.shard_handles(&l) {
+            let (backend, keys) = q.ready()?;
+            moved += ops::retry_dead(backend, keys, ids).await?;
+        }
+        Ok(moved)
     }
 
     /// Delete every dead task; how many were deleted.
     pub async fn purge_dead(&self) -> Result<usize> {
-        let (backend, keys) = self.ready_hot()?;
-        ops::purge_dead(backend, keys).await
+        let shards = match self.sharded_view().await? {
+            Some(l) => self.shard_handles(&l),
+            None => vec![self.clone()],
+        };
+        let mut purged = 0;
+        for q in shards {
+            let (backend, keys) = q.ready_hot()?;
+            purged += ops::purge_dead(backend, keys).await?;
+        }
+        Ok(purged)
     }
 
     /// A worker runtime on this queue (see [`Worker`]).
@@ -750,7 +928,8 @@ impl Queue {
     /// ```
     pub async fn result(&self, id: &str) -> Result<Option<Vec<u8>>> {
         check_id(id)?;
-        let (backend, keys) = self.ready()?;
+        let q = self.holder_of(id).await?;
+        let (backend, keys) = q.ready()?;
         ops::result(backend, keys, id, Duration::ZERO).await
     }
 
@@ -777,7 +956,8 @@ impl Queue {
         use futures_util::StreamExt;
         check_id(id)?;
         check_delay("deadline", deadline)?;
-        let (backend, keys) = self.ready()?;
+        let holder = self.holder_of(id).await?;
+        let (backend, keys) = holder.ready()?;
         let until = tokio::time::Instant::now() + deadline;
         // Subscribe first, then read: an ack between the two is not missed.
         let mut sub = None;
@@ -840,7 +1020,8 @@ impl Queue {
     /// ```
     pub async fn progress(&self, id: &str) -> Result<Option<TaskProgress>> {
         check_id(id)?;
-        let (backend, keys) = self.ready()?;
+        let q = self.holder_of(id).await?;
+        let (backend, keys) = q.ready()?;
         let v: redis::Value = backend
             .query(redis::cmd("HGET").arg(&keys[24]).arg(id))
             .await?;
@@ -880,7 +1061,8 @@ impl Queue {
                 ),
             ));
         }
-        let (backend, keys) = self.ready()?;
+        let q = self.holder_of(id).await?;
+        let (backend, keys) = q.ready()?;
         match ops::progress(backend, keys, id, fence, pct, message).await? {
             1 => Ok(()),
             c => Err(self.lease_lost(id, c)),

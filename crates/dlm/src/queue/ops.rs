@@ -44,7 +44,14 @@ pub(crate) use script;
 script!(
     ENQUEUE,
     ENQUEUE_LUA,
-    ["groups", "payload", "events", "results", "deps"],
+    [
+        "layout_gate",
+        "groups",
+        "payload",
+        "events",
+        "results",
+        "deps"
+    ],
     "enqueue.lua"
 );
 script!(TOP, ["groups", "payload", "due"], "top.lua");
@@ -63,7 +70,14 @@ script!(
 script!(
     CLAIM,
     CLAIM_LUA,
-    ["groups", "payload", "events", "results", "deps"],
+    [
+        "layout_gate",
+        "groups",
+        "payload",
+        "events",
+        "results",
+        "deps"
+    ],
     "claim.lua"
 );
 script!(
@@ -175,7 +189,8 @@ pub(crate) async fn enqueue(
     delay: Duration,
     on_duplicate: OnDuplicate,
     compact: bool,
-) -> Result<Vec<Enqueued>> {
+    layout: Option<u64>,
+) -> Result<Option<Vec<Enqueued>>> {
     // Eight values per task only when a task of the call has a time limit or
     // dependencies: a plain batch costs Redis what it did before them.
     let full = tasks
@@ -203,6 +218,9 @@ pub(crate) async fn enqueue(
                 inv.arg(deps_arg(&t.deps)).arg(deps_flags(t));
             }
         }
+        if let Some(v) = layout {
+            inv.arg(v);
+        }
         inv
     };
     // The payload buckets of the call's ids: sent at once when this call
@@ -213,16 +231,24 @@ pub(crate) async fn enqueue(
         && tasks
             .iter()
             .any(|t| t.id.len() <= 64 && t.payload.as_ref().is_some_and(|p| p.len() <= 64));
-    enqueue_reply(
-        eval_hot(
-            backend,
-            keys,
-            full,
-            Buckets::Of(&ids, writes_buckets),
-            build,
-        )
-        .await?,
+    let reply = eval_hot(
+        backend,
+        keys,
+        full,
+        Buckets::Of(&ids, writes_buckets),
+        build,
     )
+    .await?;
+    if is_layout_stale(&reply) {
+        return Ok(None);
+    }
+    enqueue_reply(reply).map(Some)
+}
+
+/// Whether a hot script answered that the caller's layout is stale
+/// (layout_gate.lua): nothing was written.
+fn is_layout_stale(v: &Value) -> bool {
+    matches!(v, Value::SimpleString(s) if s == "LAYOUT")
 }
 
 /// Dependencies as enqueue.lua takes them: each id followed by a NUL byte.
@@ -387,6 +413,42 @@ pub(crate) struct Claimed {
     /// a finished task keeps (issue 31).
     pub extras: bool,
     pub tasks: Vec<Task>,
+    /// The shard (index, tag number) of each task, in order (issue 35), and
+    /// whether that shard uses issue 24's keys (`extras`).
+    pub shards: Vec<(u16, u16, bool)>,
+}
+
+impl Claimed {
+    /// A claim of no shard.
+    pub(crate) fn nothing() -> Self {
+        Claimed {
+            expired: 0,
+            died: 0,
+            now: 0,
+            next_due: None,
+            rate_wait: None,
+            extras: false,
+            tasks: Vec::new(),
+            shards: Vec::new(),
+        }
+    }
+
+    /// Add another shard's claim to this one: counts add up, the earliest
+    /// due time and rate slot win.
+    pub(crate) fn merge(&mut self, other: Claimed) {
+        let earliest = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.expired += other.expired;
+        self.died += other.died;
+        self.now = self.now.max(other.now);
+        self.next_due = earliest(self.next_due, other.next_due);
+        self.rate_wait = earliest(self.rate_wait, other.rate_wait);
+        self.extras |= other.extras;
+        self.tasks.extend(other.tasks);
+        self.shards.extend(other.shards);
+    }
 }
 
 pub(crate) async fn claim(
@@ -395,7 +457,8 @@ pub(crate) async fn claim(
     count: usize,
     lease: Duration,
     max_attempts: u32,
-) -> Result<Claimed> {
+    layout: Option<u64>,
+) -> Result<Option<Claimed>> {
     let script = chosen(&CLAIM, CLAIM_LUA, keys);
     let build = |keys: &[String]| {
         let mut inv = invocation(script, keys);
@@ -403,9 +466,16 @@ pub(crate) async fn claim(
             .arg(millis(lease))
             .arg(max_attempts)
             .arg(REAP_PER_CLAIM);
+        if let Some(v) = layout {
+            inv.arg(v);
+        }
         inv
     };
-    claim_reply(eval_hot(backend, keys, false, Buckets::Any, build).await?)
+    let reply = eval_hot(backend, keys, false, Buckets::Any, build).await?;
+    if is_layout_stale(&reply) {
+        return Ok(None);
+    }
+    claim_reply(reply).map(Some)
 }
 
 /// claim.lua: expired leases returned, time to the next due task, the
@@ -468,6 +538,7 @@ fn claim_reply(v: Value) -> Result<Claimed> {
         now: unsigned(int(now)?),
         next_due,
         tasks,
+        shards: Vec::new(),
     })
 }
 
@@ -801,6 +872,8 @@ fn settings_reply(v: Value) -> Result<QueueSettings> {
                 .contains(b)
         })
         .map(Some),
+        shards: None,
+        drain_shards: false,
     })
 }
 

@@ -123,6 +123,8 @@ pub struct NewTask {
     pub(crate) on_dep_failure: DependencyFailure,
     pub(crate) deps_may_come_later: bool,
     pub(crate) timeout: Option<Duration>,
+    /// Where it goes on a sharded queue (issue 35), when not its group or id.
+    pub(crate) shard_key: Option<String>,
 }
 
 impl NewTask {
@@ -137,7 +139,22 @@ impl NewTask {
             deps: Vec::new(),
             on_dep_failure: DependencyFailure::Fail,
             deps_may_come_later: false,
+            shard_key: None,
         }
+    }
+
+    /// On a sharded queue, the key that picks the task's shard instead of
+    /// its id (a group is the shard key of its tasks: a different key
+    /// together with a group is refused). Tasks with one shard key share a
+    /// shard, so de-duplication by id is exact among them.
+    ///
+    /// ```
+    /// let t = dlm::queue::NewTask::new("invoice:7").shard_key("customer:42");
+    /// # let _ = t;
+    /// ```
+    pub fn shard_key(mut self, key: impl Into<String>) -> Self {
+        self.shard_key = Some(key.into());
+        self
     }
 
     /// Its dependencies: tasks of the same queue that must complete (be
@@ -513,6 +530,10 @@ pub struct QueueSettings {
     pub(crate) events: Option<Option<u32>>,
     pub(crate) keep_results: Option<Option<Duration>>,
     pub(crate) keep_results_bytes: Option<Option<u64>>,
+    /// How many shards (issue 35): `None` as a change leaves them as they are.
+    pub(crate) shards: Option<u16>,
+    /// Lower the number of shards by draining the removed ones.
+    pub(crate) drain_shards: bool,
 }
 
 /// The most entries a queue's event log may be capped at ([`QueueSettings::events`]).
@@ -628,6 +649,43 @@ impl QueueSettings {
     }
 
     /// The group concurrency set.
+    /// How many shards the queue is spread over (issue 35; see
+    /// docs/sharded-queue.md). As a change: K shards, 1 ..= [`crate::keys::MAX_SHARDS`].
+    /// Raising K moves no task: new tasks go to their new homes and workers
+    /// claim from every shard. Lowering K is refused while the removed
+    /// shards hold a task, unless [`QueueSettings::drain_shards`] is set.
+    /// Each shard is a whole queue under its own hash tag, so on a Redis
+    /// Cluster the shards spread over the masters.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// use dlm::queue::QueueSettings;
+    /// let q = client.queue("clicks");
+    /// q.configure(&QueueSettings::default().shards(6)).await?;
+    /// assert_eq!(q.settings().await?.get_shards(), 6);
+    /// # Ok(()) }
+    /// ```
+    pub fn shards(mut self, k: u16) -> Self {
+        self.shards = Some(k);
+        self
+    }
+
+    /// With [`QueueSettings::shards`] below the current number: start a
+    /// lowering that drains the removed shards (new tasks go to the kept
+    /// ones; workers still claim from all) instead of refusing it. Calling
+    /// `configure` with the same number again finishes it once the removed
+    /// shards hold no task.
+    pub fn drain_shards(mut self, drain: bool) -> Self {
+        self.drain_shards = drain;
+        self
+    }
+
+    /// The number of shards as read back (1: not sharded).
+    pub fn get_shards(&self) -> u16 {
+        self.shards.unwrap_or(1)
+    }
+
+    /// At most this many tasks of one group in flight at once (`None`: no limit).
     pub fn get_group_concurrency(&self) -> Option<u32> {
         self.group_concurrency.flatten()
     }
@@ -643,6 +701,14 @@ impl QueueSettings {
     }
 
     pub(crate) fn validate(&self) -> crate::error::Result<()> {
+        if let Some(k) = self.shards
+            && (k == 0 || k > crate::keys::MAX_SHARDS)
+        {
+            return Err(crate::error::Error::invalid(
+                "shards",
+                format!("{k} is outside 1 ..= {}", crate::keys::MAX_SHARDS),
+            ));
+        }
         if let Some(Some(k)) = self.group_concurrency
             && (k == 0 || k > MAX_GROUP_CONCURRENCY)
         {

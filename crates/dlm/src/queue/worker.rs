@@ -32,13 +32,37 @@ struct RunningLease {
     /// What the heartbeat renews it to: the worker's lease, or longer once
     /// its handler asked for more ([`RunContext::extend`]).
     lease: Duration,
+    /// The tag number of its shard (issue 35; the shard's index is in the key).
+    shard_n: u16,
 }
 
 /// The running tasks by lease: (id, fence), not the id alone. The same id
 /// may run twice in one worker (its first lease ran out while the handler
 /// went on, and a claim leased it again); the first run's end must leave
 /// the second's entry, and so its renewals, alone (issue 31).
-type Running = Arc<Mutex<HashMap<(String, Fence), RunningLease>>>;
+/// On a sharded queue the shard's index is part of the key: fencing tokens
+/// count per shard.
+type Running = Arc<Mutex<HashMap<Run, RunningLease>>>;
+
+/// A run: task id, lease fencing token, shard index.
+type Run = (String, Fence, u16);
+
+/// A shard: its index and tag number.
+type ShardId = (u16, u16);
+/// Leases of one shard: `(id, fence)` each.
+type ShardRuns = Vec<(String, Fence)>;
+
+/// Runs grouped by their shard.
+fn by_shard(runs: impl IntoIterator<Item = (Run, u16)>) -> Vec<(ShardId, ShardRuns)> {
+    let mut out: Vec<(ShardId, ShardRuns)> = Vec::new();
+    for ((id, fence, i), n) in runs {
+        match out.iter_mut().find(|(s, _)| *s == (i, n)) {
+            Some((_, v)) => v.push((id, fence)),
+            None => out.push(((i, n), vec![(id, fence)])),
+        }
+    }
+    out
+}
 
 /// What a [`Worker`]'s handler may return on success: nothing (`()`), or a
 /// result that the ack stores for [`Queue::result`] and
@@ -221,7 +245,7 @@ impl RunContext {
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         crate::queue::check_lease(lease)?;
         let lease = lease.max(self.min_lease);
-        let run = (self.id.clone(), self.fence);
+        let run = (self.id.clone(), self.fence, self.queue.shard_index());
         if let Some(l) = lock_running(&self.running).get_mut(&run) {
             l.lease = lease;
         }
@@ -251,9 +275,9 @@ struct StopOnDrop {
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.stop_heartbeat.cancel();
-        let left: Vec<(String, Fence)> = lock_running(&self.running)
+        let left: Vec<(Run, u16)> = lock_running(&self.running)
             .drain()
-            .map(|(run, _)| run)
+            .map(|(run, l)| (run, l.shard_n))
             .collect();
         if left.is_empty() {
             return;
@@ -263,8 +287,7 @@ impl Drop for StopOnDrop {
         };
         let queue = self.queue.clone();
         rt.spawn(async move {
-            let refs: Vec<(&str, Fence)> = left.iter().map(|(id, f)| (id.as_str(), *f)).collect();
-            match queue.abandon_many(&refs).await {
+            match give_all_back(&queue, left).await {
                 Ok(n) => {
                     tracing::info!(queue = %queue.name(), returned = n, "worker dropped; its tasks were given back")
                 }
@@ -300,7 +323,24 @@ pub struct Worker {
     opts: WorkerOptions,
 }
 
-fn lock_running(r: &Running) -> std::sync::MutexGuard<'_, HashMap<(String, Fence), RunningLease>> {
+/// Give every run in `left` back, shard by shard; how many were.
+async fn give_all_back(queue: &Queue, left: Vec<(Run, u16)>) -> Result<i64> {
+    let mut returned = 0;
+    let mut failed = None;
+    for ((i, n), runs) in by_shard(left) {
+        let refs: Vec<(&str, Fence)> = runs.iter().map(|(id, f)| (id.as_str(), *f)).collect();
+        match queue.shard(i, n).abandon_many(&refs).await {
+            Ok(k) => returned += k.max(0),
+            Err(e) => failed = Some(e),
+        }
+    }
+    match failed {
+        Some(e) if returned == 0 => Err(e),
+        _ => Ok(returned),
+    }
+}
+
+fn lock_running(r: &Running) -> std::sync::MutexGuard<'_, HashMap<Run, RunningLease>> {
     match r.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -437,7 +477,7 @@ impl Worker {
                     lock_running(&running)
                         .iter()
                         .filter(|(_, l)| !l.settling)
-                        .map(|((id, _), _)| id.clone())
+                        .map(|((id, _, _), _)| id.clone())
                         .collect()
                 }
             },
@@ -491,18 +531,23 @@ impl Worker {
             let claimed_at = Instant::now();
             // When the runs start on the Redis clock, for the summary a
             // finished task keeps (only on a queue that keeps one).
-            let started = claimed.extras.then_some(claimed.now);
-            for task in claimed.tasks {
+            let now = claimed.now;
+            for (task, (shard, shard_n, extras)) in claimed.tasks.into_iter().zip(claimed.shards) {
+                let started = extras.then_some(now);
                 let Ok(permit) = permits.clone().try_acquire_owned() else {
                     break;
                 };
                 let lease = RunningLease {
                     settling: false,
                     lease: self.opts.lease,
+                    shard_n,
                 };
-                lock_running(&running).insert((task.id.clone(), task.fence), lease);
-                let (queue, handler, running) =
-                    (self.queue.clone(), handler.clone(), running.clone());
+                lock_running(&running).insert((task.id.clone(), task.fence, shard), lease);
+                let (queue, handler, running) = (
+                    self.queue.shard(shard, shard_n),
+                    handler.clone(),
+                    running.clone(),
+                );
                 let tally = beating.tally();
                 tally.started();
                 let claim = Claim {
@@ -584,11 +629,12 @@ impl Worker {
         let _ = heartbeat.await;
         drop(acks);
         let _ = acker.await;
-        let left: Vec<(String, Fence)> =
-            lock_running(&running).drain().map(|(run, _)| run).collect();
+        let left: Vec<(Run, u16)> = lock_running(&running)
+            .drain()
+            .map(|(run, l)| (run, l.shard_n))
+            .collect();
         if !left.is_empty() {
-            let refs: Vec<(&str, Fence)> = left.iter().map(|(id, f)| (id.as_str(), *f)).collect();
-            match self.queue.abandon_many(&refs).await {
+            match give_all_back(&self.queue, left).await {
                 Ok(n) => report.returned += u64::try_from(n).unwrap_or(0),
                 Err(e) => {
                     tracing::warn!(error = %e, "giving tasks back failed; their leases will expire")
@@ -713,7 +759,7 @@ where
     // The handler is done: its slot can take the next task while the ack
     // is on its way (claims and acks overlap instead of taking turns).
     drop(permit);
-    let run = (task.id.clone(), task.fence);
+    let run = (task.id.clone(), task.fence, queue.shard_index());
     if let Some(l) = lock_running(&running).get_mut(&run) {
         l.settling = true;
     }
@@ -736,6 +782,8 @@ where
 struct Acks(tokio::sync::mpsc::UnboundedSender<AckRequest>);
 
 struct AckRequest {
+    /// The handle of the task's shard.
+    queue: Queue,
     id: String,
     fence: Fence,
     /// The task's result (empty: none).
@@ -755,6 +803,7 @@ impl Acks {
     /// 1 acked, 0 / -1 lease lost (see ack.lua).
     async fn ack(
         &self,
+        queue: &Queue,
         id: &str,
         fence: Fence,
         result: Vec<u8>,
@@ -764,6 +813,7 @@ impl Acks {
         let unavailable = |why: String| Error::Unavailable { source: why.into() };
         self.0
             .send(AckRequest {
+                queue: queue.clone(),
                 id: id.to_string(),
                 fence,
                 result,
@@ -780,7 +830,7 @@ impl Acks {
 }
 
 async fn ack_batches(
-    queue: Queue,
+    _queue: Queue,
     worker_id: String,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<AckRequest>,
 ) {
@@ -792,10 +842,31 @@ async fn ack_batches(
                 Err(_) => break,
             }
         }
+        // One script per shard (a queue that is not sharded has one).
+        let mut shards: Vec<Vec<AckRequest>> = Vec::new();
+        for r in batch {
+            match shards
+                .iter_mut()
+                .find(|s| s[0].queue.shard_index() == r.queue.shard_index())
+            {
+                Some(s) => s.push(r),
+                None => shards.push(vec![r]),
+            }
+        }
+        for batch in shards {
+            ack_one_shard(&worker_id, batch).await;
+        }
+    }
+}
+
+/// Ack a batch of one shard in one script, and answer each request.
+async fn ack_one_shard(worker_id: &str, batch: Vec<AckRequest>) {
+    let queue = batch[0].queue.clone();
+    {
         let refs: Vec<crate::queue::ops::Finished<'_>> = batch
             .iter()
             .map(|r| {
-                let run = r.started.map(|at| (at, worker_id.as_str()));
+                let run = r.started.map(|at| (at, worker_id));
                 (r.id.as_str(), r.fence, r.result.as_slice(), run)
             })
             .collect();
@@ -848,7 +919,7 @@ async fn settle(
     loop {
         let result = match error {
             None => acks
-                .ack(&task.id, task.fence, output.clone(), started)
+                .ack(queue, &task.id, task.fence, output.clone(), started)
                 .await
                 .map(|c| match c {
                     1 => Outcome::Acked,
@@ -894,7 +965,7 @@ async fn settle(
 async fn heartbeat(
     queue: Queue,
     running: Running,
-    lease: Duration,
+    _lease: Duration,
     every: Duration,
     stop: CancellationToken,
 ) {
@@ -905,15 +976,21 @@ async fn heartbeat(
         }
         // Most runs have the worker's lease; those whose handler asked for a
         // longer one (RunContext::extend) are renewed to theirs.
-        let mut by_lease: Vec<(Duration, Vec<(String, Fence)>)> = vec![(lease, Vec::new())];
-        for (run, l) in lock_running(&running).iter() {
-            match by_lease.iter_mut().find(|(d, _)| *d == l.lease) {
-                Some((_, runs)) => runs.push(run.clone()),
-                None => by_lease.push((l.lease, vec![run.clone()])),
+        // And one script per shard of a sharded queue.
+        let mut by_lease: Vec<(Duration, ShardId, ShardRuns)> = Vec::new();
+        for ((id, fence, i), l) in lock_running(&running).iter() {
+            let shard = (*i, l.shard_n);
+            let run = (id.clone(), *fence);
+            match by_lease
+                .iter_mut()
+                .find(|(d, s, _)| *d == l.lease && *s == shard)
+            {
+                Some((_, _, runs)) => runs.push(run),
+                None => by_lease.push((l.lease, shard, vec![run])),
             }
         }
-        for (lease, leases) in &by_lease {
-            renew(&queue, &running, leases, *lease).await;
+        for (lease, (i, n), leases) in &by_lease {
+            renew(&queue.shard(*i, *n), &running, leases, *lease).await;
         }
     }
 }
@@ -931,11 +1008,15 @@ async fn renew(queue: &Queue, running: &Running, leases: &[(String, Fence)], lea
                     // reached the task yet. A real loss of such a task is
                     // reported by its settle.
                     let still = lock_running(running);
+                    let shard = queue.shard_index();
                     let lost = chunk
                         .iter()
                         .zip(&codes)
-                        .filter(|(run, code)| {
-                            **code != 1 && still.get(*run).is_some_and(|l| !l.settling)
+                        .filter(|((id, fence), code)| {
+                            **code != 1
+                                && still
+                                    .get(&(id.clone(), *fence, shard))
+                                    .is_some_and(|l| !l.settling)
                         })
                         .count();
                     if lost > 0 {

@@ -39,6 +39,7 @@
 -- ARGV[2]  lease length in ms
 -- ARGV[3]  max attempts (a task whose lease expired on its last attempt dies)
 -- ARGV[4]  how many expired leases to return at most in this call
+-- ARGV[5]  on a sharded queue only: the caller's layout version (layout_gate.lua)
 -- Settings read from `config`: paused ('1': claim nothing, see pause.lua),
 -- group_concurrency (k: a group's tasks in flight
 -- at most), rate_n / rate_period_ms (at most n claims in any window of that
@@ -49,7 +50,8 @@
 -- task of a group at its limit is parked (held aside until a slot of its
 -- group frees), so a busy group never holds back the others.
 -- KEYS[32..] all 4096 payload buckets, once the queue uses them (payload.lua; keyset.rs)
--- Returns  the status WIDE, writing nothing, on a narrow call that needs all
+-- Returns  the status LAYOUT, writing nothing, when the caller's layout is
+--          stale (layout_gate.lua); the status WIDE, writing nothing, on a narrow call that needs all
 --          the keys (the client retries with them; keyset.rs); the status
 --          BUCKETS, writing nothing, on a call that needs payload buckets it
 --          was not given (payload.lua); otherwise
@@ -65,7 +67,8 @@
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
-local cfg = redis.call('HMGET', KEYS[11], 'group_concurrency', 'rate_n', 'rate_period_ms', 'paused', 'extras', 'events_maxlen', 'deps_sweep_at')
+local cfg = redis.call('HMGET', KEYS[11], 'group_concurrency', 'rate_n', 'rate_period_ms', 'paused', 'extras', 'events_maxlen', 'deps_sweep_at', 'layout')
+if layout_stale(cfg[8], ARGV[5] or false) then return redis.status_reply('LAYOUT') end
 local extras = cfg[5] == '1' -- issue 24's keys in use (see results.lua)
 -- A narrow call (the first 19 keys, see keyset.rs) for a queue that uses
 -- issue 24's keys or its event log: nothing done, the client calls again

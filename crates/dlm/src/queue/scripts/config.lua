@@ -44,7 +44,8 @@
 --          applied from the next result stored. Turning the event log off (events_maxlen '') deletes it.
 -- Not settings, kept by 'clear': paused (pause.lua), result_waiters (ms
 -- until which a `wait_result` may wait, see result.lua) and extras (issue
--- 24's keys in use, see results.lua).
+-- 24's keys in use, see results.lua), and a sharded queue's layout
+-- (shards, layout, shard_n, draining, shard: layout.lua).
 -- 'clear' removes every setting, the rate log, the completed history and
 -- the event log.
 -- A new group concurrency (or none) moves every parked task back to `ready`:
@@ -67,7 +68,7 @@ local function unpark_all()
 end
 if ARGV[1] == 'clear' then
   -- Pausing is no setting: a paused queue stays paused.
-  local kept = {'paused', 'result_waiters', 'extras'}
+  local kept = {'paused', 'result_waiters', 'extras', 'shards', 'layout', 'shard_n', 'draining', 'shard'}
   local values = redis.call('HMGET', KEYS[11], unpack(kept))
   redis.call('DEL', KEYS[11], KEYS[18], KEYS[19], KEYS[31])
   for i, field in ipairs(kept) do

@@ -47,6 +47,8 @@
 --          run-time limit in ms ('0': none), dependencies (ids each ending in
 --          NUL, '': none), dependency flags ('i': ignore a dependency's death,
 --          'l': a dependency may be an id not known yet; '' neither)
+-- ARGV[last] on a sharded queue only: the caller's layout version (see
+--          layout_gate.lua); present when (#ARGV - 4) mod the stride is 1
 -- A task with a priority or a group that is due now goes to `ready`; so does
 -- every task due now once the queue has such tasks (claim orders `ready`).
 -- A task with dependencies (see deps.lua) is new only: an id already there
@@ -59,7 +61,8 @@
 -- {'cycle', task id, dependency id}.
 -- KEYS[32..] the payload buckets of the call's ids, once the queue uses them
 --          (payload.lua; keyset.rs)
--- Returns  the status WIDE, writing nothing, on a narrow call that needs all
+-- Returns  the status LAYOUT, writing nothing, when the caller's layout is
+--          stale (layout_gate.lua); the status WIDE, writing nothing, on a narrow call that needs all
 --          the keys (the client retries with them; keyset.rs); the status
 --          BUCKETS, writing nothing, on a call that needs payload buckets it
 --          was not given (payload.lua); otherwise
@@ -73,6 +76,8 @@ local replace = ARGV[2] == 'replace'
 local featured = redis.call('EXISTS', KEYS[12], KEYS[13], KEYS[14]) > 0
 local out, added = {}, 0
 local STRIDE = tonumber(ARGV[4])
+local LAYOUT = false
+if (#ARGV - 4) % STRIDE == 1 then LAYOUT = table.remove(ARGV) end
 local FULL = STRIDE == 8
 -- Dependencies: the whole batch is checked before anything is written.
 local any_deps = false
@@ -83,7 +88,8 @@ if FULL then
 end
 -- Issue 24's settings in one read: extras (see results.lua; dependencies set
 -- it too) and the event log's cap (events.lua).
-local ecfg = redis.call('HMGET', KEYS[11], 'extras', 'events_maxlen')
+local ecfg = redis.call('HMGET', KEYS[11], 'extras', 'events_maxlen', 'layout')
+if layout_stale(ecfg[3], LAYOUT) then return redis.status_reply('LAYOUT') end
 -- A narrow call (the first 19 keys, see keyset.rs) for a queue that uses
 -- issue 24's keys or its event log, or for tasks that need them: nothing
 -- written, and the client calls again with all 31.

@@ -1,0 +1,35 @@
+-- layout: change the shard layout of a queue (issue 35; docs/sharded-queue.md,
+-- sections 1 and 7). One call touches one shard's `config` hash.
+-- KEYS[1]  the `config` hash (key 11 of a shard's keys): shard 0's for
+--          'commit', shard i's for 'bump'
+-- ARGV[1]  'commit': a compare-and-set of the layout on shard 0
+--   ARGV[2]  the version the caller read (its `layout` field; 0: absent)
+--   ARGV[3]  the new version
+--   ARGV[4]  K, the shards new tasks are placed over
+--   ARGV[5]  the tag numbers of shards 1.. (comma list; '' none)
+--   ARGV[6]  while a lowering drains, the number of shards before it ('' none)
+--   Returns  {1, new version}, or {0, the stored version} when it is not the
+--            one the caller read (nothing written)
+-- ARGV[1]  'bump': shard i adopts a layout version
+--   ARGV[2]  the version (`layout` only grows: a lower one changes nothing)
+--   ARGV[3]  i, the shard's index (kept as `shard`)
+--   Returns  the shard's version after the call
+local cfg = KEYS[1]
+if ARGV[1] == 'commit' then
+  local have = tonumber(redis.call('HGET', cfg, 'layout') or '0')
+  if have ~= tonumber(ARGV[2]) then return {0, have} end
+  redis.call('HSET', cfg, 'layout', ARGV[3], 'shards', ARGV[4])
+  if ARGV[5] == '' then redis.call('HDEL', cfg, 'shard_n') else redis.call('HSET', cfg, 'shard_n', ARGV[5]) end
+  if ARGV[6] == '' then redis.call('HDEL', cfg, 'draining') else redis.call('HSET', cfg, 'draining', ARGV[6]) end
+  return {1, tonumber(ARGV[3])}
+end
+if ARGV[1] == 'bump' then
+  local have = tonumber(redis.call('HGET', cfg, 'layout') or '0')
+  local want = tonumber(ARGV[2])
+  if want > have then
+    redis.call('HSET', cfg, 'layout', ARGV[2], 'shard', ARGV[3])
+    have = want
+  end
+  return have
+end
+return redis.error_reply('ERR layout: unknown operation ' .. tostring(ARGV[1]))
