@@ -61,6 +61,8 @@ async fn cases(d: &Deployment) -> TestResult {
     lowering_is_refused_or_drains(d).await?;
     reads_see_one_queue(d).await?;
     bad_input_writes_nothing(d).await?;
+    events_and_checks_cover_every_shard(d).await?;
+    idle_workers_wake_for_any_shard(d).await?;
     Ok(())
 }
 
@@ -343,6 +345,32 @@ async fn bad_input_writes_nothing(d: &Deployment) -> TestResult {
         "{r:?}"
     );
     assert_eq!(q.shards().await?.version, 0);
+    // A queue-wide limit is split into shares that add up to it, through raises.
+    let limited = client.queue("limited");
+    let ten = dlm::queue::RateLimit::new(10, Duration::from_secs(1))?;
+    limited
+        .configure(&QueueSettings::default().rate(Some(ten)))
+        .await?;
+    limited.configure(&shards(4)).await?;
+    assert_eq!(
+        limited.settings().await?.get_rate().map(|r| r.n()),
+        Some(10)
+    );
+    limited.configure(&shards(6)).await?;
+    assert_eq!(
+        limited.settings().await?.get_rate().map(|r| r.n()),
+        Some(10)
+    );
+    let r = limited
+        .configure(
+            &QueueSettings::default()
+                .rate(Some(dlm::queue::RateLimit::new(5, Duration::from_secs(1))?)),
+        )
+        .await;
+    assert!(
+        matches!(r, Err(dlm::Error::InvalidArgument { arg: "rate", .. })),
+        "{r:?}"
+    );
     // A queue never sharded has no layout field at all.
     q.push("plain").await?;
     d.command_on(
@@ -354,5 +382,97 @@ async fn bad_input_writes_nothing(d: &Deployment) -> TestResult {
     .eq("0")
     .then_some(())
     .ok_or("a plain queue got a layout field")?;
+    Ok(())
+}
+
+async fn events_and_checks_cover_every_shard(d: &Deployment) -> TestResult {
+    let client = d.client().await;
+    let q = client.queue("logged");
+    q.configure(&shards(3).events(Some(1000))).await?;
+    for i in 0..30 {
+        q.push(format!("e{i}").as_str()).await?;
+    }
+    let (all, _) = q.events_page(&dlm::queue::EventsFrom::Start, 100).await?;
+    let added: HashSet<String> = all
+        .iter()
+        .filter(|e| e.kind.as_str() == "added")
+        .map(|e| e.task.clone())
+        .collect();
+    assert_eq!(added.len(), 30, "every shard's log is read");
+    // Paging with a small page misses nothing and repeats nothing.
+    let mut from = dlm::queue::EventsFrom::Start;
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        let (page, next) = q.events_page(&from, 2).await?;
+        if page.is_empty() {
+            break;
+        }
+        seen.extend(
+            page.into_iter()
+                .filter(|e| e.kind.as_str() == "added")
+                .map(|e| e.task),
+        );
+        from = next;
+    }
+    assert_eq!(seen.len(), 30, "{seen:?}");
+    assert_eq!(seen.iter().collect::<HashSet<_>>().len(), 30);
+    // Resuming from one event's cursor gives what came after it.
+    let (first, _) = q.events_page(&dlm::queue::EventsFrom::Start, 100).await?;
+    let (rest, _) = q
+        .events_page(&dlm::queue::EventsFrom::After(first[9].cursor.clone()), 100)
+        .await?;
+    assert_eq!(rest.len(), first.len() - 10);
+    // The invariants hold in every shard, and the counts add up.
+    let report = q.check_invariants().await?;
+    assert!(report.is_ok(), "{:?}", report.violations);
+    assert_eq!(report.counts.waiting, 30);
+    drain(&q, 1).await?;
+    let report = q.check_invariants().await?;
+    assert!(report.is_ok() && report.counts.waiting == 0);
+    Ok(())
+}
+
+async fn idle_workers_wake_for_any_shard(d: &Deployment) -> TestResult {
+    let client = d.client().await;
+    let q = client.queue("wake");
+    q.configure(&shards(4)).await?;
+    let done = Arc::new(Mutex::new(0usize));
+    let stop = CancellationToken::new();
+    let counted = done.clone();
+    let w = q.worker(WorkerOptions::new().idle_wait(Duration::from_secs(30)));
+    let run = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            w.run(
+                move |_| {
+                    let counted = counted.clone();
+                    async move {
+                        if let Ok(mut n) = counted.lock() {
+                            *n += 1;
+                        }
+                        Ok::<(), std::io::Error>(())
+                    }
+                },
+                stop,
+            )
+            .await
+        }
+    });
+    // Let it find nothing and block, then push into every shard.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let pusher = d.client().await.queue("wake");
+    for i in 0..20 {
+        pusher.push(format!("w{i}").as_str()).await?;
+    }
+    let start = std::time::Instant::now();
+    while done.lock().map(|n| *n).unwrap_or(0) < 20 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "an idle worker woke for every shard's work, not at its 30 s idle timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    run.await??;
     Ok(())
 }

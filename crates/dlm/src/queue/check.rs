@@ -8,7 +8,6 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use crate::error::{Error, Result};
-use crate::keys::queue_payload_bucket_keys;
 use crate::queue::Queue;
 use crate::queue::ops::{array, int, invocation, text, unsigned};
 
@@ -213,11 +212,46 @@ impl Queue {
                 format!("{max_ids} is outside 1 ..= {MAX_CHECK_IDS}"),
             ));
         }
+        let Some(l) = self.sharded_view().await? else {
+            return self.check_here(max_ids).await;
+        };
+        // A sharded queue: every shard on its own (one snapshot per shard),
+        // the counts added up, each violation naming its shard.
+        let mut all = InvariantReport {
+            complete: true,
+            now: 0,
+            counts: StateCounts::default(),
+            violations: Vec::new(),
+        };
+        for q in self.shard_handles(&l) {
+            let r = q.check_here(max_ids).await?;
+            all.complete &= r.complete;
+            all.now = all.now.max(r.now);
+            let (a, b) = (&mut all.counts, &r.counts);
+            a.waiting += b.waiting;
+            a.delayed += b.delayed;
+            a.parked += b.parked;
+            a.in_flight += b.in_flight;
+            a.blocked += b.blocked;
+            a.dead += b.dead;
+            a.done += b.done;
+            let shard = q.shard_index();
+            all.violations.extend(r.violations.into_iter().map(|mut v| {
+                v.detail = format!("shard {shard}: {}", v.detail);
+                v
+            }));
+        }
+        all.violations.truncate(MAX_VIOLATIONS);
+        Ok(all)
+    }
+
+    /// [`Queue::check_invariants_up_to`] on this handle's shard only.
+    async fn check_here(&self, max_ids: usize) -> Result<InvariantReport> {
         let (backend, keys) = self.ready()?;
-        let buckets = queue_payload_bucket_keys(&self.name)?;
         let mut inv = invocation(&CHECK, keys);
-        for b in &buckets {
-            inv.key(b);
+        // This shard's payload buckets (named after its `payload` key).
+        for b in 0..crate::keys::QUEUE_PAYLOAD_BUCKETS {
+            inv.key(format!("{}:{b:03x}", keys[1]));
         }
         inv.arg(max_ids).arg(MAX_VIOLATIONS);
         report_reply(backend.eval(&inv).await?)

@@ -109,6 +109,32 @@ impl EventsFrom {
     }
 }
 
+/// How often `events` reads a sharded queue's logs again when it found nothing.
+const SHARDED_FOLLOW_EVERY: Duration = Duration::from_millis(250);
+
+/// The prefix of a sharded queue's events cursor (one position per shard).
+const SHARDED_CURSOR: &str = "shards:";
+
+/// The position in each of `n` shards' logs that `from` means.
+fn split_cursor(from: &EventsFrom, n: usize) -> Vec<String> {
+    match from {
+        EventsFrom::After(c) => match c.strip_prefix(SHARDED_CURSOR) {
+            Some(list) => {
+                let mut pos: Vec<String> = list.split(',').map(str::to_string).collect();
+                // A shard added since the cursor was made: from its start.
+                pos.resize(n, "-".to_string());
+                pos
+            }
+            None => vec![c.clone(); n],
+        },
+        other => vec![other.arg().to_string(); n],
+    }
+}
+
+fn join_cursor(pos: &[String]) -> String {
+    format!("{SHARDED_CURSOR}{}", pos.join(","))
+}
+
 /// One stream entry (`[id, [field, value, ...]]`) as its events.
 fn entry_events(entry: &Value, out: &mut Vec<Event>) -> Result<()> {
     let Value::Array(parts) = entry else {
@@ -198,9 +224,19 @@ impl Queue {
                 format!("{entries} is outside 1 ..= {MAX_EVENTS_PAGE}"),
             ));
         }
+        if let Some(l) = self.sharded_view().await? {
+            return self.events_page_sharded(&l, from, entries).await;
+        }
+        let (out, last) = self.events_page_here(from.arg(), entries).await?;
+        Ok((out, EventsFrom::After(last)))
+    }
+
+    /// One page of this handle's shard's log after stream position `from`,
+    /// and the last position read.
+    async fn events_page_here(&self, from: &str, entries: usize) -> Result<(Vec<Event>, String)> {
         let (backend, keys) = self.ready()?;
         let mut inv = invocation(&EVENTS_READ, keys);
-        inv.arg(from.arg()).arg(entries);
+        inv.arg(from).arg(entries);
         let reply = array(backend.eval(&inv).await?)?;
         let Some((last, rest)) = reply.split_first() else {
             return Err(Error::protocol("empty events reply"));
@@ -209,7 +245,43 @@ impl Queue {
         for entry in rest {
             entry_events(entry, &mut out)?;
         }
-        Ok((out, EventsFrom::After(text(last)?)))
+        Ok((out, text(last)?))
+    }
+
+    /// A page of every shard's log (at most `entries` entries each), merged
+    /// by time. The cursor holds one position per shard
+    /// (`shards:ID0,ID1,...`), so paging on misses nothing; each event's
+    /// cursor is the position right after it in that merged order. A plain
+    /// stream id as `from` means "after that time" in every shard.
+    async fn events_page_sharded(
+        &self,
+        l: &crate::queue::shards::Layout,
+        from: &EventsFrom,
+        entries: usize,
+    ) -> Result<(Vec<Event>, EventsFrom)> {
+        let shards = self.shard_handles(l);
+        let mut pos = split_cursor(from, shards.len());
+        let pages = futures_util::future::try_join_all(
+            shards
+                .iter()
+                .zip(&pos)
+                .map(|(q, f)| q.events_page_here(f, entries)),
+        )
+        .await?;
+        let mut tagged: Vec<(usize, Event)> = Vec::new();
+        let mut last: Vec<String> = Vec::with_capacity(pages.len());
+        for (i, (events, at)) in pages.into_iter().enumerate() {
+            tagged.extend(events.into_iter().map(|e| (i, e)));
+            last.push(at);
+        }
+        tagged.sort_by_key(|(i, e)| (e.at_ms, *i));
+        let mut out = Vec::with_capacity(tagged.len());
+        for (i, mut e) in tagged {
+            pos[i] = e.cursor.clone();
+            e.cursor = join_cursor(&pos);
+            out.push(e);
+        }
+        Ok((out, EventsFrom::After(join_cursor(&last))))
     }
 
     /// The events from `from` on, as they happen: an endless stream (drop
@@ -277,6 +349,11 @@ impl Follow {
     /// Wait (at most a second) for an entry after the cursor.
     async fn block(&mut self) {
         let wait = Duration::from_secs(1);
+        if self.queue.known_layout().is_some_and(|l| !l.is_plain()) {
+            // A sharded queue's logs are in several slots: read again soon.
+            tokio::time::sleep(SHARDED_FOLLOW_EVERY).await;
+            return;
+        }
         let (Some(deployment), Ok(keys)) = (
             self.queue.deployment().cloned(),
             crate::keys::queue_keys(self.queue.root(), self.queue.name()),

@@ -134,13 +134,8 @@ impl Queue {
         let all =
             futures_util::future::try_join_all(shards.iter().map(Queue::settings_here)).await?;
         let mut s = all.first().copied().unwrap_or_default();
-        let placed = usize::from(l.k);
         if let Some(r) = s.get_rate() {
-            let n: u32 = all
-                .iter()
-                .take(placed)
-                .filter_map(|x| x.get_rate().map(|r| r.n()))
-                .sum();
+            let n: u32 = all.iter().filter_map(|x| x.get_rate().map(|r| r.n())).sum();
             s = s.rate(Some(crate::queue::RateLimit::new(n.max(1), r.period())?));
         }
         s.shards = Some(l.k);
@@ -157,7 +152,7 @@ impl Queue {
         let mut plain = *change;
         let rate = change.rate;
         if let Some(Some(r)) = rate {
-            if r.n() < u32::from(l.k) {
+            if r.n() < u32::from(l.live()) {
                 return Err(Error::invalid(
                     "rate",
                     format!(
@@ -175,7 +170,7 @@ impl Queue {
             q.configure_here(&plain).await?;
         }
         match rate {
-            Some(Some(r)) => self.write_rate_shares(&l.tags, l.k, r).await?,
+            Some(Some(r)) => self.write_rate_shares(&l.tags, l.tags.len(), r).await?,
             Some(None) => {
                 for q in self.shard_handles(l) {
                     q.configure_here(&QueueSettings::default().rate(None))

@@ -429,6 +429,10 @@ impl Queue {
         let mut out: Vec<Option<Enqueued>> = vec![None; tasks.len()];
         let mut pending: Vec<usize> = (0..tasks.len()).collect();
         for attempt in 0..PLACE_ATTEMPTS {
+            if attempt > 1 {
+                // A change of K is committing: give it a moment (5, 10, 20 ms).
+                tokio::time::sleep(Duration::from_millis(5 << (attempt - 2))).await;
+            }
             let layout = match (attempt, self.known_layout()) {
                 (0, Some(l)) => Some(l),
                 (0, None) => None,
@@ -583,9 +587,17 @@ impl Queue {
             return Ok(());
         }
         let base = self.shard(0, 0);
-        let settings = base.settings_here().await?;
-        if let Some(r) = settings.get_rate()
-            && r.n() < u32::from(k)
+        // The queue-wide settings (a sharded queue's rate limit is the sum of
+        // its shards' shares).
+        let mut settings = if now.is_plain() {
+            base.settings_here().await?
+        } else {
+            self.settings_sharded(&now).await?
+        };
+        settings.shards = None;
+        let rate = settings.get_rate();
+        if let Some(r) = rate
+            && r.n() < u32::from(k.max(live))
         {
             return Err(Error::invalid(
                 "shards",
@@ -607,9 +619,19 @@ impl Queue {
                 tags.push(n);
             }
             let paused = base.stats_here().await?.paused;
+            // Rate shares: the old shards' shrink first, so that the sum
+            // never exceeds the queue's limit while the change runs.
+            if let Some(r) = rate {
+                self.write_rate_shares(&tags[..usize::from(live)], usize::from(k), r)
+                    .await?;
+            }
             for i in live..k {
                 let q = self.shard(i, tags[usize::from(i)]);
-                q.configure_here(&settings).await?;
+                let mut own = settings;
+                if let Some(r) = rate {
+                    own = own.rate(Some(share_of(r, usize::from(i), usize::from(k))?));
+                }
+                q.configure_here(&own).await?;
                 if paused {
                     q.pause_here(true).await?;
                 }
@@ -658,11 +680,13 @@ impl Queue {
         self.commit_layout(now.version, next, k, &tags, draining)
             .await?;
         self.bump_all(next, &tags).await?;
-        if k > 1 || draining.is_some() {
-            // Rate shares: each live shard its part of the queue's limit.
-            if let Some(r) = settings.get_rate() {
-                self.write_rate_shares(&tags, k, r).await?;
-            }
+        if k < live
+            && draining.is_none()
+            && let Some(r) = rate
+        {
+            // Lowered: the removed shards take no claim any more, so the
+            // kept ones' shares grow only now.
+            self.write_rate_shares(&tags, tags.len(), r).await?;
         }
         Ok(())
     }
@@ -673,19 +697,12 @@ impl Queue {
     pub(crate) async fn write_rate_shares(
         &self,
         tags: &[u16],
-        k: u16,
+        live: usize,
         r: crate::queue::RateLimit,
     ) -> Result<()> {
-        let kk = u32::from(k);
         for (i, n) in tags.iter().enumerate() {
-            let i16 = u16::try_from(i).unwrap_or(0);
-            let share = if i16 < k {
-                r.n() / kk + u32::from(u32::from(i16) < r.n() % kk)
-            } else {
-                1
-            };
-            let limit = crate::queue::RateLimit::new(share.max(1), r.period())?;
-            self.shard(i16, *n)
+            let limit = share_of(r, i, live)?;
+            self.shard(u16::try_from(i).unwrap_or(0), *n)
                 .configure_here(&QueueSettings::default().rate(Some(limit)))
                 .await?;
         }
@@ -760,6 +777,19 @@ impl Queue {
 }
 
 ops::script!(LAYOUT_SCRIPT, "layout.lua");
+
+/// Shard `i`'s share of the queue-wide limit `r` over `live` shards: n / live,
+/// the first n mod live shards one more, so the shares add up to n exactly.
+pub(crate) fn share_of(
+    r: crate::queue::RateLimit,
+    i: usize,
+    live: usize,
+) -> Result<crate::queue::RateLimit> {
+    let live = u32::try_from(live.max(1)).unwrap_or(u32::MAX);
+    let i = u32::try_from(i).unwrap_or(u32::MAX);
+    let share = r.n() / live + u32::from(i < r.n() % live);
+    crate::queue::RateLimit::new(share.max(1), r.period())
+}
 
 /// The master (its address) of each slot range, from `CLUSTER SLOTS`
 /// (`None`: not a Cluster, or not answered).
@@ -882,6 +912,20 @@ mod tests {
             "{per:?}"
         );
         assert_eq!(pick_tag("clicks", 1, &[0], None), 0);
+    }
+
+    #[test]
+    fn rate_shares_add_up_to_the_limit() -> Result<()> {
+        for n in [4u32, 5, 10, 99, 100_000] {
+            for live in 1..=4usize {
+                let r = crate::queue::RateLimit::new(n, Duration::from_secs(1))?;
+                let sum: u32 = (0..live)
+                    .map(|i| share_of(r, i, live).map(|s| s.n()))
+                    .sum::<Result<u32>>()?;
+                assert_eq!(sum, n, "n {n} over {live}");
+            }
+        }
+        Ok(())
     }
 
     #[test]
