@@ -37,18 +37,19 @@ done
 
 # The compatibility set, as nextest filters, measured to about a minute per server on 2 cores: every
 # lock kind (mutex, fair, read-write, semaphore, multi-lock, fences), single and Redlock; the queue
-# with dependencies, events and results; the CLI's lock, Redlock and queue commands; a least-privilege
+# with dependencies, events, results and shards; the CLI's lock, Redlock and queue commands; a least-privilege
 # ACL user. Standalone only: Cluster and Sentinel (many seconds each to start) run on Valkey.
 compat_rust='(binary(lock_behaviour) | binary(lock_matrix) | binary(redlock) | binary(fair_lock)
   | binary(rwlock) | binary(semaphore) | binary(multi_lock) | binary(fences)
-  | (package(dlm) & (binary(queue) | binary(queue_dag) | binary(queue_results) | binary(queue_outcome)))
+  | (package(dlm) & (binary(queue) | binary(queue_dag) | binary(queue_results) | binary(queue_outcome)
+    | binary(queue_shards)))
   | (package(dlm-cli) & (binary(lock_cmds) | binary(redlock_cli) | binary(queue_cmds)))
   | test(/core_cases_as_a_least_privilege_acl_user$/))
   & not test(/cluster|sentinel/)'
 # On Valkey also Cluster and Sentinel: the core cases (locks and the queue) on each, every client kind
 # on each, and the testkit's own start and failover of both.
 compat_rust_valkey='test(/core_cases_on_a_cluster$/) | test(/core_cases_behind_sentinel$/)
-  | (package(dlm) & (binary(native_paths) | binary(fast_safe_pairs)))
+  | (package(dlm) & (binary(native_paths) | binary(fast_safe_pairs) | binary(queue_shards)))
   | (binary(lock_matrix) & test(/cluster|sentinel/))
   | (package(dlm-testkit) & (test(/^cluster::tests::cluster_starts_serves_slots_and_fails_over$/)
     | test(/^sentinel::tests::sentinels_start_and_fail_over_when_the_master_dies$/)))'

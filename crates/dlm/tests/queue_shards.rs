@@ -63,6 +63,44 @@ async fn cases(d: &Deployment) -> TestResult {
     bad_input_writes_nothing(d).await?;
     events_and_checks_cover_every_shard(d).await?;
     idle_workers_wake_for_any_shard(d).await?;
+    compact_payloads_and_priorities_per_shard(d).await?;
+    Ok(())
+}
+
+async fn compact_payloads_and_priorities_per_shard(d: &Deployment) -> TestResult {
+    let client = d.client().await;
+    let q = client.queue("compact").compact_payloads(true);
+    q.configure(&shards(3)).await?;
+    for i in 0..30 {
+        q.push(NewTask::new(format!("p{i}")).payload(format!("payload {i}")))
+            .await?;
+    }
+    let mut got = HashMap::new();
+    while got.len() < 30 {
+        let leases = q.claim(30, Duration::from_secs(30)).await?;
+        assert!(!leases.is_empty());
+        for l in leases {
+            got.insert(l.task().id.clone(), l.task().payload.clone());
+            l.ack().await?;
+        }
+    }
+    for i in 0..30 {
+        assert_eq!(
+            got.get(&format!("p{i}")).cloned().flatten(),
+            Some(format!("payload {i}").into_bytes())
+        );
+    }
+    assert_eq!(q.stats().await?.processed, 30);
+    // Within a shard, priority first: the peek keeps each shard's order.
+    let p = client.queue("prio");
+    p.configure(&shards(4)).await?;
+    for i in 0..5 {
+        p.push(NewTask::new(format!("low{i}")).shard_key("k")).await?;
+    }
+    p.push(NewTask::new("high").shard_key("k").priority(5)).await?;
+    assert_eq!(p.top(6).await?.first().map(|e| e.id.clone()), Some("high".into()));
+    let first = p.claim(1, Duration::from_secs(30)).await?;
+    assert_eq!(first.first().map(|l| l.task().id.clone()), Some("high".into()));
     Ok(())
 }
 
