@@ -95,12 +95,20 @@ async fn compact_payloads_and_priorities_per_shard(d: &Deployment) -> TestResult
     let p = client.queue("prio");
     p.configure(&shards(4)).await?;
     for i in 0..5 {
-        p.push(NewTask::new(format!("low{i}")).shard_key("k")).await?;
+        p.push(NewTask::new(format!("low{i}")).shard_key("k"))
+            .await?;
     }
-    p.push(NewTask::new("high").shard_key("k").priority(5)).await?;
-    assert_eq!(p.top(6).await?.first().map(|e| e.id.clone()), Some("high".into()));
+    p.push(NewTask::new("high").shard_key("k").priority(5))
+        .await?;
+    assert_eq!(
+        p.top(6).await?.first().map(|e| e.id.clone()),
+        Some("high".into())
+    );
     let first = p.claim(1, Duration::from_secs(30)).await?;
-    assert_eq!(first.first().map(|l| l.task().id.clone()), Some("high".into()));
+    assert_eq!(
+        first.first().map(|l| l.task().id.clone()),
+        Some("high".into())
+    );
     Ok(())
 }
 

@@ -76,7 +76,9 @@ async fn core_cases(topology: &Topology) -> TestResult {
     locks(&client, &other).await?;
     primitives(&client, &other).await?;
     replicas(&client, topology).await?;
-    queue(&client).await?;
+    // The queue as it always was, and spread over 3 shards (issue 35).
+    queue(&client, None).await?;
+    queue(&client, Some(3)).await?;
     consistency(&client).await?;
     Ok(())
 }
@@ -374,8 +376,19 @@ fn counting_worker(
     })
 }
 
-async fn queue(client: &Client) -> TestResult {
-    let queue = client.queue("topology-jobs").max_attempts(2);
+async fn queue(client: &Client, shards: Option<u16>) -> TestResult {
+    let named = |name: &str| match shards {
+        Some(k) => format!("{name}-{k}-shards"),
+        None => name.to_string(),
+    };
+    let queue = client.queue(&named("topology-jobs")).max_attempts(2);
+    let seeds = client.queue(&named("topology-seeds"));
+    if let Some(k) = shards {
+        for q in [&queue, &seeds] {
+            q.configure(&dlm::queue::QueueSettings::default().shards(k))
+                .await?;
+        }
+    }
     // A worker that starts idle is woken by the enqueue (its blocking wait
     // goes to the node that owns the queue's keys).
     let handled = Arc::new(AtomicUsize::new(0));
@@ -411,7 +424,6 @@ async fn queue(client: &Client) -> TestResult {
     assert_eq!(queue.pop(10).await?.len(), 1);
 
     // The seed API and the lease calls the worker did not need.
-    let seeds = client.queue("topology-seeds");
     seeds
         .enqueue(
             [NewTask::new("a").payload(b"1".to_vec()), NewTask::new("b")],
