@@ -381,8 +381,8 @@ async fn queue(client: &Client, shards: Option<u16>) -> TestResult {
         Some(k) => format!("{name}-{k}-shards"),
         None => name.to_string(),
     };
-    let queue = client.queue(&named("topology-jobs")).max_attempts(2);
-    let seeds = client.queue(&named("topology-seeds"));
+    let queue = client.queue(named("topology-jobs")).max_attempts(2);
+    let seeds = client.queue(named("topology-seeds"));
     if let Some(k) = shards {
         for q in [&queue, &seeds] {
             q.configure(&dlm::queue::QueueSettings::default().shards(k))
