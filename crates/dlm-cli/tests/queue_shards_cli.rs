@@ -431,3 +431,47 @@ fn commands_by_id_accept_a_shard_key() -> TestResult {
     assert_eq!(queue_stats(&server, "iq")["waiting"], 1);
     Ok(())
 }
+
+#[test]
+fn a_sharded_queue_spreads_over_a_clusters_masters() -> TestResult {
+    let cluster = dlm_testkit::Cluster::start()?;
+    let seed = cluster.seed_url();
+    let on = |args: &[&str]| {
+        let mut all = vec!["--cluster", "--redis", seed.as_str()];
+        all.extend_from_slice(args);
+        run(&all)
+    };
+    let r = on(&["queue", "config", "hot", "--shards", "6"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let ids: Vec<String> = (0..60).map(|i| format!("h{i}")).collect();
+    let mut args = vec!["--json", "queue", "push", "hot"];
+    args.extend(ids.iter().map(String::as_str));
+    let r = on(&args);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    assert_eq!(json_lines(&r).len(), 60);
+
+    let r = on(&["--json", "queue", "stats", "hot", "--shards"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let s = json(&r);
+    assert_eq!(s["waiting"], 60, "{s}");
+    let shards = s["shards"].as_array().ok_or("shards")?;
+    assert_eq!(shards.len(), 6);
+    // Each shard on the master of its slot; together on every master.
+    let mut masters = std::collections::BTreeSet::new();
+    for x in shards {
+        let slot = u16::try_from(x["slot"].as_u64().ok_or("slot")?)?;
+        let tag = x["tag"].as_str().ok_or("tag")?;
+        assert_eq!(dlm_testkit::key_slot(&format!("{{{tag}}}")), slot, "{x}");
+        masters.insert(cluster.master_for_slot(slot).ok_or("no master")?.port());
+    }
+    assert_eq!(masters.len(), 3, "6 shards over 3 masters: {masters:?}");
+
+    // Lowering without --drain: exit 1 on a cluster too.
+    let r = on(&["queue", "config", "hot", "--shards", "3"]);
+    assert_eq!(r.code(), 1, "{}", r.stderr);
+    let r = on(&["queue", "pop", "hot", "--count", "100"]);
+    assert_eq!(json_lines(&r).len(), 60);
+    let r = on(&["queue", "config", "hot", "--shards", "3"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    Ok(())
+}
