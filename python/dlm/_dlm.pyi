@@ -109,6 +109,29 @@ class QueueSettings(TypedDict):
     events: Optional[int]
     keep_results: float
     keep_results_bytes: int
+    shards: int
+    """How many shards new tasks go to (1: not sharded)."""
+
+class ShardInfo(TypedDict):
+    """One shard of a queue (`Queue.shards()`)."""
+
+    index: int
+    tag: str
+    """Its hash tag: the queue's name for shard 0, else `NAME#i` (or `NAME#i.n`)."""
+    slot: int
+    """Its Redis Cluster slot."""
+
+class ShardLayout(TypedDict):
+    """How a queue is spread (`Queue.shards()`)."""
+
+    k: int
+    """Shards new tasks go to (1: not sharded)."""
+    version: int
+    """The layout's version: +1 at every change (0: never sharded)."""
+    draining: Optional[int]
+    """While a lowering drains: how many shards there were before it."""
+    shards: list[ShardInfo]
+    """Every shard workers claim from, in order (the draining ones last)."""
 
 class Schedule(TypedDict):
     """A repeating task (`Queue.schedules()`); next_tick in float seconds since the epoch."""
@@ -386,12 +409,18 @@ class Queue:
         after: Optional[Sequence[str]] = None,
         timeout: Optional[float] = None,
         replace: bool = False,
+        shard_key: Optional[str] = None,
     ) -> bool:
-        """Add a task; False when the id is already queued."""
+        """Add a task; False when the id is already queued. shard_key: on a
+        sharded queue, place it by this key instead of its id."""
     def push_many(
         self, tasks: Sequence[Union[str, Tuple[str, Payload]]], *, delay: float = 0.0, replace: bool = False
     ) -> list[bool]: ...
     def stats(self) -> QueueStats: ...
+    def shard_stats(self) -> list[QueueStats]:
+        """Each shard's counts, in shard order (one for a queue not sharded)."""
+    def shards(self) -> ShardLayout:
+        """How the queue is spread over its shards."""
     def result(self, id: str) -> Optional[bytes]:
         """The stored result, or None (none yet, none at all, or unknown)."""
     def wait_result(self, id: str, timeout: float) -> Optional[bytes]:
@@ -425,7 +454,13 @@ class Queue:
         events: Optional[int] = None,
         keep_results: Optional[float] = None,
         keep_results_bytes: Optional[int] = None,
-    ) -> QueueSettings: ...
+        shards: Optional[int] = None,
+        drain: bool = False,
+    ) -> QueueSettings:
+        """Change the settings given (None: unchanged); return them all.
+        shards: spread the queue over K shards (1 to 64); lowering K is refused
+        (InvalidArgument) while the removed shards hold tasks, unless
+        drain=True; the same call again finishes the drain."""
     def settings(self) -> QueueSettings: ...
     def schedule(
         self, id: str, *, every: Optional[float] = None, cron: Optional[str] = None, payload: Optional[Payload] = None
@@ -471,11 +506,16 @@ class AsyncQueue:
         after: Optional[Sequence[str]] = None,
         timeout: Optional[float] = None,
         replace: bool = False,
+        shard_key: Optional[str] = None,
     ) -> "Call[bool]": ...
     def push_many(
         self, tasks: Sequence[Union[str, Tuple[str, Payload]]], *, delay: float = 0.0, replace: bool = False
     ) -> "Call[list[bool]]": ...
     def stats(self) -> "Call[QueueStats]": ...
+    def shard_stats(self) -> "Call[list[QueueStats]]":
+        """Each shard's counts, in shard order (one for a queue not sharded)."""
+    def shards(self) -> "Call[ShardLayout]":
+        """How the queue is spread over its shards."""
     def result(self, id: str) -> "Call[Optional[bytes]]":
         """The stored result, or None (none yet, none at all, or unknown)."""
     def wait_result(self, id: str, timeout: float) -> "Call[Optional[bytes]]":
@@ -507,6 +547,8 @@ class AsyncQueue:
         events: Optional[int] = None,
         keep_results: Optional[float] = None,
         keep_results_bytes: Optional[int] = None,
+        shards: Optional[int] = None,
+        drain: bool = False,
     ) -> "Call[QueueSettings]": ...
     def settings(self) -> "Call[QueueSettings]": ...
     def schedule(

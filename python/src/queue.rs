@@ -416,6 +416,40 @@ fn settings_record(s: dlm::queue::QueueSettings) -> Record {
         .with("events", s.get_events())
         .with("keep_results", s.get_keep_results())
         .with("keep_results_bytes", s.get_keep_results_bytes())
+        .with("shards", u32::from(s.get_shards()))
+}
+
+fn stats_record(s: dlm::queue::QueueStats) -> Record {
+    Record::default()
+        .with("waiting", s.waiting)
+        .with("delayed", s.delayed)
+        .with("in_flight", s.inflight)
+        .with("dead", s.dead)
+        .with("processed", s.processed)
+        .with("failed", s.failed)
+        .with("blocked", s.blocked)
+        .with("result_bytes", s.result_bytes)
+        .with("results_evicted", s.results_evicted)
+        .with("paused", s.paused)
+        .with("oldest_due", s.oldest_due)
+}
+
+fn layout_record(l: dlm::queue::ShardLayout) -> Record {
+    let shards = l
+        .shards
+        .into_iter()
+        .map(|s| {
+            Record::default()
+                .with("index", u32::from(s.index))
+                .with("tag", s.tag)
+                .with("slot", u32::from(s.slot))
+        })
+        .collect();
+    Record::default()
+        .with("k", u32::from(l.k))
+        .with("version", l.version)
+        .with("draining", l.draining.map(u32::from))
+        .with("shards", Val::Records(shards))
 }
 
 /// `push_many`'s items: ids or (id, payload) pairs.
@@ -713,6 +747,7 @@ impl Core {
         after: Option<Vec<String>>,
         timeout: Option<f64>,
         replace: bool,
+        shard_key: Option<String>,
     ) -> impl Future<Output = PyResult<bool>> + Send + 'static {
         let q = self.0.clone();
         async move {
@@ -726,6 +761,9 @@ impl Core {
             }
             if let Some(a) = after {
                 t = t.after(a);
+            }
+            if let Some(k) = shard_key {
+                t = t.shard_key(k);
             }
             if let Some(l) = opt_secs("timeout", timeout).map_err(err)? {
                 t = t.timeout(l);
@@ -764,21 +802,7 @@ impl Core {
 
     fn stats(&self) -> impl Future<Output = PyResult<Record>> + Send + 'static {
         let q = self.0.clone();
-        async move {
-            let s = q.stats().await.map_err(err)?;
-            Ok(Record::default()
-                .with("waiting", s.waiting)
-                .with("delayed", s.delayed)
-                .with("in_flight", s.inflight)
-                .with("dead", s.dead)
-                .with("processed", s.processed)
-                .with("failed", s.failed)
-                .with("blocked", s.blocked)
-                .with("result_bytes", s.result_bytes)
-                .with("results_evicted", s.results_evicted)
-                .with("paused", s.paused)
-                .with("oldest_due", s.oldest_due))
-        }
+        async move { q.stats().await.map(stats_record).map_err(err) }
     }
 
     fn result(&self, id: String) -> impl Future<Output = PyResult<Option<Bytes>>> + Send + 'static {
@@ -1413,8 +1437,10 @@ macro_rules! queue_methods {
         /// Add a task (due after `delay` seconds). Returns False when a task
         /// with this id is already queued (kept, unless replace=True; a
         /// replacement of a task in flight runs once that run has ended).
-        /// after=[ids]: run only once those tasks completed.
-        #[pyo3(signature = (id, payload=None, *, delay=0.0, priority=Int::of(0), group=None, after=None, timeout=None, replace=false))]
+        /// after=[ids]: run only once those tasks completed. shard_key: on a
+        /// sharded queue, place the task by this key instead of its id (a
+        /// group is its tasks' shard key: another key with it is refused).
+        #[pyo3(signature = (id, payload=None, *, delay=0.0, priority=Int::of(0), group=None, after=None, timeout=None, replace=false, shard_key=None))]
         #[allow(clippy::too_many_arguments)]
         fn push<'py>(
             &self,
@@ -1427,10 +1453,11 @@ macro_rules! queue_methods {
             after: Option<Vec<String>>,
             timeout: Option<f64>,
             replace: bool,
+            shard_key: Option<String>,
         ) -> PyResult<$run!(py, bool)> {
             let payload = opt_payload(payload, "payload")?;
             let priority = priority.get("priority")?;
-            $run(py, self.core.push(id, payload, delay, priority, group, after, timeout, replace))
+            $run(py, self.core.push(id, payload, delay, priority, group, after, timeout, replace, shard_key))
         }
 
         /// Add many tasks in one round trip, all due after `delay` seconds:
@@ -1452,6 +1479,23 @@ macro_rules! queue_methods {
         /// failed, blocked, paused, oldest_due (seconds).
         fn stats<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, Record)> {
             $run(py, self.core.stats())
+        }
+
+        /// Each shard's counts, in shard order (dicts as stats() gives;
+        /// one for a queue that is not sharded).
+        fn shard_stats<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, Vec<Record>)> {
+            $run(py, self.core.simple(|q| async move {
+                q.shard_stats().await.map(|v| v.into_iter().map(stats_record).collect::<Vec<Record>>())
+            }))
+        }
+
+        /// How the queue is spread: dict(k, version, draining, shards=[dict(index,
+        /// tag, slot)]): k shards new tasks go to (1: not sharded), the
+        /// layout's version (0: never sharded), while a lowering drains the
+        /// shards there were before it (else None), and every shard workers
+        /// claim from with its hash tag and Redis Cluster slot.
+        fn shards<'py>(&self, py: Python<'py>) -> PyResult<$run!(py, Record)> {
+            $run(py, self.core.simple(|q| async move { q.shards().await.map(layout_record) }))
         }
 
         /// The stored result of task `id` (bytes), or None (no result yet,
@@ -1562,8 +1606,11 @@ macro_rules! queue_methods {
         /// limit); keep_completed: ids of acked tasks kept (0: none);
         /// events: the event log's cap (0: off); keep_results: seconds
         /// results are kept; keep_results_bytes: the most bytes of results
-        /// kept in all (default 64 MiB; the oldest are evicted first).
-        #[pyo3(signature = (*, group_concurrency=None, rate=None, keep_completed=None, events=None, keep_results=None, keep_results_bytes=None))]
+        /// kept in all (default 64 MiB; the oldest are evicted first);
+        /// shards: spread the queue over K shards (1 to 64; raising moves no
+        /// task; lowering is refused while the removed shards hold tasks,
+        /// unless drain=True, and the same call again finishes the drain).
+        #[pyo3(signature = (*, group_concurrency=None, rate=None, keep_completed=None, events=None, keep_results=None, keep_results_bytes=None, shards=None, drain=false))]
         // Python keyword arguments, one per setting.
         #[allow(clippy::too_many_arguments)]
         fn configure<'py>(
@@ -1575,6 +1622,8 @@ macro_rules! queue_methods {
             events: Option<Int<u32>>,
             keep_results: Option<f64>,
             keep_results_bytes: Option<Int<u64>>,
+            shards: Option<Int<u16>>,
+            drain: bool,
         ) -> PyResult<$run!(py, Record)> {
             let rate = match rate {
                 Some((n, p)) => Some((n.get("rate")?, p)),
@@ -1588,6 +1637,10 @@ macro_rules! queue_methods {
                 keep_results,
                 opt_int(keep_results_bytes, "keep_results_bytes")?,
             ).map_err(err)?;
+            let change = match opt_int(shards, "shards")? {
+                Some(k) => change.shards(k).drain_shards(drain),
+                None => change,
+            };
             let q = self.core.0.clone();
             $run(py, async move { q.configure(&change).await.map(settings_record).map_err(err) })
         }

@@ -22,7 +22,7 @@ use crate::id_cmd::IdCommand;
 use crate::lock_cmd::{AcquireArgs, ExtendArgs, ReleaseArgs, StatusArgs};
 use crate::queue_cmd::{
     CheckArgs, ConfigArgs, DeadArgs, EventsArgs, ListArgs, ProgressArgs, PurgeArgs, PushArgs,
-    RemoveArgs, ResultArgs, RetryArgs, ScheduleArgs, TaskArgs, UnscheduleArgs,
+    RemoveArgs, ResultArgs, RetryArgs, ScheduleArgs, StatsArgs, TaskArgs, UnscheduleArgs,
 };
 use crate::run_cmd::RunArgs;
 use crate::rwlock_cmd::{RwRunArgs, RwStatusArgs};
@@ -420,7 +420,8 @@ pub enum QueueCommand {
     /// peek printed it). Exit 1 when it was re-enqueued since or is absent.
     Remove(RemoveArgs),
     /// Show the queue's counts (JSON also "paused", "in_flight" and "blocked").
-    Stats(QueueArg),
+    /// With --shards, one line per shard first (tag, slot, counts).
+    Stats(StatsArgs),
     /// Show one task: its state (blocked, waiting, delayed, in_flight, dead,
     /// completed or unknown), attempts, progress, dependencies and dependents,
     /// result size and last error (JSON with --json: {"id","state","attempts",
@@ -465,10 +466,12 @@ pub enum QueueCommand {
     /// worker: group concurrency, rate limit, completed history, how long
     /// results are kept (JSON with --json: {"queue","group_concurrency",
     /// "rate":{"n","period_ms"}|null,"keep_completed","keep_results_ms",
-    /// "keep_results_bytes"}).
+    /// "keep_results_bytes","shards","layout","draining"}).
     /// With flags, change them first: --group-concurrency 0, --rate off,
     /// --keep-completed 0 and --keep-results 0 remove one; --clear removes
-    /// them all.
+    /// them all. --shards K spreads the queue over K shards (raise, or
+    /// lower: refused with exit 1 while the removed shards hold tasks,
+    /// unless --drain; the same command again finishes the drain).
     Config(ConfigArgs),
     /// Run a command once per task until stopped (SIGINT/SIGTERM: graceful).
     ///

@@ -994,3 +994,133 @@ fn browser_shows_a_task_with_its_dependency_graph() -> Result<(), Error> {
     assert_eq!(r.code(), 0, "{}", r.stderr);
     Ok(())
 }
+
+/// A queue over 3 shards (issue 35): 24 waiting tasks spread by id, 2 in
+/// flight, 1 dead; then paused.
+fn sharded(server: &RedisServer) -> Result<(), Error> {
+    use dlm::queue::{NewTask, OnDuplicate, QueueSettings};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let c = dlm::Client::connect(&server.url()).await?;
+        let q = c.queue("clicks").max_attempts(1);
+        q.configure(&QueueSettings::default().shards(3)).await?;
+        let ids: Vec<NewTask> = (0..27).map(|i| NewTask::new(format!("c{i}"))).collect();
+        q.enqueue(ids, Duration::ZERO, OnDuplicate::Keep).await?;
+        let mut leases = q.claim(3, Duration::from_secs(600)).await?;
+        if let Some(l) = leases.pop() {
+            l.nack("boom").await?;
+        }
+        for l in leases {
+            std::mem::forget(l);
+        }
+        q.pause().await?;
+        Ok::<_, Error>(())
+    })
+}
+
+#[test]
+fn a_sharded_queue_shows_its_shards_in_the_page_the_api_and_metrics() -> Result<(), Error> {
+    let s = filled()?;
+    sharded(&s)?;
+    let serve = Serve::start(&s, "127.0.0.1", &[])?;
+
+    // The API: the sum, and each shard with its tag and slot.
+    let api = serve.get_json("/api/queues/clicks")?;
+    assert_eq!(
+        (&api["waiting"], &api["in_flight"], &api["dead"]),
+        (&24.into(), &2.into(), &1.into()),
+        "{api}"
+    );
+    let shards = api["shards"].as_array().ok_or("shards")?;
+    assert_eq!(shards.len(), 3, "{api}");
+    let waiting: Vec<u64> = shards
+        .iter()
+        .filter_map(|x| x["waiting"].as_u64())
+        .collect();
+    assert_eq!(waiting.iter().sum::<u64>(), 24);
+    assert_eq!(shards[1]["tag"], "clicks#1");
+    assert!(serve.get_json("/api/queues/jobs")?["shards"].is_null());
+
+    // The page: one row per shard, with its counts, above the tasks.
+    let page = serve.get("/queues/clicks")?;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("<h2 id=\"shards\">Shards"),
+        "{}",
+        page.body
+    );
+    for (i, w) in waiting.iter().enumerate() {
+        let row = format!("<tr data-shard=\"{i}\"><td class=\"num\">{i}</td>");
+        let at = page.body.find(&row).ok_or(row)?;
+        let tail = &page.body[at..];
+        assert!(
+            tail.contains(&format!("<td class=\"num\">{w}</td>")),
+            "{}",
+            &tail[..300.min(tail.len())]
+        );
+    }
+    assert!(!serve.get("/queues/jobs")?.body.contains("id=\"shards\""));
+
+    // /metrics: the sums as ever, and the waiting tasks per shard.
+    let m = serve.get("/metrics")?;
+    assert!(
+        m.body
+            .lines()
+            .any(|l| l == "dlm_queue_depth{queue=\"clicks\",state=\"waiting\"} 24"),
+        "{}",
+        m.body
+    );
+    for (i, w) in waiting.iter().enumerate() {
+        let line = format!("dlm_queue_shard_depth{{queue=\"clicks\",shard=\"{i}\"}} {w}");
+        assert!(
+            m.body.lines().any(|l| l == line),
+            "no {line:?} in:\n{}",
+            m.body
+        );
+    }
+    assert!(
+        !m.body.contains("dlm_queue_shard_depth{queue=\"jobs\""),
+        "one shard: no per-shard series"
+    );
+    Ok(())
+}
+
+#[test]
+fn browser_shows_the_shard_table() -> Result<(), Error> {
+    let Some((chromium, driver)) = browser() else {
+        eprintln!(
+            "SKIPPED: chromium and chromedriver are not installed (scripts/ensure-deps.sh --tests installs them)"
+        );
+        return Ok(());
+    };
+    let s = filled()?;
+    sharded(&s)?;
+    let serve = Serve::start(&s, "127.0.0.1", &[])?;
+    let b = Browser::start(&chromium, &driver)?;
+    b.goto(&serve.url("/queues/clicks"))?;
+    assert_eq!(
+        b.eval("return document.querySelectorAll('table.shards tbody tr').length")?,
+        3
+    );
+    assert_eq!(
+        b.eval("return document.querySelector('tr[data-shard=\"2\"] td.mono').textContent")?,
+        "clicks#2"
+    );
+    let shown: u64 = (0..3)
+        .map(|i| {
+            b.eval(&format!(
+                "return Number(document.querySelector('tr[data-shard=\"{i}\"] td:nth-child(4)').textContent)"
+            ))
+            .ok()
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(shown, 24);
+    assert!(!b.alert_open());
+    b.resize(1280, 1400)?;
+    shot(&b, "dashboard-shards.png")?;
+    Ok(())
+}

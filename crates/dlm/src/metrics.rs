@@ -35,6 +35,7 @@
 //! | `dlm_queue_task_wait_seconds` | histogram | `queue` | From the time a task was due (its enqueue time, or the end of its delay or backoff) to its claim, both on the Redis server's clock. |
 //! | `dlm_queue_task_run_seconds` | histogram | `queue` | In the worker runtime: from the claim to the handler's end (when its ack or nack is sent). |
 //! | `dlm_queue_depth` | gauge | `queue`, `state` | Tasks per `state`: `waiting` (due now), `delayed` (due later), `in_flight` (leased), `dead`. Set by [`crate::queue::Queue::stats`]. |
+//! | `dlm_queue_shard_depth` | gauge | `queue`, `shard` | Waiting (due) tasks per shard of a sharded queue (`shard`: 0 .. K − 1, and the draining ones); only for a queue of more than one shard (a shard no longer there is shown at 0 once). Set by [`crate::queue::Queue::shard_stats`]. |
 //! | `dlm_queue_oldest_task_age_seconds` | gauge | `queue` | How long the oldest due waiting task has been due (0 when none is). Set by [`crate::queue::Queue::stats`]. |
 //! | `dlm_queue_results_evicted_total` | counter | `queue` | Results evicted before their time to keep the queue within [`crate::queue::QueueSettings::keep_results_bytes`] (default 64 MiB) or [`crate::queue::MAX_REMEMBERED_RESULTS`], oldest first. Counted by Redis; set to its total by [`crate::queue::Queue::stats`]. |
 //! | `dlm_redis_errors_total` | counter | `kind` | Failed calls to Redis. `timeout` (no answer within the deadline), `connection` (dropped, I/O), `refused`, `cluster_moved` (MOVED/ASK), `cluster` (CLUSTERDOWN, TRYAGAIN, CROSSSLOT, MASTERDOWN), `readonly`, `loading`, `auth`, `server` (any other error reply, e.g. a script error), `protocol` (an unexpected reply), `other`. |
@@ -42,7 +43,8 @@
 //! The queue gauges are sampled, not kept up to date: the library does not
 //! poll by itself. Whatever wants them current (`dlm serve`, a worker's own
 //! timer) calls [`crate::queue::Queue::stats`] now and then: one script, one
-//! round trip.
+//! round trip (one per shard on a sharded queue; [`crate::queue::Queue::shard_stats`]
+//! sets the same gauges and the per-shard ones).
 //!
 //! The same moments are [`tracing`](https://docs.rs/tracing) spans and
 //! events: the span `dlm.acquire` (with the lock's name and the `outcome`
@@ -77,6 +79,9 @@ pub const QUEUE_TASK_WAIT_SECONDS: &str = "dlm_queue_task_wait_seconds";
 pub const QUEUE_TASK_RUN_SECONDS: &str = "dlm_queue_task_run_seconds";
 /// Queue: tasks by `queue` and `state` (sampled by `Queue::stats`).
 pub const QUEUE_DEPTH: &str = "dlm_queue_depth";
+/// Queue: waiting tasks by `queue` and `shard`, for a queue of more than
+/// one shard (sampled by `Queue::shard_stats`).
+pub const QUEUE_SHARD_DEPTH: &str = "dlm_queue_shard_depth";
 /// Queue: how long the oldest due task has waited (sampled by `Queue::stats`).
 pub const QUEUE_OLDEST_TASK_AGE_SECONDS: &str = "dlm_queue_oldest_task_age_seconds";
 /// Queue: results evicted before their time (sampled by `Queue::stats`).

@@ -253,6 +253,66 @@ async fn queue_outcomes_match_the_worker_report() -> TestResult {
 }
 
 #[tokio::test]
+async fn shard_stats_set_the_depth_per_shard_only_when_sharded() -> TestResult {
+    use dlm::queue::QueueSettings;
+    let (snap, _guard) = recorder();
+    let s = server();
+    let c = client(&s).await;
+    // One shard: the sums, no per-shard series.
+    let plain = c.queue("plain");
+    plain
+        .enqueue([NewTask::new("a")], Duration::ZERO, OnDuplicate::Keep)
+        .await?;
+    assert_eq!(plain.shard_stats().await?.len(), 1);
+    let m = Series::take(&snap);
+    assert_eq!(
+        m.gauge("dlm_queue_depth", &["queue=plain", "state=waiting"]),
+        Some(1.0)
+    );
+    assert!(
+        !m.0.keys().any(|(name, _)| name == "dlm_queue_shard_depth"),
+        "no per-shard series for one shard"
+    );
+
+    // Four shards: one series per shard, summing to dlm_queue_depth.
+    let q = c.queue("sq");
+    q.configure(&QueueSettings::default().shards(4)).await?;
+    let ids: Vec<NewTask> = (0..40).map(|i| NewTask::new(format!("t{i}"))).collect();
+    q.enqueue(ids, Duration::ZERO, OnDuplicate::Keep).await?;
+    let per = q.shard_stats().await?;
+    assert_eq!(per.len(), 4);
+    let m = Series::take(&snap);
+    let mut sum = 0.0;
+    for (i, st) in per.iter().enumerate() {
+        let g = m.gauge(
+            "dlm_queue_shard_depth",
+            &["queue=sq", &format!("shard={i}")],
+        );
+        assert_eq!(g, Some(st.waiting as f64), "shard {i}");
+        sum += g.unwrap_or_default();
+    }
+    assert_eq!(sum, 40.0);
+    assert_eq!(
+        m.gauge("dlm_queue_depth", &["queue=sq", "state=waiting"]),
+        Some(40.0)
+    );
+
+    // Lowered to 2 (drained: the removed shards' series go to 0).
+    q.pop(40).await?;
+    q.configure(&QueueSettings::default().shards(2)).await?;
+    assert_eq!(q.shard_stats().await?.len(), 2);
+    let m = Series::take(&snap);
+    for i in 2..4 {
+        let g = m.gauge(
+            "dlm_queue_shard_depth",
+            &["queue=sq", &format!("shard={i}")],
+        );
+        assert_eq!(g, Some(0.0), "shard {i}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn redis_errors_are_counted_by_kind() -> TestResult {
     let (snap, _guard) = recorder();
     let s = server();

@@ -11,7 +11,7 @@ mod names;
 pub mod parse;
 pub mod target;
 
-pub use names::{LockName, QueueArg, SettingsArgs};
+pub use names::{LockName, QueueArg, SettingsArgs, ShardKeyArg};
 
 /// The Redis URL used when neither `--redis` nor `DLM_REDIS_URL` is given
 /// (`bench` and `demo` start a private server instead).

@@ -131,3 +131,15 @@ impl SettingsArgs {
             || self.keep_results_bytes.is_some()
     }
 }
+
+/// `--shard-key` on the commands that name a task by id (`queue task |
+/// result | remove | retry`): accepted, so that scripts may pass the key
+/// they pushed with, and not needed: a task is found by its id in every
+/// shard (its home shard first).
+#[derive(Debug, Clone, Args)]
+pub struct ShardKeyArg {
+    /// The shard key the task was pushed with (`queue push --shard-key`);
+    /// accepted and not needed: the task is found by its id in every shard.
+    #[arg(long, value_name = "KEY")]
+    pub shard_key: Option<String>,
+}

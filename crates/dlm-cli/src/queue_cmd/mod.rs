@@ -14,7 +14,7 @@ use crate::error::{CliError, EXIT_OK};
 use crate::global::parse::{
     parse_delay, parse_group, parse_priority, parse_task_id, parse_task_timeout,
 };
-use crate::global::{Global, QueueArg, SettingsArgs};
+use crate::global::{Global, QueueArg, SettingsArgs, ShardKeyArg};
 use crate::output;
 
 mod check;
@@ -22,6 +22,7 @@ mod events;
 mod payload;
 mod results;
 mod schedule;
+pub mod shards;
 mod task;
 mod workers;
 
@@ -90,6 +91,19 @@ pub struct PushArgs {
     /// tasks wait until those ids are enqueued and complete.
     #[arg(long, requires = "after")]
     pub deps_may_come_later: bool,
+    /// Spread the queue over K shards (1 to 64) if it has none yet: at its
+    /// first push (no task, never sharded) the queue is made with K shards;
+    /// a queue with K shards already is fine; one with another number exits
+    /// 1 (change it with `queue config --shards`).
+    #[arg(long, value_name = "K")]
+    pub shards: Option<u16>,
+    /// On a sharded queue, place the tasks by KEY instead of their ids:
+    /// tasks with one key share a shard (de-dup by id exact among them). A
+    /// group is its tasks' shard key: with --group, KEY must equal it
+    /// (else exit 2); with --after, KEY's shard must be the dependencies'
+    /// (else exit 2).
+    #[arg(long, value_name = "KEY")]
+    pub shard_key: Option<String>,
 }
 
 /// `--on-dependency-failure`
@@ -114,6 +128,28 @@ pub struct ConfigArgs {
     /// history) before applying the flags given with it.
     #[arg(long)]
     pub clear: bool,
+    /// Spread the queue over K shards (1 to 64): creates them on a queue
+    /// never sharded, or raises K (no task moves). Lowering K is refused
+    /// (exit 1) while the removed shards hold tasks, unless --drain; the
+    /// same command again finishes a drain once they are empty.
+    #[arg(long, value_name = "K")]
+    pub shards: Option<u16>,
+    /// With a lower --shards: start draining the removed shards (no new task
+    /// goes there, workers still claim from them) instead of refusing.
+    #[arg(long, requires = "shards")]
+    pub drain: bool,
+}
+
+/// `dlm queue stats`
+#[derive(Debug, Clone, Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub queue: QueueArg,
+    /// Also one line per shard (tag, slot, counts) before the total; JSON:
+    /// a "shards" array of per-shard objects, and "k", "layout", "draining".
+    #[arg(long)]
+    pub shards: bool,
 }
 
 /// `dlm queue peek | pop`
@@ -152,6 +188,9 @@ pub struct RemoveArgs {
     /// The due time the task was seen with (peek's `score`).
     #[arg(long, value_name = "S")]
     pub score: u64,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub shard_key: ShardKeyArg,
 }
 
 /// `dlm queue retry`
@@ -167,6 +206,9 @@ pub struct RetryArgs {
     /// Retry every dead task.
     #[arg(long)]
     pub all: bool,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub shard_key: ShardKeyArg,
 }
 
 /// `dlm queue purge`
@@ -185,6 +227,9 @@ struct Pushed<'a> {
     id: &'a str,
     status: &'static str,
     score: Option<u64>,
+    /// The task's shard (0 on a queue not sharded; `null` for a task with
+    /// --after on a sharded queue: it goes to its dependencies' shard).
+    shard: Option<u16>,
 }
 
 /// `dlm queue push`: one enqueue call for every id.
@@ -196,37 +241,64 @@ pub async fn push(global: &Global, args: &PushArgs) -> Result<u8, CliError> {
             dlm::queue::MAX_BATCH
         )));
     }
+    if let Some(k) = args.shards {
+        shards::check_k(k)?;
+    }
     let payload = read_payload(args)?;
     let queue = args.queue.open(global).await?;
-    let tasks = args.ids.iter().map(|id| {
-        let mut t = NewTask::new(id.clone()).priority(args.priority);
-        if let Some(g) = &args.group {
-            t = t.group(g.clone());
+    if let Some(k) = args.shards {
+        shards::ensure_shards(&queue, k).await?;
+    }
+    let tasks: Vec<NewTask> = args
+        .ids
+        .iter()
+        .map(|id| {
+            let mut t = NewTask::new(id.clone()).priority(args.priority);
+            if let Some(g) = &args.group {
+                t = t.group(g.clone());
+            }
+            if let Some(k) = &args.shard_key {
+                t = t.shard_key(k.clone());
+            }
+            if !args.after.is_empty() {
+                t = t
+                    .after(args.after.iter().cloned())
+                    .on_dependency_failure(match args.on_dependency_failure {
+                        DepPolicy::Fail => DependencyFailure::Fail,
+                        DepPolicy::Ignore => DependencyFailure::Ignore,
+                    })
+                    .deps_may_come_later(args.deps_may_come_later);
+            }
+            if let Some(limit) = args.task_timeout {
+                t = t.timeout(limit);
+            }
+            match &payload {
+                Some(p) => t.payload(p.clone()),
+                None => t,
+            }
+        })
+        .collect();
+    // Each task's shard, from the layout the push uses (cached: no extra
+    // round trip); a task with dependencies goes to theirs, not known here.
+    let mut placed: Vec<Option<u16>> = Vec::with_capacity(tasks.len());
+    if global.json {
+        let layout = queue.shards().await?;
+        let sharded = layout.k > 1 || layout.draining.is_some();
+        for t in &tasks {
+            placed.push(if sharded && !args.after.is_empty() {
+                None
+            } else {
+                Some(queue.shard_of(t).await?)
+            });
         }
-        if !args.after.is_empty() {
-            t = t
-                .after(args.after.iter().cloned())
-                .on_dependency_failure(match args.on_dependency_failure {
-                    DepPolicy::Fail => DependencyFailure::Fail,
-                    DepPolicy::Ignore => DependencyFailure::Ignore,
-                })
-                .deps_may_come_later(args.deps_may_come_later);
-        }
-        if let Some(limit) = args.task_timeout {
-            t = t.timeout(limit);
-        }
-        match &payload {
-            Some(p) => t.payload(p.clone()),
-            None => t,
-        }
-    });
+    }
     let on_duplicate = if args.replace {
         OnDuplicate::Replace
     } else {
         OnDuplicate::Keep
     };
     let results = queue.enqueue(tasks, args.delay, on_duplicate).await?;
-    for (id, result) in args.ids.iter().zip(results) {
+    for (i, (id, result)) in args.ids.iter().zip(results).enumerate() {
         let (status, score) = match result {
             Enqueued::Added(s) => ("added", Some(s)),
             Enqueued::Kept(s) => ("kept", s),
@@ -234,7 +306,12 @@ pub async fn push(global: &Global, args: &PushArgs) -> Result<u8, CliError> {
             Enqueued::Blocked(s) => ("blocked", Some(s)),
             Enqueued::DependencyDied(s) => ("dead", Some(s)),
         };
-        let line = Pushed { id, status, score };
+        let line = Pushed {
+            id,
+            status,
+            score,
+            shard: placed.get(i).copied().flatten(),
+        };
         output::emit(global.json, &line, || match result {
             Enqueued::Kept(_) => format!("kept {id}"),
             _ => format!("{status} {id} {}", score.unwrap_or_default()),
@@ -373,12 +450,28 @@ pub async fn pause(global: &Global, args: &QueueArg, pause: bool) -> Result<u8, 
     Ok(EXIT_OK)
 }
 
-/// `dlm queue stats`.
-pub async fn stats(global: &Global, args: &QueueArg) -> Result<u8, CliError> {
-    let queue = args.open(global).await?;
-    let s = queue.stats().await?;
+/// `queue stats --shards` in JSON: today's object, and the shards.
+#[derive(Serialize)]
+struct ShardedStatsLine<'a> {
+    #[serde(flatten)]
+    total: StatsLine<'a>,
+    k: u16,
+    layout: u64,
+    draining: Option<u16>,
+    shards: Vec<shards::ShardStatsLine>,
+}
+
+/// `dlm queue stats` (with --shards: per shard, then the total).
+pub async fn stats(global: &Global, args: &StatsArgs) -> Result<u8, CliError> {
+    let queue = args.queue.open(global).await?;
+    let (s, per_shard) = if args.shards {
+        let (layout, per) = shards::layout_and_stats(&queue).await?;
+        (shards::total(&per), Some((layout, per)))
+    } else {
+        (queue.stats().await?, None)
+    };
     let line = StatsLine {
-        queue: &args.queue,
+        queue: &args.queue.queue,
         waiting: s.waiting,
         delayed: s.delayed,
         inflight: s.inflight,
@@ -389,7 +482,7 @@ pub async fn stats(global: &Global, args: &QueueArg) -> Result<u8, CliError> {
         paused: s.paused,
         blocked: s.blocked,
     };
-    output::emit(global.json, &line, || {
+    let total_text = |line: &StatsLine<'_>| {
         format!(
             "{}{}: waiting {}, delayed {}, inflight {}, dead {}, processed {}, failed {}, blocked {}",
             line.queue,
@@ -402,7 +495,26 @@ pub async fn stats(global: &Global, args: &QueueArg) -> Result<u8, CliError> {
             line.failed,
             line.blocked
         )
-    })?;
+    };
+    match per_shard {
+        None => output::emit(global.json, &line, || total_text(&line))?,
+        Some((layout, per)) => {
+            let lines = shards::shard_lines(&layout, &per);
+            let text = {
+                let mut out: Vec<String> = lines.iter().map(shards::ShardStatsLine::text).collect();
+                out.push(total_text(&line));
+                out.join("\n")
+            };
+            let all = ShardedStatsLine {
+                total: line,
+                k: layout.k,
+                layout: layout.version,
+                draining: layout.draining,
+                shards: lines,
+            };
+            output::emit(global.json, &all, || text)?;
+        }
+    }
     Ok(EXIT_OK)
 }
 
@@ -423,10 +535,21 @@ struct ConfigLine<'a> {
     keep_results_ms: u128,
     /// The bound on the results' total bytes.
     keep_results_bytes: u64,
+    /// How the queue is sharded (`shards`, `layout`, `draining`, and
+    /// `draining_tasks` while draining): for a queue that is or was
+    /// sharded, or with `--shards`; absent otherwise (as before issue 35).
+    #[serde(flatten)]
+    sharding: Option<shards::ShardsLine>,
 }
 
-/// Print a queue's settings (one line; JSON with --json).
-pub fn print_settings(global: &Global, queue: &str, s: &QueueSettings) -> Result<(), CliError> {
+/// Print a queue's settings (one line; JSON with --json), with how it is
+/// sharded when `sharding` is given.
+pub fn print_settings(
+    global: &Global,
+    queue: &str,
+    s: &QueueSettings,
+    sharding: Option<shards::ShardsLine>,
+) -> Result<(), CliError> {
     let line = ConfigLine {
         queue,
         group_concurrency: s.get_group_concurrency(),
@@ -438,6 +561,7 @@ pub fn print_settings(global: &Global, queue: &str, s: &QueueSettings) -> Result
         events: s.get_events(),
         keep_results_ms: s.get_keep_results().as_millis(),
         keep_results_bytes: s.get_keep_results_bytes(),
+        sharding,
     };
     output::emit(global.json, &line, || {
         let or_none = |v: Option<u32>| v.map_or("none".to_string(), |v| v.to_string());
@@ -458,7 +582,10 @@ pub fn print_settings(global: &Global, queue: &str, s: &QueueSettings) -> Result
             },
             line.keep_results_bytes,
             or_none(line.events)
-        )
+        ) + &line
+            .sharding
+            .as_ref()
+            .map_or_else(String::new, shards::ShardsLine::text)
     })
 }
 
@@ -468,12 +595,22 @@ pub async fn config(global: &Global, args: &ConfigArgs) -> Result<u8, CliError> 
     if args.clear {
         queue.clear_settings().await?;
     }
-    let settings = if args.settings.any() {
-        queue.configure(&args.settings.change()).await?
+    let settings = if args.settings.any() || args.shards.is_some() {
+        let mut change = args.settings.change();
+        if let Some(k) = args.shards {
+            change = change.shards(k).drain_shards(args.drain);
+        }
+        queue
+            .configure(&change)
+            .await
+            .map_err(shards::map_reshard_error)?
     } else {
         queue.settings().await?
     };
-    print_settings(global, &args.queue.queue, &settings)?;
+    // A queue never sharded (and no --shards): the output as it always was.
+    let sharding = Some(shards::ShardsLine::read(&queue).await?)
+        .filter(|l| args.shards.is_some() || l.sharded());
+    print_settings(global, &args.queue.queue, &settings, sharding)?;
     Ok(EXIT_OK)
 }
 

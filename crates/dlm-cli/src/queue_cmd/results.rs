@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::payload::JsonPayload;
 use crate::error::{CliError, EXIT_OK};
 use crate::global::parse::{parse_delay, parse_task_id};
-use crate::global::{Global, QueueArg};
+use crate::global::{Global, QueueArg, ShardKeyArg};
 use crate::output;
 
 /// `dlm queue result`
@@ -26,6 +26,9 @@ pub struct ResultArgs {
     /// ack that stores it; default: do not wait).
     #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_delay, allow_hyphen_values = true)]
     pub wait: Duration,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub shard_key: ShardKeyArg,
 }
 
 /// `dlm queue progress`

@@ -5,7 +5,7 @@ use clap::Args;
 
 use crate::error::{CliError, EXIT_OK};
 use crate::global::parse::parse_task_id;
-use crate::global::{Global, QueueArg};
+use crate::global::{Global, QueueArg, ShardKeyArg};
 use crate::output;
 
 /// `dlm queue task`
@@ -17,6 +17,9 @@ pub struct TaskArgs {
     /// The task id.
     #[arg(value_name = "ID", value_parser = parse_task_id)]
     pub id: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub shard_key: ShardKeyArg,
 }
 
 /// `dlm queue task`: exit 0 with the task, 1 when the queue has no such task

@@ -309,10 +309,60 @@ fn payload_cell(len: Option<usize>, preview: Option<&[u8]>) -> String {
     )
 }
 
-/// A queue's tasks in one state, one page.
+/// A sharded queue's shards: the layout and each live shard's counts.
+pub type Shards<'a> = (&'a dlm::queue::ShardLayout, &'a [QueueStats]);
+
+/// The shard table of a queue of more than one shard: shard, tag, slot,
+/// waiting, in flight, dead, paused (issue 35).
+fn shard_table(out: &mut String, (layout, stats): Shards<'_>) {
+    let draining = match layout.draining {
+        Some(d) => format!(
+            " <span class=\"chip paused\" title=\"a lowering drains shards {}..{}: no new task goes there\">draining</span>",
+            layout.k,
+            d.saturating_sub(1)
+        ),
+        None => String::new(),
+    };
+    let _ = write!(
+        out,
+        "<h2 id=\"shards\">Shards <span class=\"muted\">{} · layout {}</span>{draining}</h2>\
+<table class=\"grid shards\" data-kind=\"shards\"><thead><tr><th class=\"num\">Shard</th><th>Tag</th>\
+<th class=\"num\">Slot</th><th class=\"num\">Waiting</th><th class=\"num\">Delayed</th><th class=\"num\">In flight</th>\
+<th class=\"num\">Dead</th><th>Paused</th></tr></thead><tbody>",
+        layout.k, layout.version
+    );
+    for (info, s) in layout.shards.iter().zip(stats) {
+        let state = if info.index >= layout.k {
+            " <span class=\"muted\">draining</span>"
+        } else {
+            ""
+        };
+        let _ = write!(
+            out,
+            "<tr data-shard=\"{i}\"><td class=\"num\">{i}{state}</td><td class=\"mono\">{tag}</td><td class=\"num\">{slot}</td>\
+<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            s.waiting,
+            s.delayed,
+            s.inflight,
+            s.dead,
+            if s.paused {
+                "<span class=\"chip paused\">paused</span>"
+            } else {
+                "<span class=\"muted\">no</span>"
+            },
+            i = info.index,
+            tag = esc(&info.tag),
+            slot = info.slot,
+        );
+    }
+    out.push_str("</tbody></table>");
+}
+
+/// A queue's tasks in one state, one page (and its shards, when more than one).
 pub fn queue(
     name: &str,
     stats: &QueueStats,
+    shards: Option<Shards<'_>>,
     state: TaskState,
     list: &TaskPage,
     page: usize,
@@ -347,6 +397,10 @@ pub fn queue(
         "<a class=\"tab\" href=\"{base}/dead\">dead letters ›</a>\
 <a class=\"tab\" href=\"{base}/workers\">workers ›</a></nav>"
     );
+    if let Some(shards) = shards.filter(|(l, _)| l.shards.len() > 1) {
+        shard_table(&mut out, shards);
+        out.push_str("<h2>Tasks</h2>");
+    }
     let when = match state {
         TaskState::Waiting | TaskState::Delayed | TaskState::Blocked => "Due",
         TaskState::InFlight => "Lease",

@@ -190,15 +190,22 @@ async fn queue_page(
     let queue = state.client().queue(name.as_str());
     let (size, page) = (q.size(), q.page());
     let read = async {
-        let stats = queue.stats().await?;
+        let per_shard = queue.shard_stats().await?;
+        let layout = if per_shard.len() > 1 {
+            Some(queue.shards().await?)
+        } else {
+            None
+        };
         let list = queue
             .tasks(task_state, page * size, size, PREVIEW_BYTES)
             .await?;
-        Ok::<_, dlm::Error>((stats, list))
+        Ok::<_, dlm::Error>((per_shard, layout, list))
     };
     match read.await {
-        Ok((stats, list)) => {
-            let body = pages::queue(&name, &stats, task_state, &list, page, size);
+        Ok((per_shard, layout, list)) => {
+            let stats = crate::queue_cmd::shards::total(&per_shard);
+            let shards = layout.as_ref().map(|l| (l, per_shard.as_slice()));
+            let body = pages::queue(&name, &stats, shards, task_state, &list, page, size);
             render(&state, &headers, &name, Nav::Queue, true, body)
         }
         Err(e) => unavailable(&e),
@@ -618,13 +625,19 @@ async fn api_queue(
     let offset = q.offset.unwrap_or(0);
     let queue = state.client().queue(name.as_str());
     let read = async {
-        let stats = queue.stats().await?;
+        let per_shard = queue.shard_stats().await?;
+        let shards = if per_shard.len() > 1 {
+            let layout = queue.shards().await?;
+            Some(crate::queue_cmd::shards::shard_lines(&layout, &per_shard))
+        } else {
+            None
+        };
         let list = queue
             .tasks(task_state, offset, limit, PREVIEW_BYTES)
             .await?;
-        Ok::<_, dlm::Error>((stats, list))
+        Ok::<_, dlm::Error>((crate::queue_cmd::shards::total(&per_shard), shards, list))
     };
-    let (stats, list) = match read.await {
+    let (stats, shards, list) = match read.await {
         Ok(r) => r,
         Err(e) => return unavailable(&e),
     };
@@ -655,6 +668,8 @@ async fn api_queue(
         "processed": stats.processed,
         "failed": stats.failed,
         "paused": stats.paused,
+        // A queue of more than one shard: each shard's tag, slot and counts.
+        "shards": shards,
         "state": task_state.as_str(),
         "total": list.total,
         "offset": offset,

@@ -279,7 +279,12 @@ impl State {
         let names = self.queues();
         let reads = names.iter().map(|name| async move {
             let queue = self.client.queue(name.as_str());
-            let stats = queue.stats().await;
+            // Per shard, summed here: sets dlm_queue_depth and (for more
+            // than one shard) dlm_queue_shard_depth in one read.
+            let stats = queue
+                .shard_stats()
+                .await
+                .map(|per| crate::queue_cmd::shards::total(&per));
             let oldest = queue.oldest_due_age().await;
             (stats, oldest)
         });

@@ -1,6 +1,7 @@
 //! Recording through the `metrics` facade (the `metrics` feature).
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -67,6 +68,11 @@ pub fn describe() {
         QUEUE_DEPTH,
         Unit::Count,
         "Tasks of a queue by state (waiting, delayed, inflight, dead), as last sampled."
+    );
+    describe_gauge!(
+        QUEUE_SHARD_DEPTH,
+        Unit::Count,
+        "Waiting tasks of each shard of a sharded queue, as last sampled."
     );
     describe_gauge!(
         QUEUE_OLDEST_TASK_AGE_SECONDS,
@@ -222,6 +228,10 @@ pub(crate) struct QueueMetrics {
     depth: [Key; 4],
     oldest: Key,
     evicted: Key,
+    /// The `queue` label, for the per-shard keys.
+    queue: Label,
+    /// How many shard series were last set (0: none, the queue was not sharded).
+    shards: AtomicU16,
 }
 
 impl QueueMetrics {
@@ -241,6 +251,8 @@ impl QueueMetrics {
             depth: STATES.map(|s| key(QUEUE_DEPTH, Some(("state", s)))),
             oldest: key(QUEUE_OLDEST_TASK_AGE_SECONDS, None),
             evicted: key(QUEUE_RESULTS_EVICTED_TOTAL, None),
+            queue,
+            shards: AtomicU16::new(0),
         }
     }
 
@@ -285,6 +297,37 @@ impl QueueMetrics {
                 .set(oldest.as_secs_f64());
             r.register_counter(&self.evicted, &METADATA)
                 .absolute(evicted);
+        });
+    }
+
+    /// `dlm_queue_shard_depth{queue,shard}`: each shard's waiting tasks,
+    /// only for more than one shard; the series of shards no longer there
+    /// are set to 0 (once).
+    pub(crate) fn shards_sampled(&self, waiting: &[u64]) {
+        let live = match u16::try_from(waiting.len()) {
+            Ok(n) if n > 1 => n,
+            _ => 0,
+        };
+        let before = self.shards.swap(live, Ordering::Relaxed);
+        if live == 0 && before == 0 {
+            return;
+        }
+        let key = |i: u16| {
+            Key::from_parts(
+                KeyName::from_const_str(QUEUE_SHARD_DEPTH),
+                vec![
+                    self.queue.clone(),
+                    Label::new("shard", SharedString::from_owned(i.to_string())),
+                ],
+            )
+        };
+        with_recorder(|r| {
+            for (i, n) in (0..live).zip(waiting) {
+                r.register_gauge(&key(i), &METADATA).set(*n as f64);
+            }
+            for i in live..before {
+                r.register_gauge(&key(i), &METADATA).set(0.0);
+            }
         });
     }
 }

@@ -49,4 +49,5 @@ impl QueueMetrics {
     pub(crate) fn waited(&self, _: impl IntoIterator<Item = Duration>) {}
     pub(crate) fn ran(&self, _: Duration) {}
     pub(crate) fn sampled(&self, _: [u64; 4], _: Duration, _: u64) {}
+    pub(crate) fn shards_sampled(&self, _: &[u64]) {}
 }

@@ -30,7 +30,9 @@ impl Queue {
     }
 
     /// Each shard's counts, in shard order (one entry for a queue that is
-    /// not sharded). [`Queue::stats`] gives their sum.
+    /// not sharded). [`Queue::stats`] gives their sum. Also sets the gauges
+    /// [`Queue::stats`] sets (from the sum) and, for more than one shard,
+    /// `dlm_queue_shard_depth{queue,shard}` (see [`crate::metrics`]).
     ///
     /// ```no_run
     /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
@@ -40,10 +42,19 @@ impl Queue {
     /// # Ok(()) }
     /// ```
     pub async fn shard_stats(&self) -> Result<Vec<QueueStats>> {
-        match self.sharded_view().await? {
-            Some(l) => self.shard_stats_of(&l).await,
-            None => Ok(vec![self.stats_here().await?]),
-        }
+        let shards = match self.sharded_view().await? {
+            Some(l) => self.shard_stats_of(&l).await?,
+            None => vec![self.stats_here().await?],
+        };
+        let total = QueueStats::sum(&shards);
+        self.metrics.sampled(
+            [total.waiting, total.delayed, total.inflight, total.dead],
+            total.oldest_due,
+            total.results_evicted,
+        );
+        let waiting: Vec<u64> = shards.iter().map(|s| s.waiting).collect();
+        self.metrics.shards_sampled(&waiting);
+        Ok(shards)
     }
 
     /// The top `count` of every shard, merged: each shard's own order is
