@@ -120,6 +120,8 @@ class ShardInfo(TypedDict):
     """Its hash tag: the queue's name for shard 0, else `NAME#i` (or `NAME#i.n`)."""
     slot: int
     """Its Redis Cluster slot."""
+    master: Optional[str]
+    """The master serving that slot (`host:port`) on a Redis Cluster; None elsewhere."""
 
 class ShardLayout(TypedDict):
     """How a queue is spread (`Queue.shards()`)."""

@@ -443,6 +443,7 @@ fn layout_record(l: dlm::queue::ShardLayout) -> Record {
                 .with("index", u32::from(s.index))
                 .with("tag", s.tag)
                 .with("slot", u32::from(s.slot))
+                .with("master", s.master)
         })
         .collect();
     Record::default()

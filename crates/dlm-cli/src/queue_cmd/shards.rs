@@ -179,6 +179,9 @@ pub struct ShardStatsLine {
     shard: u16,
     tag: String,
     slot: u16,
+    /// The master serving the slot (a Redis Cluster only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    master: Option<String>,
     /// A shard of a lowering that drains (no new task goes there).
     draining: bool,
     waiting: u64,
@@ -202,6 +205,7 @@ pub fn shard_lines(layout: &ShardLayout, stats: &[QueueStats]) -> Vec<ShardStats
             shard: info.index,
             tag: info.tag.clone(),
             slot: info.slot,
+            master: info.master.clone(),
             draining: info.index >= layout.k,
             waiting: s.waiting,
             delayed: s.delayed,
@@ -220,10 +224,13 @@ impl ShardStatsLine {
     /// `  shard I (tag T, slot S[, draining]): waiting ...`.
     pub fn text(&self) -> String {
         format!(
-            "  shard {} (tag {}, slot {}{}){}: waiting {}, delayed {}, inflight {}, dead {}, processed {}, failed {}, blocked {}",
+            "  shard {} (tag {}, slot {}{}{}){}: waiting {}, delayed {}, inflight {}, dead {}, processed {}, failed {}, blocked {}",
             self.shard,
             self.tag,
             self.slot,
+            self.master
+                .as_deref()
+                .map_or(String::new(), |m| format!(", master {m}")),
             if self.draining { ", draining" } else { "" },
             if self.paused { " (paused)" } else { "" },
             self.waiting,

@@ -313,7 +313,7 @@ fn payload_cell(len: Option<usize>, preview: Option<&[u8]>) -> String {
 pub type Shards<'a> = (&'a dlm::queue::ShardLayout, &'a [QueueStats]);
 
 /// The shard table of a queue of more than one shard: shard, tag, slot,
-/// waiting, in flight, dead, paused (issue 35).
+/// master (on a Cluster), waiting, in flight, dead, paused (issue 35).
 fn shard_table(out: &mut String, (layout, stats): Shards<'_>) {
     let draining = match layout.draining {
         Some(d) => format!(
@@ -327,7 +327,7 @@ fn shard_table(out: &mut String, (layout, stats): Shards<'_>) {
         out,
         "<h2 id=\"shards\">Shards <span class=\"muted\">{} · layout {}</span>{draining}</h2>\
 <table class=\"grid shards\" data-kind=\"shards\"><thead><tr><th class=\"num\">Shard</th><th>Tag</th>\
-<th class=\"num\">Slot</th><th class=\"num\">Waiting</th><th class=\"num\">Delayed</th><th class=\"num\">In flight</th>\
+<th class=\"num\">Slot</th><th>Master</th><th class=\"num\">Waiting</th><th class=\"num\">Delayed</th><th class=\"num\">In flight</th>\
 <th class=\"num\">Dead</th><th>Paused</th></tr></thead><tbody>",
         layout.k, layout.version
     );
@@ -339,7 +339,7 @@ fn shard_table(out: &mut String, (layout, stats): Shards<'_>) {
         };
         let _ = write!(
             out,
-            "<tr data-shard=\"{i}\"><td class=\"num\">{i}{state}</td><td class=\"mono\">{tag}</td><td class=\"num\">{slot}</td>\
+            "<tr data-shard=\"{i}\"><td class=\"num\">{i}{state}</td><td class=\"mono\">{tag}</td><td class=\"num\">{slot}</td><td class=\"mono\">{master}</td>\
 <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
             s.waiting,
             s.delayed,
@@ -353,6 +353,7 @@ fn shard_table(out: &mut String, (layout, stats): Shards<'_>) {
             i = info.index,
             tag = esc(&info.tag),
             slot = info.slot,
+            master = esc(info.master.as_deref().unwrap_or("–")),
         );
     }
     out.push_str("</tbody></table>");

@@ -177,6 +177,9 @@ pub struct ShardInfo {
     pub tag: String,
     /// Its Redis Cluster slot.
     pub slot: u16,
+    /// The master that serves that slot (`host:port`), on a Redis Cluster
+    /// whose slot map could be read; `None` elsewhere.
+    pub master: Option<String>,
 }
 
 impl Queue {
@@ -284,15 +287,24 @@ impl Queue {
     /// ```
     pub async fn shards(&self) -> Result<ShardLayout> {
         let l = self.read_layout().await?;
+        let (backend, _) = self.ready()?;
+        let masters = master_map(backend).await;
         Ok(ShardLayout {
             k: l.k,
             version: l.version,
             draining: l.draining,
             shards: (0..l.live())
-                .map(|i| ShardInfo {
-                    index: i,
-                    tag: queue_shard_tag(self.name(), i, l.tag(i)),
-                    slot: queue_shard_slot(self.name(), i, l.tag(i)),
+                .map(|i| {
+                    let slot = queue_shard_slot(self.name(), i, l.tag(i));
+                    ShardInfo {
+                        index: i,
+                        tag: queue_shard_tag(self.name(), i, l.tag(i)),
+                        slot,
+                        master: masters
+                            .as_deref()
+                            .and_then(|m| master_of(m, slot))
+                            .map(str::to_string),
+                    }
                 })
                 .collect(),
         })
