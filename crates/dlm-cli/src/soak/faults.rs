@@ -137,6 +137,9 @@ const KINDS: [&str; 7] = [
 ];
 
 /// Inject faults every `every` (jittered by ±50 %) until the soak stops.
+/// The kinds are drawn from a shuffled bag of all of them, refilled when
+/// empty: each 7 draws in a row from a fresh bag hold every kind, so a short
+/// soak (75 s in CI) meets each of them too.
 pub async fn nemesis(
     rec: Arc<Recorder>,
     log: Arc<FaultLog>,
@@ -147,6 +150,7 @@ pub async fn nemesis(
     let mut rng = SplitMix(seed);
     let ms =
         |rng: &mut SplitMix, lo: u64, hi: u64| Duration::from_millis(lo + rng.next() % (hi - lo));
+    let mut bag: Vec<&str> = Vec::with_capacity(KINDS.len());
     while !rec.stopping() {
         let pause = every / 2 + every.mul_f64((rng.next() % 1000) as f64 / 1000.0);
         sleep_unless_stopping(&rec, pause).await;
@@ -157,7 +161,14 @@ pub async fn nemesis(
         let kind = if t.no_persistence && rng.next().is_multiple_of(2) {
             "redis-restart"
         } else {
-            KINDS[rng.next() as usize % KINDS.len()]
+            if bag.is_empty() {
+                bag.extend(KINDS);
+                // Fisher-Yates, on the soak's seed.
+                for i in (1..bag.len()).rev() {
+                    bag.swap(i, rng.next() as usize % (i + 1));
+                }
+            }
+            bag.pop().unwrap_or(KINDS[0])
         };
         let at = rec.clock.now();
         let mut breaks = None;

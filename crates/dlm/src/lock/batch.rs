@@ -6,12 +6,12 @@
 //! batch is split by hash slot.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis::{Script, Value};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::backend::server::{self, Capability};
 use crate::backend::{Backend, Transaction, end_transaction, evalsha, millis, transaction};
@@ -69,10 +69,23 @@ pub(crate) async fn release(
 
 /// One Redis deployment a lock lives on: its connection and its batcher of
 /// acquire and release calls (started on first use).
+///
+/// An acquire whose caller gave up (its deadline passed) may still be
+/// queued, or waiting in a later phase of its batch, when the caller's
+/// token-checked release of it (the undo of an unsure attempt) is sent in
+/// another batch: that release would reach Redis first, find nothing, and
+/// the acquire's `SET` after it would leave the lock held for nobody until
+/// its TTL. So a release of a token waits until every acquire of that token
+/// whose caller gave up is answered, i.e. the call that carried it returned
+/// or it was never sent (`unanswered`): then it is behind it on the
+/// connection. That wait is bounded by the acquire's own deadlines.
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     pub(crate) backend: Backend,
     batcher: Arc<OnceLock<Batcher<Job>>>,
+    /// Token -> a signal per acquire of it that its caller gave up on and
+    /// that is not answered yet (closed once it is).
+    unanswered: Arc<Mutex<HashMap<Token, Vec<watch::Receiver<()>>>>>,
 }
 
 impl Node {
@@ -80,7 +93,40 @@ impl Node {
         Node {
             backend,
             batcher: Arc::new(OnceLock::new()),
+            unanswered: Arc::default(),
         }
+    }
+
+    fn unanswered(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Vec<watch::Receiver<()>>>> {
+        self.unanswered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Remember an acquire of `token` that its caller gave up on before it
+    /// was answered (`reply` resolves when it is), for [`Node::release`].
+    fn gave_up<T: Send + 'static>(&self, token: &Token, reply: oneshot::Receiver<T>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (done, mine) = watch::channel(());
+        self.unanswered()
+            .entry(token.clone())
+            .or_default()
+            .push(mine.clone());
+        let (node, token) = (self.clone(), token.clone());
+        rt.spawn(async move {
+            let _ = reply.await;
+            let mut map = node.unanswered();
+            if let Some(waits) = map.get_mut(&token) {
+                waits.retain(|w| !w.same_channel(&mine));
+                if waits.is_empty() {
+                    map.remove(&token);
+                }
+            }
+            drop(map);
+            drop(done);
+        });
     }
 
     fn batcher(&self) -> &Batcher<Job> {
@@ -111,7 +157,15 @@ impl Node {
             first,
             reply,
         };
-        self.batcher().submit(job, rx, timeout).await
+        match self.batcher().submit_keeping(job, rx, timeout).await {
+            Ok(attempt) => Ok(attempt),
+            Err((e, unanswered)) => {
+                if let Some(reply) = unanswered {
+                    self.gave_up(token, reply);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// One token-checked release, batched with whatever else is pending.
@@ -121,6 +175,12 @@ impl Node {
         token: &Token,
         timeout: Duration,
     ) -> Result<Outcome> {
+        // Not before the acquires of this token that are still on their way
+        // (see `Node`): a release sent now could overtake them.
+        let waits = self.unanswered().get(token).cloned().unwrap_or_default();
+        for mut done in waits {
+            let _ = done.changed().await;
+        }
         let (reply, rx) = oneshot::channel();
         let job = Job::Release {
             keys: keys.clone(),

@@ -90,9 +90,26 @@ impl<J: BatchJob> Batcher<J> {
     pub(crate) async fn submit<T>(
         &self,
         job: J,
-        mut rx: oneshot::Receiver<Result<T>>,
+        rx: oneshot::Receiver<Result<T>>,
         timeout: Duration,
     ) -> Result<T> {
+        self.submit_keeping(job, rx, timeout)
+            .await
+            .map_err(|(e, _)| e)
+    }
+
+    /// [`Batcher::submit`], which on its deadline also hands back the
+    /// receiver of the job's reply when the job may not be answered yet:
+    /// queued, in a later phase of its batch, or on the wire. That receiver
+    /// resolves once the job is answered or dropped, i.e. once the call that
+    /// carried it returned (or it was never sent); until then a request
+    /// sent now may reach Redis before it (see `lock::batch::Node`).
+    pub(crate) async fn submit_keeping<T>(
+        &self,
+        job: J,
+        mut rx: oneshot::Receiver<Result<T>>,
+        timeout: Duration,
+    ) -> std::result::Result<T, (Error, Option<oneshot::Receiver<Result<T>>>)> {
         let batch = {
             let mut st = self.shared.lock();
             if st.in_flight == 0 {
@@ -120,9 +137,12 @@ impl<J: BatchJob> Batcher<J> {
                 let slot = Slot(self.shared.clone());
                 J::send(&self.shared.backend, alone).await;
                 drop(slot);
-                return rx.try_recv().unwrap_or_else(|_| {
-                    Err(Error::protocol("a batched call ended without a reply"))
-                });
+                return rx
+                    .try_recv()
+                    .unwrap_or_else(|_| {
+                        Err(Error::protocol("a batched call ended without a reply"))
+                    })
+                    .map_err(|e| (e, None));
             }
             other => other,
         };
@@ -133,14 +153,16 @@ impl<J: BatchJob> Batcher<J> {
             tokio::select! {
                 biased;
                 r = &mut rx => {
-                    return r.unwrap_or_else(|_| {
-                        Err(Error::Unavailable {
-                            source: "the batch carrying this request was abandoned".into(),
+                    return r
+                        .unwrap_or_else(|_| {
+                            Err(Error::Unavailable {
+                                source: "the batch carrying this request was abandoned".into(),
+                            })
                         })
-                    });
+                        .map_err(|e| (e, None));
                 }
                 () = &mut leading, if leading.0.is_some() => {}
-                () = &mut expiry => return Err(Error::Timeout(timeout)),
+                () = &mut expiry => return Err((Error::Timeout(timeout), Some(rx))),
             }
         }
     }
