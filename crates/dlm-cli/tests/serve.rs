@@ -1108,10 +1108,11 @@ fn browser_shows_the_shard_table() -> Result<(), Error> {
         b.eval("return document.querySelector('tr[data-shard=\"2\"] td.mono').textContent")?,
         "clicks#2"
     );
+    // Waiting is the fifth column (shard, tag, slot, master, waiting).
     let shown: u64 = (0..3)
         .map(|i| {
             b.eval(&format!(
-                "return Number(document.querySelector('tr[data-shard=\"{i}\"] td:nth-child(4)').textContent)"
+                "return Number(document.querySelector('tr[data-shard=\"{i}\"] td:nth-child(5)').textContent)"
             ))
             .ok()
             .and_then(|v| v.as_u64())

@@ -176,11 +176,23 @@ impl Node {
         timeout: Duration,
     ) -> Result<Outcome> {
         // Not before the acquires of this token that are still on their way
-        // (see `Node`): a release sent now could overtake them.
+        // (see `Node`): a release sent now could overtake them. The wait
+        // counts against this release's own deadline.
         let waits = self.unanswered().get(token).cloned().unwrap_or_default();
-        for mut done in waits {
-            let _ = done.changed().await;
-        }
+        let timeout = if waits.is_empty() {
+            timeout
+        } else {
+            let started = tokio::time::Instant::now();
+            let all = async {
+                for mut done in waits {
+                    let _ = done.changed().await;
+                }
+            };
+            if tokio::time::timeout(timeout, all).await.is_err() {
+                return Err(Error::Timeout(timeout));
+            }
+            timeout.saturating_sub(started.elapsed())
+        };
         let (reply, rx) = oneshot::channel();
         let job = Job::Release {
             keys: keys.clone(),
