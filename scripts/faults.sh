@@ -27,6 +27,7 @@ groups=(
   "dlm faults_primitives"
   "dlm redlock a_frozen_node_delays"
   "dlm topologies failover"
+  "dlm faults_sharded"
   "dlm-cli pause"
   "dlm-cli check jumping"
 )
