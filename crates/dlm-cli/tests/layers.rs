@@ -14,7 +14,14 @@ const LAYERS: &[Layer<'static>] = &[
     },
     Layer {
         name: "foundation",
-        modules: &["output", "stats", "rng", "signals", "bench_common"],
+        modules: &[
+            "output",
+            "stats",
+            "rng",
+            "signals",
+            "bench_common",
+            "shard_view",
+        ],
         lateral: false,
     },
     Layer {
