@@ -25,6 +25,7 @@ groups=(
   "dlm histories"
   "dlm faults"
   "dlm faults_primitives"
+  "dlm faults_shards"
   "dlm redlock a_frozen_node_delays"
   "dlm topologies failover"
   "dlm faults_sharded"

@@ -27,7 +27,21 @@
 //!
 //! At the end the queue must show every task processed and nothing left
 //! (else exit 1); its keys are then deleted.
+//!
+//! With `--shards K` (issue 35) the queue is configured with K shards before
+//! the first push; `--shards none,1,6` runs one after another on the same
+//! Redis (each on a fresh queue; `none`: today's queue, never configured),
+//! `--repeat R` runs that list R times. The enqueue and process lines then
+//! also carry Redis's CPU per task over the *masters* only
+//! (`redis_cpu_us_per_task`), the busiest master's share of it
+//! (`busiest_master_share`), each master's figure and the client's own CPU
+//! per task; a `shards` line sums enqueue and processing. `--reads N` times
+//! `stats` and `peek 10` on the full queue instead of processing it;
+//! `--priority-probe N` measures how many tasks are claimed between the push
+//! of a high-priority task into a random shard and its claim (see
+//! docs/sharded-queue.md, section 3).
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
@@ -37,9 +51,15 @@ use dlm::queue::{NewTask, OnDuplicate, Queue, WorkerOptions};
 use serde::Serialize;
 
 use crate::bench_common::{BENCH_LEASE, ENQUEUE_IN_FLIGHT, Shape, Variant, enqueue_all};
+use crate::bench_shards::{
+    MasterCpu, Probe, ProbePhase, ReadsPhase, client_cpu_seconds, client_us_per_task,
+    masters_memory, node_urls, priority_probe, read_nodes, shards_per_master, time_reads,
+};
 use crate::error::{CliError, EXIT_OK, redis_err};
+use crate::global::parse::parse_bench_duration;
 use crate::global::target::{
-    RawConnection, Target, connect, delete_queue_keys, raw_connection, redis_version,
+    RawConnection, Target, connect, delete_queue_keys, delete_queue_shard_keys, raw_connection,
+    redis_version,
 };
 use crate::global::{Global, Topology};
 use crate::output::{self, cell_us, human, us};
@@ -96,6 +116,54 @@ pub struct BenchQueueArgs {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(dlm::queue::MAX_EVENTS)))]
     pub events: Option<u32>,
+    /// Configure the queue with K shards (1 to 64) before the first push.
+    /// Several, comma-separated (`none,1,6`), run one after another on the
+    /// same Redis, each on a fresh queue; `none` is today's queue, never
+    /// configured.
+    #[arg(long, value_name = "K[,K...]", value_delimiter = ',', value_parser = parse_shards)]
+    pub shards: Vec<ShardsRun>,
+    /// Run the --shards list this many times, interleaved.
+    #[arg(long, value_name = "R", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
+    /// After the enqueue phase, time N `stats` and N `peek 10` calls on the
+    /// full queue instead of processing it (the queue is then deleted).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub reads: Option<u32>,
+    /// After the enqueue phase (the fill, priority 0), push N tasks of the
+    /// highest priority into random shards while --probe-workers workers
+    /// run, and count the tasks claimed between each push and its claim.
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub priority_probe: Option<u32>,
+    /// Workers (each with --concurrency) of the priority probe.
+    #[arg(long, value_name = "W", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub probe_workers: u32,
+    /// The pause between two probes.
+    #[arg(long, value_name = "D", default_value = "20ms", value_parser = parse_bench_duration)]
+    pub probe_every: Duration,
+    /// How long the handler of each low-priority task of the probe sleeps.
+    #[arg(long, value_name = "D", default_value = "2ms", value_parser = parse_bench_duration)]
+    pub probe_work: Duration,
+}
+
+/// One run of `--shards`: `None` is today's queue (never configured).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardsRun(pub Option<u16>);
+
+fn parse_shards(s: &str) -> Result<ShardsRun, String> {
+    if s == "none" {
+        return Ok(ShardsRun(None));
+    }
+    match s.parse::<u16>() {
+        Ok(k) if (1..=dlm::keys::MAX_SHARDS).contains(&k) => Ok(ShardsRun(Some(k))),
+        _ => Err(format!(
+            "{s:?}: say a number of shards from 1 to {}, or none",
+            dlm::keys::MAX_SHARDS
+        )),
+    }
 }
 
 /// A dependency graph `dlm bench queue --dag` processes copies of.
@@ -186,6 +254,13 @@ struct EnqueuePhase {
     payload_bytes: Option<u32>,
     /// Small payloads in the compact buckets (`--compact-payloads`).
     compact_payloads: bool,
+    /// `--shards` (null: not given, or `none`).
+    shards: Option<u16>,
+    /// Redis's CPU over the masters only, and per master.
+    #[serde(flatten)]
+    masters: MasterCpu,
+    /// The benchmark process's own CPU, in µs per task.
+    client_cpu_us_per_task: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -210,6 +285,43 @@ struct ProcessPhase {
     group_concurrency: u32,
     /// Each task's payload size (0: id-only; null: `{"i":n}`, 7 to 12 bytes).
     payload_bytes: Option<u32>,
+    /// `--shards` (null: not given, or `none`).
+    shards: Option<u16>,
+    /// Redis's CPU over the masters only, and per master.
+    #[serde(flatten)]
+    masters: MasterCpu,
+    /// The benchmark process's own CPU, in µs per task.
+    client_cpu_us_per_task: Option<f64>,
+}
+
+/// With `--shards`: one run's enqueue and processing together.
+#[derive(Debug, Serialize)]
+struct ShardsLine {
+    #[serde(rename = "impl")]
+    implementation: String,
+    variant: String,
+    phase: &'static str,
+    mode: &'static str,
+    /// K (null: today's queue, never configured).
+    shards: Option<u16>,
+    /// The layout's version after configuring (0: never sharded).
+    layout_version: u64,
+    /// Shards per master (`host:port`; `-` off a Cluster).
+    shards_per_master: BTreeMap<String, u16>,
+    /// Which run of the list (0-based) and which repetition.
+    run: usize,
+    tasks: u64,
+    concurrency: u32,
+    enqueue_ops_per_s: f64,
+    /// Tasks processed per second (the process phase).
+    ops_per_s: f64,
+    /// Every node's CPU (replicas too), enqueue and processing, µs per task.
+    redis_cpu_us_per_op: Option<f64>,
+    /// The masters' CPU, enqueue and processing, µs per task; the busiest
+    /// master's share; each master's.
+    #[serde(flatten)]
+    masters: MasterCpu,
+    client_cpu_us_per_task: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -335,9 +447,12 @@ async fn idle_start(
 
 /// The variant a queue benchmark measures, for its `impl` label:
 /// `dlm-cluster`, `dlm-prio10`, `dlm-groups100-gc1`, ... (`dlm` plain).
-fn variant(global: &Global, args: &BenchQueueArgs) -> Variant {
+fn variant(global: &Global, args: &BenchQueueArgs, shards: Option<u16>) -> Variant {
     Variant::default()
         .with(global.topology == Topology::Cluster, || "cluster".into())
+        .with(shards.is_some(), || {
+            format!("shards{}", shards.unwrap_or(1))
+        })
         .with(matches!(global.topology, Topology::Sentinel(_)), || {
             "sentinel".into()
         })
@@ -361,7 +476,7 @@ fn variant(global: &Global, args: &BenchQueueArgs) -> Variant {
 
 /// `dlm bench queue`.
 pub async fn bench_queue(global: &Global, args: &BenchQueueArgs) -> Result<u8, CliError> {
-    if global.redis.len() > 1 {
+    if global.redis.len() > 1 && global.topology != Topology::Cluster {
         return Err(CliError::Usage(
             "queues live on one Redis: give a single --redis URL, not several".into(),
         ));
@@ -370,31 +485,67 @@ pub async fn bench_queue(global: &Global, args: &BenchQueueArgs) -> Result<u8, C
     let version = redis_version(&target.url, global.timeout).await;
     let client = connect(global, &target.url).await?;
     let mut raw = raw_connection(&target.url, global.timeout).await?;
-    let name = format!("bench:{:016x}", SplitMix(seed(1)).next());
-    let queue = client
-        .queue(name.clone())
-        .compact_payloads(args.compact_payloads);
-    let result = phases(global, args, &queue, &mut raw, &target, version).await;
-    // The benchmark's tasks are disposable, whatever happened.
-    delete_queue_keys(&mut raw, &name).await;
+    let list = if args.shards.is_empty() {
+        vec![None]
+    } else {
+        args.shards.iter().map(|s| s.0).collect()
+    };
+    let runs: Vec<(usize, Option<u16>)> = (0..args.repeat as usize)
+        .flat_map(|r| list.iter().map(move |k| (r, *k)))
+        .collect();
+    let mut result = Ok(EXIT_OK);
+    for (i, (round, k)) in runs.into_iter().enumerate() {
+        let name = format!("bench:{:016x}", SplitMix(seed(1 + i)).next());
+        let queue = client
+            .queue(name.clone())
+            .compact_payloads(args.compact_payloads);
+        let run = Run {
+            shards: k,
+            index: i,
+            round,
+        };
+        result = phases(
+            global, args, &client, &queue, &mut raw, &target, &version, run,
+        )
+        .await;
+        // The benchmark's tasks are disposable, whatever happened.
+        if let Ok(layout) = queue.shards().await {
+            delete_queue_shard_keys(&mut raw, &layout).await;
+        }
+        delete_queue_keys(&mut raw, &name).await;
+        if result.is_err() {
+            break;
+        }
+    }
     drop(target);
     result
 }
 
+/// Which run of `--shards` (and `--repeat`) this is.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    shards: Option<u16>,
+    index: usize,
+    round: usize,
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn phases(
     global: &Global,
     args: &BenchQueueArgs,
+    client: &dlm::Client,
     queue: &Queue,
     raw: &mut RawConnection,
     target: &Target,
-    version: Option<String>,
+    version: &Option<String>,
+    run: Run,
 ) -> Result<u8, CliError> {
     let name = queue.name();
     let n = args.tasks;
-    let variant = variant(global, args);
+    let variant = variant(global, args, run.shards);
     if !global.json {
         output::line_out(&format!(
-            "dlm bench queue: {n} tasks, payload {}, batch {}, concurrency {}, priorities {}, groups {}, group concurrency {}, queue {name}\nredis-server {} ({})",
+            "dlm bench queue: {n} tasks, payload {}, batch {}, concurrency {}, priorities {}, groups {}, group concurrency {}{}, queue {name}\nredis-server {} ({})",
             match args.payload_bytes {
                 None => "{\"i\":n}".to_string(),
                 Some(0) => "none (id-only)".to_string(),
@@ -405,18 +556,28 @@ async fn phases(
             args.priorities,
             args.groups,
             args.group_concurrency,
+            match run.shards {
+                None if args.shards.is_empty() => String::new(),
+                None => ", shards none (today's queue)".to_string(),
+                Some(k) => format!(", shards {k}"),
+            },
             version.as_deref().unwrap_or("version unknown"),
             target.describe(),
         ))?;
     }
 
+    if let Some(k) = run.shards {
+        queue
+            .configure(&dlm::queue::QueueSettings::default().shards(k))
+            .await?;
+    }
     if let Some(cap) = args.events {
         queue
             .configure(&dlm::queue::QueueSettings::default().events(Some(cap)))
             .await?;
     }
     if let Some(shape) = args.dag {
-        return dag_phase(global, args, queue, shape, target).await;
+        return dag_phase(global, args, queue, shape, target, run.shards).await;
     }
     if args.group_concurrency > 0 {
         queue
@@ -429,13 +590,33 @@ async fn phases(
     let shape = Shape::new(args.priorities, args.groups).payload_bytes(args.payload_bytes);
     let cpu_urls = crate::global::target::cpu_urls(target);
     let cpu = || crate::global::target::redis_cpu_seconds(&cpu_urls, global.timeout);
-    let before = used_memory(raw, name).await?;
+    let nodes = node_urls(global, target).await;
+    let read = || read_nodes(&nodes, global.timeout);
+    // A sharded queue's memory: every master's (today's queue: its own node's).
+    let memory = async |raw: &mut RawConnection| match run.shards {
+        Some(_) => masters_memory(&nodes, global.timeout)
+            .await
+            .ok_or_else(|| failed("reading INFO memory", "a master did not say")),
+        None => used_memory(raw, name).await,
+    };
+    let before = memory(raw).await?;
+    // Every node's window encloses the masters' one.
     let cpu_before = cpu().await;
+    let nodes_before = read().await;
+    let client_before = client_cpu_seconds();
     let start = Instant::now();
     enqueue_all(queue, n, u64::from(args.batch), shape, &|_| {}).await?;
     let secs = start.elapsed().as_secs_f64();
+    let client_after = client_cpu_seconds();
+    let nodes_after = read().await;
     let cpu_used = cpu().await.zip(cpu_before).map(|(a, b)| a - b);
-    let after = used_memory(raw, name).await?;
+    if run.shards.is_some() {
+        // Let the replicas catch up: the masters' output buffers to them
+        // count in `used_memory` too.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let after = memory(raw).await?;
+    let enqueue_cpu = cpu_used;
     let enqueue = EnqueuePhase {
         implementation: variant.implementation(),
         variant: variant.name(),
@@ -452,20 +633,122 @@ async fn phases(
         groups: args.groups,
         payload_bytes: args.payload_bytes,
         compact_payloads: args.compact_payloads,
+        shards: run.shards,
+        masters: MasterCpu::between(nodes_before.as_deref(), nodes_after.as_deref(), n),
+        client_cpu_us_per_task: client_us_per_task(client_before, client_after, n),
     };
     output::emit(global.json, &enqueue, || {
         format!(
-            "enqueue     {n} tasks in {}: {:.0} tasks/s, {:.0} bytes of Redis memory per waiting task",
+            "enqueue     {n} tasks in {}: {:.0} tasks/s, {:.0} bytes of Redis memory per waiting task{}",
             human(Duration::from_secs_f64(secs)),
             enqueue.ops_per_s,
-            enqueue.mem_bytes_per_waiting_job
+            enqueue.mem_bytes_per_waiting_job,
+            if run.shards.is_some() {
+                enqueue.masters.clause()
+            } else {
+                String::new()
+            }
         )
     })?;
 
+    if let Some(samples) = args.reads {
+        let (stats, peek) = time_reads(queue, samples as usize).await?;
+        let line = ReadsPhase {
+            implementation: variant.implementation(),
+            variant: variant.name(),
+            phase: "reads",
+            mode: "reads",
+            shards: run.shards,
+            waiting: queue.stats().await?.waiting,
+            samples: 0,
+            stats_p50_us: None,
+            stats_p99_us: None,
+            stats_max_us: None,
+            peek_p50_us: None,
+            peek_p99_us: None,
+            peek_max_us: None,
+        }
+        .fill(&stats, &peek);
+        output::emit(global.json, &line, || {
+            format!(
+                "reads       {} waiting, {} samples: stats p50 {} p99 {} max {}; peek 10 p50 {} p99 {} max {}",
+                line.waiting,
+                line.samples,
+                cell_us(line.stats_p50_us),
+                cell_us(line.stats_p99_us),
+                cell_us(line.stats_max_us),
+                cell_us(line.peek_p50_us),
+                cell_us(line.peek_p99_us),
+                cell_us(line.peek_max_us),
+            )
+        })?;
+        return Ok(EXIT_OK);
+    }
+
+    if let Some(probes) = args.priority_probe {
+        let p = Probe {
+            probes: probes as usize,
+            every: args.probe_every,
+            workers: args.probe_workers,
+            concurrency: args.concurrency,
+            work: args.probe_work,
+        };
+        let (passed, latency, left) = priority_probe(client, name, &p).await?;
+        let k = u64::from(queue.shards().await.map_or(1, |l| l.k));
+        let (w, c) = (u64::from(p.workers), u64::from(p.concurrency));
+        let line = ProbePhase {
+            implementation: variant.implementation(),
+            variant: variant.name(),
+            phase: "priority-probe",
+            mode: "priority-probe",
+            shards: run.shards,
+            fill: n,
+            fill_left: left,
+            workers: p.workers,
+            concurrency: p.concurrency,
+            work_us: us(p.work),
+            probes: passed.len(),
+            passed_p50: percentile(&passed, 50.0),
+            passed_p99: percentile(&passed, 99.0),
+            passed_max: passed.last().copied(),
+            passed_mean: passed.iter().sum::<u64>() as f64 / passed.len().max(1) as f64,
+            bound_wkc: w * k * c,
+            bound_wc: w * c,
+            latency_p50_us: percentile(&latency, 50.0),
+            latency_p99_us: percentile(&latency, 99.0),
+        };
+        output::emit(global.json, &line, || {
+            format!(
+                "priority    {} probes, {} workers x {}: tasks claimed before a probe p50 {} p99 {} max {} (bound W*K*c {}, W*c {}); push to claim p50 {} p99 {}; {} of the fill left",
+                line.probes,
+                line.workers,
+                line.concurrency,
+                line.passed_p50.unwrap_or(0),
+                line.passed_p99.unwrap_or(0),
+                line.passed_max.unwrap_or(0),
+                line.bound_wkc,
+                line.bound_wc,
+                cell_us(line.latency_p50_us),
+                cell_us(line.latency_p99_us),
+                line.fill_left
+            )
+        })?;
+        if left == 0 {
+            return Err(CliError::No(
+                "the shards ran dry during the priority probe: fill more (--tasks) or slow the workers (--probe-work)".into(),
+            ));
+        }
+        return Ok(EXIT_OK);
+    }
+
     let cpu_before = cpu().await;
+    let nodes_before = read().await;
+    let client_before = client_cpu_seconds();
     let start = Instant::now();
     drain(queue, args, n).await?;
     let secs = start.elapsed().as_secs_f64();
+    let client_after = client_cpu_seconds();
+    let nodes_after = read().await;
     let cpu_used = cpu().await.zip(cpu_before).map(|(a, b)| a - b);
     check_drained(queue, n).await?;
     let process = ProcessPhase {
@@ -483,15 +766,70 @@ async fn phases(
         groups: args.groups,
         group_concurrency: args.group_concurrency,
         payload_bytes: args.payload_bytes,
+        shards: run.shards,
+        masters: MasterCpu::between(nodes_before.as_deref(), nodes_after.as_deref(), n),
+        client_cpu_us_per_task: client_us_per_task(client_before, client_after, n),
     };
     output::emit(global.json, &process, || {
         format!(
-            "process     {n} tasks in {}: {:.0} tasks/s with concurrency {}",
+            "process     {n} tasks in {}: {:.0} tasks/s with concurrency {}{}",
             human(Duration::from_secs_f64(secs)),
             process.ops_per_s,
-            args.concurrency
+            args.concurrency,
+            if run.shards.is_some() {
+                process.masters.clause()
+            } else {
+                String::new()
+            }
         )
     })?;
+
+    if !args.shards.is_empty() {
+        let (layout_version, per_master) = shards_per_master(queue).await;
+        let line = ShardsLine {
+            implementation: variant.implementation(),
+            variant: variant.name(),
+            phase: "shards",
+            mode: "shards",
+            shards: run.shards,
+            layout_version,
+            shards_per_master: per_master,
+            run: run.index,
+            tasks: n,
+            concurrency: args.concurrency,
+            enqueue_ops_per_s: enqueue.ops_per_s,
+            ops_per_s: process.ops_per_s,
+            redis_cpu_us_per_op: crate::global::target::us_per_op(
+                enqueue_cpu.zip(cpu_used).map(|(a, b)| a + b),
+                n,
+            ),
+            masters: MasterCpu::sum(&enqueue.masters, n, &process.masters, n),
+            client_cpu_us_per_task: enqueue
+                .client_cpu_us_per_task
+                .zip(process.client_cpu_us_per_task)
+                .map(|(a, b)| a + b),
+        };
+        output::emit(global.json, &line, || {
+            format!(
+                "shards {:<4} round {}: enqueue {:.0}/s, process {:.0}/s; per task (enqueue + process): Redis {} us over every node, {} us over the masters, busiest master {}, client {} us; shards per master {:?}",
+                run.shards.map_or("none".to_string(), |k| k.to_string()),
+                run.round,
+                line.enqueue_ops_per_s,
+                line.ops_per_s,
+                line.redis_cpu_us_per_op
+                    .map_or("?".into(), |v| format!("{v:.2}")),
+                line.masters
+                    .redis_cpu_us_per_task
+                    .map_or("?".into(), |v| format!("{v:.2}")),
+                line.masters
+                    .busiest_master_share
+                    .map_or("?".into(), |v| format!("{:.1}%", v * 100.0)),
+                line.client_cpu_us_per_task
+                    .map_or("?".into(), |v| format!("{v:.2}")),
+                line.shards_per_master,
+            )
+        })?;
+    }
 
     let idle_began = Instant::now();
     let samples = idle_start(queue, args.concurrency, n, args.idle_samples as usize).await?;
@@ -618,6 +956,7 @@ async fn dag_phase(
     queue: &Queue,
     shape: DagShape,
     target: &Target,
+    shards: Option<u16>,
 ) -> Result<u8, CliError> {
     let (per_copy, edges_per_copy) = shape.size();
     let copies = args.tasks.div_ceil(per_copy).max(1);
@@ -638,7 +977,7 @@ async fn dag_phase(
     let graphs: Vec<NewTask> = (0..copies).flat_map(|c| shape.tasks(c)).collect();
     let (ge, gp, gcpu) = run_tasks(queue, graphs, args, &cpu).await?;
     check_drained(queue, 2 * n).await?;
-    let variant = variant(global, args);
+    let variant = variant(global, args, shards);
     let line = DagPhase {
         implementation: variant.implementation(),
         variant: variant.name(),

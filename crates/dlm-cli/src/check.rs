@@ -34,7 +34,7 @@ use serde::Serialize;
 
 use crate::error::{CliError, EXIT_NO, EXIT_OK};
 use crate::global::parse::{parse_bench_duration, parse_lease, parse_ttl};
-use crate::global::target::{connect, delete_queue_keys, raw_connection};
+use crate::global::target::{connect, delete_queue_keys, delete_queue_shard_keys, raw_connection};
 use crate::global::{Global, Topology};
 use crate::held::{HOLD_DISTRIBUTION, Held, hold_time};
 use crate::output;
@@ -148,6 +148,12 @@ pub struct CheckQueueArgs {
     /// judges when the history is small enough (at most 4000 leases).
     #[arg(long)]
     pub linearizability: bool,
+    /// Run the workload on a queue of K shards (1 to 64; issue 35): the
+    /// same history, checked the same way, with tasks spread over the
+    /// shards (on a Redis Cluster, over its masters).
+    #[arg(long, value_name = "K",
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(dlm::keys::MAX_SHARDS)))]
+    pub shards: Option<u16>,
 }
 
 /// What the third-party checker said (the `linearizability` JSON object).
@@ -262,6 +268,9 @@ struct QueueReport {
     operations: u64,
     tasks: u64,
     violations: u64,
+    /// `--shards` (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shards: Option<u16>,
     lost: u64,
     duplicates: u64,
     /// Acks whose reply never came (a timeout, a failover): the task was not
@@ -787,9 +796,28 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
     let name = format!("check:{:08x}", SplitMix(seed(9)).next() as u32);
     let queue = client.queue(name.clone());
     queue.stats().await?; // reachable at the start, or exit 3
+    if let Some(k) = args.shards {
+        queue
+            .configure(&dlm::queue::QueueSettings::default().shards(k))
+            .await?;
+    }
     let history = Arc::new(QueueHistory::default());
     let log = Arc::new(OpLog::<QueueOp>::new(Clock::new()));
     let ids: Vec<String> = (0..args.tasks).map(|i| format!("c{i}")).collect();
+    // Each task's shard (placed by its id), for the linearizability checker.
+    let shard_of = match args.shards {
+        Some(k) if k > 1 => {
+            let mut map = std::collections::HashMap::with_capacity(ids.len());
+            for id in &ids {
+                let shard = queue
+                    .shard_of(&dlm::queue::NewTask::new(id.clone()))
+                    .await?;
+                map.insert(id.clone(), shard);
+            }
+            Some(map)
+        }
+        _ => None,
+    };
     for chunk in ids.chunks(1000) {
         let invoke = log.clock().now();
         queue
@@ -909,10 +937,16 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
         .filter(|op| matches!(op.result, QueueResult::Leased { .. }))
         .count();
     let lin = (args.linearizability || leases <= linearizable::MAX_OPS_PER_OBJECT).then(|| {
-        LinearizabilityReport::new(&linearizable::check_queue(
-            &QueueSpec::default(),
-            &lin_history,
-        ))
+        // A sharded queue is K queues, each with its own fences: judged
+        // shard by shard.
+        LinearizabilityReport::new(&match &shard_of {
+            Some(map) => {
+                linearizable::check_sharded_queue(&QueueSpec::default(), &lin_history, |t| {
+                    map.get(t).copied().unwrap_or(0)
+                })
+            }
+            None => linearizable::check_queue(&QueueSpec::default(), &lin_history),
+        })
     });
     // The state the workload left, before the dead are purged and the keys go.
     let invariants = if args.invariants {
@@ -928,6 +962,9 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
     if !matches!(global.topology, Topology::Sentinel(_))
         && let Ok(mut raw) = raw_connection(global.url(), global.timeout).await
     {
+        if let Ok(layout) = queue.shards().await {
+            delete_queue_shard_keys(&mut raw, &layout).await;
+        }
         delete_queue_keys(&mut raw, &name).await;
     }
     let verdict = history.check();
@@ -959,6 +996,7 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
         operations: ops.load(std::sync::atomic::Ordering::Relaxed),
         tasks: args.tasks,
         violations: violations as u64,
+        shards: args.shards,
         lost: verdict.lost.len() as u64,
         duplicates: verdict.duplicates as u64,
         acks_unknown: verdict.ack_unknown.len() as u64,
@@ -969,9 +1007,13 @@ pub async fn check_queue(global: &Global, args: &CheckQueueArgs) -> Result<u8, C
     };
     output::emit(global.json, &report, || {
         format!(
-            "check queue: {} tasks by {} workers: {} lost, {} duplicates, {}{} violations, errors {}{}",
+            "check queue: {} tasks by {} workers{}: {} lost, {} duplicates, {}{} violations, errors {}{}",
             report.tasks,
             args.workers,
+            args.shards.map_or(String::new(), |k| format!(
+                " on {k} shard{}",
+                if k == 1 { "" } else { "s" }
+            )),
             report.lost,
             report.duplicates,
             match &report.invariants {

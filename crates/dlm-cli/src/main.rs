@@ -8,6 +8,7 @@ mod bench;
 mod bench_common;
 mod bench_ids;
 mod bench_queue;
+mod bench_shards;
 mod check;
 mod cli;
 mod demo;

@@ -163,6 +163,48 @@ fn a_clean_queue_check_passes_and_lost_tasks_are_caught() {
     );
 }
 
+/// `--shards K`: the same workload on a K-shard queue, judged the same way
+/// (the linearizability checker shard by shard: each shard has its own
+/// fences); every shard's keys are gone afterwards.
+#[test]
+fn a_sharded_queue_check_passes_and_leaves_no_keys() {
+    let s = server();
+    let r = check(
+        &s,
+        &[
+            "queue",
+            "--tasks",
+            "600",
+            "--workers",
+            "3",
+            "--shards",
+            "4",
+            "--invariants",
+        ],
+    );
+    assert_eq!(r.code(), 0, "{}{}", r.stdout, r.stderr);
+    let v = json(&r);
+    assert_eq!(
+        (
+            v["shards"].as_u64(),
+            v["lost"].as_u64(),
+            v["violations"].as_u64()
+        ),
+        (Some(4), Some(0), Some(0)),
+        "{v}"
+    );
+    assert_eq!(v["linearizability"]["violations"], 0, "{v}");
+    // Objects of every shard: one per task, plus each shard's queue-wide one.
+    assert!(v["linearizability"]["objects"].as_u64() > Some(601), "{v}");
+    assert_eq!(
+        s.command(&["DBSIZE"]).unwrap_or_default(),
+        ":0",
+        "no keys left"
+    );
+    let r = check(&s, &["queue", "--tasks", "10", "--shards", "0"]);
+    assert_eq!(r.code(), 2, "{}{}", r.stdout, r.stderr);
+}
+
 /// `--linearizability`: the third-party checker judges too, says so
 /// (`checkers`, `linearizability.checker`), finds nothing in a clean run of
 /// every primitive and the queue, and catches the broken lock and the lost

@@ -111,3 +111,117 @@ fn small_run_with_payload(bytes: &str) -> Result<Vec<serde_json::Value>, String>
     }
     Ok(json_lines(&r))
 }
+
+/// `--shards none,3` on a private 3-master cluster: each run carries its
+/// `shards`, Redis CPU per task over the masters and the busiest master's
+/// share, and a `shards` line adding enqueue and processing up; 3 shards
+/// land one per master.
+#[test]
+fn bench_queue_shards_report_cpu_per_master() -> TestResult {
+    let r = run(&[
+        "--json",
+        "--cluster",
+        "bench",
+        "queue",
+        "--tasks",
+        "3000",
+        "--concurrency",
+        "16",
+        "--idle-samples",
+        "5",
+        "--shards",
+        "none,3",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let lines = json_lines(&r);
+    let phases: Vec<&str> = lines.iter().filter_map(|l| l["phase"].as_str()).collect();
+    assert_eq!(
+        phases,
+        ["enqueue", "process", "shards", "idle-start"].repeat(2),
+        "{}",
+        r.stdout
+    );
+    let (today, sharded) = (&lines[2], &lines[6]);
+    assert_eq!(today["shards"], serde_json::Value::Null, "{today}");
+    assert_eq!(today["impl"], "dlm-cluster", "{today}");
+    assert_eq!(sharded["shards"], 3, "{sharded}");
+    assert_eq!(sharded["impl"], "dlm-cluster-shards3", "{sharded}");
+    assert_eq!(sharded["layout_version"], 1, "{sharded}");
+    let per_master = sharded["shards_per_master"]
+        .as_object()
+        .ok_or("shards_per_master")?;
+    assert_eq!(per_master.len(), 3, "{sharded}");
+    assert!(per_master.values().all(|v| v == 1), "{sharded}");
+    for line in [&lines[0], &lines[1], today, &lines[4], &lines[5], sharded] {
+        let cpu = line["redis_cpu_us_per_task"]
+            .as_f64()
+            .ok_or("redis_cpu_us_per_task")?;
+        let share = line["busiest_master_share"]
+            .as_f64()
+            .ok_or("busiest_master_share")?;
+        assert!(cpu > 0.0 && (0.0..=1.0).contains(&share), "{line}");
+        assert_eq!(
+            line["master_cpu_us_per_task"].as_object().map(|m| m.len()),
+            Some(3),
+            "{line}"
+        );
+        assert!(line["client_cpu_us_per_task"].is_f64(), "{line}");
+        // Every node's CPU (replicas too) stays under its old name.
+        assert!(line["redis_cpu_us_per_op"].as_f64() >= Some(cpu), "{line}");
+    }
+    // Today's queue keeps its memory figure on its one master.
+    assert!(lines[0]["mem_bytes_per_waiting_job"].as_f64() > Some(20.0));
+    Ok(())
+}
+
+/// `--reads` times stats and peek on the full queue; `--priority-probe`
+/// reports the tasks claimed before each high-priority push against the
+/// design's bound. Both on a private server.
+#[test]
+fn bench_queue_reads_and_priority_probe() -> TestResult {
+    let r = run(&[
+        "--json", "bench", "queue", "--tasks", "2000", "--shards", "4", "--reads", "20",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let lines = json_lines(&r);
+    assert_eq!(lines.len(), 2, "{}", r.stdout);
+    let reads = &lines[1];
+    assert_eq!(
+        (reads["phase"].as_str(), reads["waiting"].as_u64()),
+        (Some("reads"), Some(2000)),
+        "{reads}"
+    );
+    assert_eq!(reads["samples"], 20, "{reads}");
+    assert!(reads["peek_p99_us"].as_u64() >= reads["peek_p50_us"].as_u64());
+
+    let r = run(&[
+        "--json",
+        "bench",
+        "queue",
+        "--tasks",
+        "3000",
+        "--shards",
+        "3",
+        "--priority-probe",
+        "20",
+        "--probe-workers",
+        "2",
+        "--concurrency",
+        "2",
+        "--payload-bytes",
+        "0",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr);
+    let lines = json_lines(&r);
+    let probe = lines.last().ok_or("no lines")?;
+    assert_eq!(probe["phase"], "priority-probe", "{probe}");
+    assert_eq!(probe["probes"], 20, "{probe}");
+    assert_eq!(
+        (probe["bound_wkc"].as_u64(), probe["bound_wc"].as_u64()),
+        (Some(12), Some(4)),
+        "{probe}"
+    );
+    assert!(probe["fill_left"].as_u64() > Some(0), "{probe}");
+    assert!(probe["passed_max"].is_u64(), "{probe}");
+    Ok(())
+}

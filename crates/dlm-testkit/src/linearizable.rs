@@ -1389,6 +1389,94 @@ pub fn check_queue(spec: &QueueSpec, ops: &[QueueOp]) -> Verdict {
     verdict
 }
 
+/// [`check_queue`] for a queue spread over shards (dlm's sharded queue,
+/// issue 35): each shard is a queue of its own with its own fences, so the
+/// history is split by the shard of each operation's task (`shard_of`) and
+/// each part judged on its own. A claim's leases go to their tasks' shards;
+/// the queue-wide operations (drained, pause, resume) to every part. The
+/// verdict adds the parts up; each violation names its shard.
+///
+/// ```
+/// use std::time::Duration;
+/// use dlm_testkit::linearizable::{check_sharded_queue, QueueAction, QueueOp, QueueResult, QueueSpec};
+/// let ms = Duration::from_millis;
+/// let op = |action, result, invoke| QueueOp {
+///     process: 1, action, result, invoke: ms(invoke), complete: ms(invoke + 1),
+/// };
+/// let enqueue = |t: &str| QueueAction::Enqueue { task: t.into(), deps: vec![], group: None };
+/// let claim = QueueAction::Claim { lease: ms(10_000) };
+/// let leased = |t: &str| QueueResult::Leased { task: t.into(), fence: 1 };
+/// let ack = |t: &str| QueueAction::Ack { task: t.into(), fence: 1 };
+/// // Two shards, each with its own fence counter: both hand out fence 1.
+/// let h = vec![
+///     op(enqueue("a"), QueueResult::Done, 0),
+///     op(enqueue("b"), QueueResult::Done, 0),
+///     op(claim.clone(), leased("a"), 2),
+///     op(claim, leased("b"), 4),
+///     op(ack("a"), QueueResult::Done, 6),
+///     op(ack("b"), QueueResult::Done, 6),
+/// ];
+/// let shard = |t: &str| if t == "a" { 0 } else { 1 };
+/// assert!(check_sharded_queue(&QueueSpec::default(), &h, shard).ok());
+/// ```
+pub fn check_sharded_queue(
+    spec: &QueueSpec,
+    ops: &[QueueOp],
+    shard_of: impl Fn(&str) -> u16,
+) -> Verdict {
+    let task_of = |op: &QueueOp| -> Option<Option<String>> {
+        match (&op.action, &op.result) {
+            (QueueAction::Claim { .. }, QueueResult::Leased { task, .. }) => {
+                Some(Some(task.clone()))
+            }
+            // An empty claim, or one whose reply was lost, names no task.
+            (QueueAction::Claim { .. }, _) => None,
+            (QueueAction::Enqueue { task, .. }, _)
+            | (QueueAction::Ack { task, .. }, _)
+            | (QueueAction::Nack { task, .. }, _)
+            | (QueueAction::Extend { task, .. }, _) => Some(Some(task.clone())),
+            (QueueAction::Drained | QueueAction::Pause | QueueAction::Resume, _) => Some(None),
+        }
+    };
+    let shards: BTreeSet<u16> = ops
+        .iter()
+        .filter_map(|op| task_of(op).flatten())
+        .map(|t| shard_of(&t))
+        .collect();
+    let mut parts: BTreeMap<u16, Vec<QueueOp>> = shards.iter().map(|&s| (s, Vec::new())).collect();
+    for op in ops {
+        match task_of(op) {
+            None => {}
+            Some(Some(task)) => {
+                if let Some(part) = parts.get_mut(&shard_of(&task)) {
+                    part.push(op.clone());
+                }
+            }
+            Some(None) => {
+                for part in parts.values_mut() {
+                    part.push(op.clone());
+                }
+            }
+        }
+    }
+    let mut verdict = Verdict::empty(ops.len());
+    for (shard, part) in parts {
+        let v = check_queue(spec, &part);
+        verdict.objects += v.objects;
+        verdict.violations.extend(
+            v.violations
+                .into_iter()
+                .map(|x| format!("shard {shard}: {x}")),
+        );
+        verdict.undecided.extend(
+            v.undecided
+                .into_iter()
+                .map(|x| format!("shard {shard}: {x}")),
+        );
+    }
+    verdict
+}
+
 fn act_task(act: &QAct) -> Option<u32> {
     match act {
         QAct::Enqueue { task, .. }

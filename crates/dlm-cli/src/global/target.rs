@@ -255,6 +255,30 @@ pub async fn delete_queue_keys(conn: &mut RawConnection, name: &str) {
     }
 }
 
+/// Delete the keys of every shard but shard 0 of a sharded disposable queue
+/// (shard 0's are [`delete_queue_keys`]'s): `dlm:queue:shard:{TAG}:SUFFIX`
+/// and that shard's payload buckets.
+pub async fn delete_queue_shard_keys(conn: &mut RawConnection, layout: &dlm::queue::ShardLayout) {
+    for shard in layout.shards.iter().filter(|s| s.index > 0) {
+        let base = format!("{}shard:{{{}}}", dlm::keys::DEFAULT_QUEUE_PREFIX, shard.tag);
+        let mut keys: Vec<String> = dlm::keys::QUEUE_KEY_SUFFIXES
+            .iter()
+            .map(|suffix| format!("{base}:{suffix}"))
+            .collect();
+        keys.extend(
+            (0..dlm::keys::QUEUE_PAYLOAD_BUCKETS).map(|b| format!("{base}:payload:{b:03x}")),
+        );
+        for chunk in keys.chunks(1024) {
+            let mut del = redis::cmd("DEL");
+            del.arg(chunk);
+            if let Err(e) = del.query_async::<i64>(conn).await {
+                tracing::warn!(error = %e, shard = shard.index, "could not delete a disposable queue shard's keys");
+                break;
+            }
+        }
+    }
+}
+
 /// A raw connection to `url` (see [`RawConnection`]).
 pub async fn raw_connection(url: &str, timeout: Duration) -> Result<RawConnection, CliError> {
     let mut single = plain_connection(url, timeout).await?;
@@ -301,7 +325,7 @@ async fn plain_connection(
 }
 
 /// One `INFO` section of the server at `url`, if it can be had.
-async fn info(url: &str, timeout: Duration, section: &str) -> Option<String> {
+pub(crate) async fn info(url: &str, timeout: Duration, section: &str) -> Option<String> {
     let mut conn = plain_connection(url, timeout).await.ok()?;
     redis::cmd("INFO")
         .arg(section)
