@@ -28,7 +28,6 @@ groups=(
   "dlm faults_shards"
   "dlm redlock a_frozen_node_delays"
   "dlm topologies failover"
-  "dlm faults_sharded"
   "dlm-cli pause"
   "dlm-cli check jumping"
 )
