@@ -34,6 +34,13 @@ const LAYERS: &[Layer<'static>] = &[
         modules: &["run_cmd"],
         lateral: false,
     },
+    // What a command shares with others below the commands (the sharded
+    // queue's bench runs and figures, used by `bench queue --shards`).
+    Layer {
+        name: "command support",
+        modules: &["bench_shards"],
+        lateral: false,
+    },
     Layer {
         name: "commands",
         modules: &[
