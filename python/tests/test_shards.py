@@ -19,7 +19,8 @@ def test_shards_configure_push_stats_and_drain(redis_url: str) -> None:
     assert (plain["k"], plain["version"], plain["draining"]) == (1, 0, None)
     assert [(s["index"], s["tag"]) for s in plain["shards"]] == [(0, "clicks")]
     assert set(plain) == {"k", "version", "draining", "shards"}
-    assert set(plain["shards"][0]) == {"index", "tag", "slot"}
+    assert set(plain["shards"][0]) == {"index", "tag", "slot", "master"}
+    assert plain["shards"][0]["master"] is None  # one server: no Cluster master
     assert q.configure(shards=4)["shards"] == 4
     assert q.settings()["shards"] == 4
     layout = q.shards()
