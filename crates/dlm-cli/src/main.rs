@@ -28,6 +28,7 @@ mod rwlock_cmd;
 mod seckill;
 mod semaphore_cmd;
 mod serve;
+mod shard_view;
 mod signals;
 mod soak;
 mod stats;

@@ -14,7 +14,14 @@ const LAYERS: &[Layer<'static>] = &[
     },
     Layer {
         name: "foundation",
-        modules: &["output", "stats", "rng", "signals", "bench_common"],
+        modules: &[
+            "output",
+            "stats",
+            "rng",
+            "signals",
+            "bench_common",
+            "shard_view",
+        ],
         lateral: false,
     },
     Layer {
@@ -25,6 +32,13 @@ const LAYERS: &[Layer<'static>] = &[
     Layer {
         name: "runner",
         modules: &["run_cmd"],
+        lateral: false,
+    },
+    // What a command shares with others below the commands (the sharded
+    // queue's bench runs and figures, used by `bench queue --shards`).
+    Layer {
+        name: "command support",
+        modules: &["bench_shards"],
         lateral: false,
     },
     Layer {

@@ -448,11 +448,18 @@ async fn a_worker_resumes_after_redis_restarts_and_aof_keeps_acknowledged_enqueu
     // Acknowledged enqueues that no worker has taken yet survive a crash with appendfsync always.
     q.enqueue(
         (0..20).map(|i| format!("delayed-{i}")),
-        Duration::from_millis(1500),
+        Duration::from_millis(4000),
         OnDuplicate::Keep,
     )
     .await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The worker has taken the due ones (waited for, not slept on: the
+    // machine may be loaded); the delayed ones are not due yet.
+    tokio::time::timeout(Duration::from_secs(3), async {
+        while acked.lock().expect("lock").len() < 20 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await?;
     s.restart()?; // SIGKILL + start on the same port, reloading the AOF
     assert_eq!(s.command(&["ZCARD", "dlm:queue:{restart}:waiting"])?, ":20");
     let back = tokio::time::timeout(Duration::from_secs(10), async {

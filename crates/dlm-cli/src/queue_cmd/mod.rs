@@ -22,7 +22,7 @@ mod events;
 mod payload;
 mod results;
 mod schedule;
-pub mod shards;
+use crate::shard_view as shards;
 mod task;
 mod workers;
 

@@ -203,7 +203,7 @@ async fn queue_page(
     };
     match read.await {
         Ok((per_shard, layout, list)) => {
-            let stats = crate::queue_cmd::shards::total(&per_shard);
+            let stats = crate::shard_view::total(&per_shard);
             let shards = layout.as_ref().map(|l| (l, per_shard.as_slice()));
             let body = pages::queue(&name, &stats, shards, task_state, &list, page, size);
             render(&state, &headers, &name, Nav::Queue, true, body)
@@ -628,14 +628,14 @@ async fn api_queue(
         let per_shard = queue.shard_stats().await?;
         let shards = if per_shard.len() > 1 {
             let layout = queue.shards().await?;
-            Some(crate::queue_cmd::shards::shard_lines(&layout, &per_shard))
+            Some(crate::shard_view::shard_lines(&layout, &per_shard))
         } else {
             None
         };
         let list = queue
             .tasks(task_state, offset, limit, PREVIEW_BYTES)
             .await?;
-        Ok::<_, dlm::Error>((crate::queue_cmd::shards::total(&per_shard), shards, list))
+        Ok::<_, dlm::Error>((crate::shard_view::total(&per_shard), shards, list))
     };
     let (stats, shards, list) = match read.await {
         Ok(r) => r,

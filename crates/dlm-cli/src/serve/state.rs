@@ -284,7 +284,7 @@ impl State {
             let stats = queue
                 .shard_stats()
                 .await
-                .map(|per| crate::queue_cmd::shards::total(&per));
+                .map(|per| crate::shard_view::total(&per));
             let oldest = queue.oldest_due_age().await;
             (stats, oldest)
         });
