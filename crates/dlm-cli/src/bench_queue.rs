@@ -122,7 +122,8 @@ pub struct BenchQueueArgs {
     /// configured.
     #[arg(long, value_name = "K[,K...]", value_delimiter = ',', value_parser = parse_shards)]
     pub shards: Vec<ShardsRun>,
-    /// Run the --shards list this many times, interleaved.
+    /// Run the --shards list this many times, interleaved (each time
+    /// starting one further along it).
     #[arg(long, value_name = "R", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: u32,
@@ -490,8 +491,13 @@ pub async fn bench_queue(global: &Global, args: &BenchQueueArgs) -> Result<u8, C
     } else {
         args.shards.iter().map(|s| s.0).collect()
     };
+    // Each repetition starts one further along the list, so that no run
+    // always comes first (or after the same one).
     let runs: Vec<(usize, Option<u16>)> = (0..args.repeat as usize)
-        .flat_map(|r| list.iter().map(move |k| (r, *k)))
+        .flat_map(|r| {
+            let list = &list;
+            (0..list.len()).map(move |j| (r, list[(r + j) % list.len()]))
+        })
         .collect();
     let mut result = Ok(EXIT_OK);
     for (i, (round, k)) in runs.into_iter().enumerate() {
@@ -803,7 +809,7 @@ async fn phases(
                 enqueue_cpu.zip(cpu_used).map(|(a, b)| a + b),
                 n,
             ),
-            masters: MasterCpu::sum(&enqueue.masters, n, &process.masters, n),
+            masters: MasterCpu::add(&enqueue.masters, &process.masters),
             client_cpu_us_per_task: enqueue
                 .client_cpu_us_per_task
                 .zip(process.client_cpu_us_per_task)

@@ -182,18 +182,15 @@ impl MasterCpu {
         }
     }
 
-    /// `a` (over `na` tasks) and `b` (over `nb`) as one window over `na + nb`.
-    pub(crate) fn sum(a: &MasterCpu, na: u64, b: &MasterCpu, nb: u64) -> MasterCpu {
+    /// Two windows over the same tasks (enqueue, then processing) added up:
+    /// the CPU per task of both.
+    pub(crate) fn add(a: &MasterCpu, b: &MasterCpu) -> MasterCpu {
         let (Some(pa), Some(pb)) = (&a.master_cpu_us_per_task, &b.master_cpu_us_per_task) else {
             return MasterCpu::default();
         };
-        let n = (na + nb).max(1) as f64;
-        let mut per = BTreeMap::new();
-        for (k, v) in pa {
-            *per.entry(k.clone()).or_insert(0.0) += v * na as f64 / n;
-        }
+        let mut per = pa.clone();
         for (k, v) in pb {
-            *per.entry(k.clone()).or_insert(0.0) += v * nb as f64 / n;
+            *per.entry(k.clone()).or_insert(0.0) += v;
         }
         let total: f64 = per.values().sum();
         let busiest = per.values().copied().fold(0.0, f64::max);
@@ -497,7 +494,8 @@ mod tests {
         let m = MasterCpu::between(Some(&before), Some(&after), 1_000_000);
         assert_eq!(m.redis_cpu_us_per_task, Some(4.0));
         assert_eq!(m.busiest_master_share, Some(0.75));
-        let both = MasterCpu::sum(&m, 1_000_000, &m, 1_000_000);
-        assert_eq!(both.redis_cpu_us_per_task, Some(4.0));
+        let both = MasterCpu::add(&m, &m);
+        assert_eq!(both.redis_cpu_us_per_task, Some(8.0));
+        assert_eq!(both.busiest_master_share, Some(0.75));
     }
 }

@@ -489,12 +489,12 @@ async fn a_shards_slot_migrating_loses_no_task() -> TestResult {
             (pushed, failed)
         }
     };
-    let (moved, (pushed, push_failed)) = tokio::join!(
-        migrate_slot(&cluster, slot, Duration::from_millis(100)),
-        producer
-    );
+    let migration = async {
+        let r = migrate_slot(&cluster, slot, Duration::from_millis(100)).await;
+        (r, began.elapsed())
+    };
+    let ((moved, took), (pushed, push_failed)) = tokio::join!(migration, producer);
     let (moved, target) = moved?;
-    let took = began.elapsed();
     row.tasks += pushed;
     let drained = row.drained_within(Duration::from_secs(30)).await;
     for w in workers {
@@ -505,7 +505,7 @@ async fn a_shards_slot_migrating_loses_no_task() -> TestResult {
     let (report, judged, processed) = row.judge(name).await?;
     common::matrix_row(
         name,
-        &format!("{n} tasks, then {pushed} pushed during the move, 3 workers, 1 s leases"),
+        &format!("{n} tasks, then {pushed} pushed during the run, 3 workers, 1 s leases"),
         &format!(
             "shard 2's slot {slot} moved from port {} to {target}, {moved} keys one every 100 ms ({took:.1?})",
             old_master.unwrap_or(0)
