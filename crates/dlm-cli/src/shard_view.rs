@@ -7,25 +7,9 @@ use serde::Serialize;
 
 use crate::error::CliError;
 
-/// The counts of a whole queue from its shards' (as the library sums them:
-/// counts add up, the oldest due task is the oldest of all, paused if any
-/// shard is).
+/// The counts of a whole queue from its shards' (the library's sum).
 pub fn total(shards: &[QueueStats]) -> QueueStats {
-    let mut t = QueueStats::default();
-    for s in shards {
-        t.waiting += s.waiting;
-        t.delayed += s.delayed;
-        t.inflight += s.inflight;
-        t.dead += s.dead;
-        t.processed += s.processed;
-        t.failed += s.failed;
-        t.oldest_due = t.oldest_due.max(s.oldest_due);
-        t.paused |= s.paused;
-        t.blocked += s.blocked;
-        t.result_bytes += s.result_bytes;
-        t.results_evicted += s.results_evicted;
-    }
-    t
+    QueueStats::sum(shards)
 }
 
 /// Every task a shard holds, in any state.

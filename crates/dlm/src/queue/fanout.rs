@@ -220,9 +220,19 @@ impl Queue {
 }
 
 impl QueueStats {
-    /// The counts of a whole sharded queue from its shards': counts add up,
-    /// the oldest due task is the oldest of all, paused if any shard is.
-    pub(crate) fn sum(shards: &[QueueStats]) -> QueueStats {
+    /// The counts of a whole sharded queue from its shards' (as
+    /// [`Queue::shard_stats`] gives them): counts add up, the oldest due task
+    /// is the oldest of all, paused if any shard is. [`Queue::stats`] is this
+    /// sum, read in one call.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
+    /// let per_shard = client.queue("clicks").shard_stats().await?;
+    /// let total = dlm::queue::QueueStats::sum(&per_shard);
+    /// println!("{} waiting over {} shards", total.waiting, per_shard.len());
+    /// # Ok(()) }
+    /// ```
+    pub fn sum(shards: &[QueueStats]) -> QueueStats {
         let mut t = QueueStats::default();
         for s in shards {
             t.waiting += s.waiting;
