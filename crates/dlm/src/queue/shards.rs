@@ -555,15 +555,21 @@ impl Queue {
             }
             let i = u16::try_from((start + j) % live).unwrap_or(0);
             let q = self.shard(i, layout.tag(i));
-            match q
-                .claim_here(count - got, lease, Some(layout.version))
-                .await?
-            {
-                Some(c) => match merged.as_mut() {
+            match q.claim_here(count - got, lease, Some(layout.version)).await {
+                Ok(Some(c)) => match merged.as_mut() {
                     None => merged = Some(c),
                     Some(m) => m.merge(c),
                 },
-                None => stale = true,
+                Ok(None) => stale = true,
+                // Leases taken from earlier shards of this round are the
+                // caller's: an error now would leave them in flight, held by
+                // no one, until they expire (an attempt spent each). Return
+                // them; the failing shard is asked again in later rounds.
+                Err(e) if merged.as_ref().is_some_and(|m| !m.tasks.is_empty()) => {
+                    tracing::debug!(queue = %self.name(), shard = i, error = %e, "claim: a shard failed after others leased tasks");
+                    break;
+                }
+                Err(e) => return Err(e),
             }
         }
         if stale {
@@ -644,9 +650,9 @@ impl Queue {
                     own = own.rate(Some(share_of(r, usize::from(i), usize::from(k))?));
                 }
                 q.configure_here(&own).await?;
-                if paused {
-                    q.pause_here(true).await?;
-                }
+                // Written either way: a shard made again after a lowering
+                // keeps its keys, `paused` too.
+                q.pause_here(paused).await?;
                 q.bump(next, i).await?;
             }
         }
