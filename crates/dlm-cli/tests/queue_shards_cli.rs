@@ -92,7 +92,7 @@ fn config_raises_refuses_a_lossy_lowering_and_drains() -> TestResult {
     assert_eq!(r.code(), 0, "{}", r.stderr);
     assert!(
         r.stdout.contains(&format!(
-            "shards 2 (layout 3, draining: {in_removed} tasks left in shards 2..3)"
+            "shards 2 (layout 4, draining: {in_removed} tasks left in shards 2..3)"
         )),
         "{}",
         r.stdout

@@ -739,7 +739,9 @@ impl Queue {
         let mut rest = *change;
         rest.shards = None;
         rest.drain_shards = false;
-        if let Some(l) = self.sharded_view().await? {
+        // The layout read afresh (not a cached one up to a second old): a
+        // rate limit split over an old K would give its shares a wrong sum.
+        if let Some(l) = self.sharded_view_now().await? {
             return self.configure_sharded(&l, &rest).await;
         }
         self.configure_here(&rest).await?;

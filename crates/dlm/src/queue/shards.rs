@@ -240,6 +240,15 @@ impl Queue {
         Ok((!l.is_plain()).then_some(l))
     }
 
+    /// As [`Queue::sharded_view`], with the layout read now.
+    pub(crate) async fn sharded_view_now(&self) -> Result<Option<Arc<Layout>>> {
+        if !self.fans_out() {
+            return Ok(None);
+        }
+        let l = self.read_layout().await?;
+        Ok((!l.is_plain()).then_some(l))
+    }
+
     /// The handle of shard `i` (tag number `n`): a queue value with that
     /// shard's keys, sharing everything else with this one.
     pub(crate) fn shard(&self, i: u16, n: u16) -> Queue {
@@ -579,13 +588,23 @@ impl Queue {
         Ok(merged.unwrap_or_else(ops::Claimed::nothing))
     }
 
-    /// Change K (issue 35, docs/sharded-queue.md section 7). Raising makes
-    /// the new shards (settings copied from shard 0), then commits the new
-    /// layout on shard 0 (a compare-and-set on its version), then bumps the
-    /// other shards. Lowering first bumps the removed shards (so no stale
-    /// call places a task there), then checks that they hold nothing, then
-    /// commits (or, with `drain`, commits at once and keeps them live as
-    /// draining).
+    /// Change K (issue 35, docs/sharded-queue.md section 7).
+    ///
+    /// Raising makes the new shards (settings copied from shard 0, the old
+    /// shards' surplus rate-limit starts carried into their logs), then
+    /// commits the new layout on shard 0 (a compare-and-set on its version),
+    /// then bumps the other shards.
+    ///
+    /// Lowering runs in two compare-and-sets on shard 0, so that a caller cut
+    /// off anywhere leaves a layout every handle can learn and every task
+    /// reachable: first it commits the lower K with the removed shards as
+    /// draining (new tasks go to the kept shards, workers still claim from
+    /// all), then bumps the removed shards (so no stale call places a task
+    /// there), then looks at them. Empty: a second commit drops them, and
+    /// their rate-limit starts are carried into the kept shards before those
+    /// shares grow. Not empty: with `drain` the drain stays (running the same
+    /// change again finishes it); without, a second commit puts K back and
+    /// the call fails naming what they hold.
     pub(crate) async fn reshard(&self, k: u16, drain: bool) -> Result<()> {
         if k == 0 || k > MAX_SHARDS {
             return Err(Error::invalid(
@@ -626,86 +645,123 @@ impl Queue {
                 ),
             ));
         }
-        let next = now.version + 1;
-        let mut tags = now.tags.clone();
         if k > live {
-            // Raise: make shards live..k, spread over the masters.
-            let (backend, _) = self.ready()?;
-            let masters = master_map(backend).await;
-            for i in live..k {
-                let n = pick_tag(self.name(), i, &tags, masters.as_deref());
-                tags.push(n);
-            }
-            let paused = base.stats_here().await?.paused;
-            // Rate shares: the old shards' shrink first, so that the sum
-            // never exceeds the queue's limit while the change runs.
-            if let Some(r) = rate {
-                self.write_rate_shares(&tags[..usize::from(live)], usize::from(k), r)
-                    .await?;
-            }
-            for i in live..k {
-                let q = self.shard(i, tags[usize::from(i)]);
-                let mut own = settings;
-                if let Some(r) = rate {
-                    own = own.rate(Some(share_of(r, usize::from(i), usize::from(k))?));
-                }
-                q.configure_here(&own).await?;
-                // Written either way: a shard made again after a lowering
-                // keeps its keys, `paused` too.
-                q.pause_here(paused).await?;
-                q.bump(next, i).await?;
+            return self.raise(&now, k, settings, rate).await;
+        }
+        // Lower (or finish a drain). First commit: K placed, the rest draining.
+        let mid = now.version + 1;
+        let tags = now.tags.clone();
+        self.commit_layout(now.version, mid, k, &tags, Some(live))
+            .await?;
+        for i in k..live {
+            self.shard(i, tags[usize::from(i)]).bump(mid, i).await?;
+        }
+        let mut held: Vec<String> = Vec::new();
+        for i in k..live {
+            let s = self.shard(i, tags[usize::from(i)]).stats_here().await?;
+            let n = s.waiting + s.delayed + s.inflight + s.dead + s.blocked;
+            if n > 0 {
+                held.push(format!("shard {i}: {n} tasks ({} dead)", s.dead));
             }
         }
-        let draining = if k < live {
-            // Lower: bump the removed shards first, then look.
-            for i in k..live {
-                self.shard(i, tags[usize::from(i)]).bump(next, i).await?;
-            }
-            let mut held: Vec<String> = Vec::new();
-            for i in k..live {
-                let s = self.shard(i, tags[usize::from(i)]).stats_here().await?;
-                let n = s.waiting + s.delayed + s.inflight + s.dead + s.blocked;
-                if n > 0 {
-                    held.push(format!("shard {i}: {n} tasks ({} dead)", s.dead));
+        let last = mid + 1;
+        if held.is_empty() {
+            // Second commit: the removed shards are gone from the layout.
+            let kept = &tags[..usize::from(k)];
+            self.commit_layout(mid, last, k, kept, None).await?;
+            self.bump_all(last, kept).await?;
+            if let Some(r) = rate {
+                // The removed shards take no claim any more: their starts
+                // of this window go to the kept shards, whose shares grow
+                // only then.
+                let mut ages = Vec::new();
+                for i in k..live {
+                    ages.push(
+                        self.shard(i, tags[usize::from(i)])
+                            .rate_excess(r.period(), 0)
+                            .await?,
+                    );
                 }
+                self.rate_seed_spread(last, ages, kept, 0..k).await?;
+                self.write_rate_shares(kept, kept.len(), r).await?;
             }
-            if held.is_empty() {
-                None
-            } else if drain {
-                Some(live)
-            } else {
-                // Keep K and the shards as they were, at the new version
-                // (a layout's version never goes back).
-                let kept_k = now.k;
-                let kept_draining = now.draining;
-                self.commit_layout(now.version, next, kept_k, &tags, kept_draining)
-                    .await?;
-                self.bump_all(next, &tags).await?;
-                return Err(Error::invalid(
-                    "shards",
-                    format!(
-                        "lowering queue {:?} to {k} shards would lose tasks: {}; lower with --drain (drain_shards) and run it again once they are empty",
-                        self.name(),
-                        held.join(", ")
-                    ),
-                ));
+            return Ok(());
+        }
+        if drain {
+            self.bump_all(mid, &tags).await?;
+            return Ok(());
+        }
+        // Refused: K and the shards as they were, at a newer version (a
+        // layout's version never goes back).
+        self.commit_layout(mid, last, now.k, &tags, now.draining)
+            .await?;
+        self.bump_all(last, &tags).await?;
+        Err(Error::invalid(
+            "shards",
+            format!(
+                "lowering queue {:?} to {k} shards would lose tasks: {}; lower with --drain (drain_shards) and run it again once they are empty",
+                self.name(),
+                held.join(", ")
+            ),
+        ))
+    }
+
+    /// Raise K from `now.live()` to `k` (see [`Queue::reshard`]).
+    async fn raise(
+        &self,
+        now: &Layout,
+        k: u16,
+        settings: QueueSettings,
+        rate: Option<crate::queue::RateLimit>,
+    ) -> Result<()> {
+        let live = now.live();
+        let next = now.version + 1;
+        let base = self.shard(0, 0);
+        let mut tags = now.tags.clone();
+        // Make shards live..k, spread over the masters.
+        let (backend, _) = self.ready()?;
+        let masters = master_map(backend).await;
+        for i in live..k {
+            let n = pick_tag(self.name(), i, &tags, masters.as_deref());
+            tags.push(n);
+        }
+        let paused = base.stats_here().await?.paused;
+        let mut carried = Vec::new();
+        if let Some(r) = rate {
+            // Rate shares: the old shards' shrink first, so that they start
+            // no more than their new shares from now on; the starts of this
+            // window they hold beyond those go into the new shards' logs, so
+            // that the new shards' shares cover them until they expire.
+            self.write_rate_shares(&tags[..usize::from(live)], usize::from(k), r)
+                .await?;
+            for i in 0..live {
+                let keep = share_of(r, usize::from(i), usize::from(k))?.n();
+                carried.push(
+                    self.shard(i, tags[usize::from(i)])
+                        .rate_excess(r.period(), keep)
+                        .await?,
+                );
             }
-        } else {
-            None
-        };
-        let live_after = draining.unwrap_or(k).max(k);
-        tags.truncate(usize::from(live_after));
-        self.commit_layout(now.version, next, k, &tags, draining)
+        }
+        for i in live..k {
+            let q = self.shard(i, tags[usize::from(i)]);
+            let mut own = settings;
+            if let Some(r) = rate {
+                own = own.rate(Some(share_of(r, usize::from(i), usize::from(k))?));
+            }
+            q.configure_here(&own).await?;
+            // Written either way: a shard made again after a lowering
+            // keeps its keys, `paused` too.
+            q.pause_here(paused).await?;
+        }
+        // Before any new shard can be reached (it is bumped, then committed).
+        self.rate_seed_spread(next, carried, &tags, live..k).await?;
+        for i in live..k {
+            self.shard(i, tags[usize::from(i)]).bump(next, i).await?;
+        }
+        self.commit_layout(now.version, next, k, &tags, None)
             .await?;
         self.bump_all(next, &tags).await?;
-        if k < live
-            && draining.is_none()
-            && let Some(r) = rate
-        {
-            // Lowered: the removed shards take no claim any more, so the
-            // kept ones' shares grow only now.
-            self.write_rate_shares(&tags, tags.len(), r).await?;
-        }
         Ok(())
     }
 
@@ -722,6 +778,57 @@ impl Queue {
             let limit = share_of(r, i, live)?;
             self.shard(u16::try_from(i).unwrap_or(0), *n)
                 .configure_here(&QueueSettings::default().rate(Some(limit)))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The ages (ms, oldest first) of this shard's rate-log entries of the
+    /// current window beyond its newest `keep` (`rate_carry.lua` 'read').
+    async fn rate_excess(&self, period: Duration, keep: u32) -> Result<Vec<u64>> {
+        let (backend, keys) = self.ready()?;
+        backend
+            .eval(
+                ops::invocation(&RATE_CARRY_SCRIPT, &keys[17..18])
+                    .arg("read")
+                    .arg(u64::try_from(period.as_millis()).unwrap_or(u64::MAX))
+                    .arg(keep),
+            )
+            .await
+    }
+
+    /// Add the carried ages of `from` (one list per source shard) to the
+    /// logs of shards `to` (round robin, each entry once), members named
+    /// after the layout `version` the change makes.
+    async fn rate_seed_spread(
+        &self,
+        version: u64,
+        from: Vec<Vec<u64>>,
+        tags: &[u16],
+        to: std::ops::Range<u16>,
+    ) -> Result<()> {
+        let targets: Vec<u16> = to.collect();
+        if targets.is_empty() {
+            return Ok(());
+        }
+        let mut per: Vec<Vec<u64>> = vec![Vec::new(); targets.len()];
+        for (n, age) in from.into_iter().flatten().enumerate() {
+            per[n % targets.len()].push(age);
+        }
+        for (j, ages) in per.into_iter().enumerate() {
+            if ages.is_empty() {
+                continue;
+            }
+            let i = targets[j];
+            let q = self.shard(i, tags[usize::from(i)]);
+            let (backend, keys) = q.ready()?;
+            let _: Value = backend
+                .eval(
+                    ops::invocation(&RATE_CARRY_SCRIPT, &keys[17..18])
+                        .arg("seed")
+                        .arg(format!("carry:{version}"))
+                        .arg(ages),
+                )
                 .await?;
         }
         Ok(())
@@ -795,6 +902,7 @@ impl Queue {
 }
 
 ops::script!(LAYOUT_SCRIPT, "layout.lua");
+ops::script!(RATE_CARRY_SCRIPT, "rate_carry.lua");
 
 /// Shard `i`'s share of the queue-wide limit `r` over `live` shards: n / live,
 /// the first n mod live shards one more, so the shares add up to n exactly.
