@@ -719,19 +719,21 @@ async fn phases(
             passed_max: passed.last().copied(),
             passed_mean: passed.iter().sum::<u64>() as f64 / passed.len().max(1) as f64,
             bound_wkc: w * k * c,
+            bound_wkrc: w * k * c * dlm::queue::STICKY_ROUNDS as u64,
             bound_wc: w * c,
             latency_p50_us: percentile(&latency, 50.0),
             latency_p99_us: percentile(&latency, 99.0),
         };
         output::emit(global.json, &line, || {
             format!(
-                "priority    {} probes, {} workers x {}: tasks claimed before a probe p50 {} p99 {} max {} (bound W*K*c {}, W*c {}); push to claim p50 {} p99 {}; {} of the fill left",
+                "priority    {} probes, {} workers x {}: tasks claimed before a probe p50 {} p99 {} max {} (bound W*K*R*c {}, W*K*c {}, W*c {}); push to claim p50 {} p99 {}; {} of the fill left",
                 line.probes,
                 line.workers,
                 line.concurrency,
                 line.passed_p50.unwrap_or(0),
                 line.passed_p99.unwrap_or(0),
                 line.passed_max.unwrap_or(0),
+                line.bound_wkrc,
                 line.bound_wkc,
                 line.bound_wc,
                 cell_us(line.latency_p50_us),

@@ -343,6 +343,9 @@ pub(crate) struct ProbePhase {
     /// The design's bound W·K·c (c: the worker's concurrency, the most one
     /// claim asks for).
     pub bound_wkc: u64,
+    /// The bound with sticky start shards: W·K·R·c (R:
+    /// [`dlm::queue::STICKY_ROUNDS`] claim rounds per start shard).
+    pub bound_wkrc: u64,
     /// W·c: one claim round of every worker (the bound on one shard).
     pub bound_wc: u64,
     /// Time from the push's reply to the probe's handler start.

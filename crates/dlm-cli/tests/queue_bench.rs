@@ -217,8 +217,12 @@ fn bench_queue_reads_and_priority_probe() -> TestResult {
     assert_eq!(probe["phase"], "priority-probe", "{probe}");
     assert_eq!(probe["probes"], 20, "{probe}");
     assert_eq!(
-        (probe["bound_wkc"].as_u64(), probe["bound_wc"].as_u64()),
-        (Some(12), Some(4)),
+        (
+            probe["bound_wkrc"].as_u64(),
+            probe["bound_wkc"].as_u64(),
+            probe["bound_wc"].as_u64()
+        ),
+        (Some(12 * 8), Some(12), Some(4)),
         "{probe}"
     );
     assert!(probe["fill_left"].as_u64() > Some(0), "{probe}");

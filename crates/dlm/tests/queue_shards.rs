@@ -64,6 +64,53 @@ async fn cases(d: &Deployment) -> TestResult {
     events_and_checks_cover_every_shard(d).await?;
     idle_workers_wake_for_any_shard(d).await?;
     compact_payloads_and_priorities_per_shard(d).await?;
+    no_shard_starves_behind_a_full_one(d).await?;
+    Ok(())
+}
+
+/// Fairness (docs/sharded-queue.md, "Fairness"): claim rounds stay on one
+/// start shard for at most 8 rounds while it gives what they ask, so a task
+/// alone in another shard is claimed within K x 8 claims, however full the
+/// start shard is.
+async fn no_shard_starves_behind_a_full_one(d: &Deployment) -> TestResult {
+    let client = d.client().await;
+    let q = client.queue("fair-shards");
+    q.configure(&shards(3)).await?;
+    let key_at = |want: u16| {
+        let q = q.clone();
+        async move {
+            for i in 0..100_000 {
+                let k = format!("k{i}");
+                if q.shard_of(&NewTask::new("x").shard_key(k.as_str())).await? == want {
+                    return Ok::<String, dlm::Error>(k);
+                }
+            }
+            panic!("no key homed at shard {want}")
+        }
+    };
+    let full = key_at(0).await?;
+    let lone = key_at(2).await?;
+    q.enqueue(
+        (0..200).map(|i| NewTask::new(format!("f{i}")).shard_key(full.as_str())),
+        Duration::ZERO,
+        OnDuplicate::Keep,
+    )
+    .await?;
+    q.push(NewTask::new("lone").shard_key(lone.as_str()))
+        .await?;
+    // A fresh handle: its rounds start at shard 0, the full one.
+    let worker = d.client().await.queue("fair-shards");
+    for n in 1..=3 * 8 {
+        let got = worker.claim(1, Duration::from_secs(30)).await?;
+        assert_eq!(got.len(), 1);
+        if got[0].task().id == "lone" {
+            return Ok(());
+        }
+        assert!(
+            n < 3 * 8,
+            "the lone task was not claimed within K x 8 claims"
+        );
+    }
     Ok(())
 }
 

@@ -134,7 +134,7 @@ pub use inspect::{MAX_PAGE, MAX_PREVIEW, TaskDetail, TaskInfo, TaskPage, TaskSta
 pub use lease::Lease;
 pub use outcome::{OUTCOME_POLL, Outcome};
 pub use schedule::{MAX_SCHEDULES, MIN_EVERY, Repeat, ScheduleInfo, ScheduleRun, Scheduled};
-pub use shards::{ShardInfo, ShardLayout};
+pub use shards::{STICKY_ROUNDS, ShardInfo, ShardLayout};
 pub use types::{
     Backoff, Completed, DEFAULT_EVENTS, DEFAULT_MAX_PAYLOAD, DEFAULT_RESULT_BYTES,
     DEFAULT_RESULT_TTL, DeadTask, DependencyFailure, Enqueued, Entry, MAX_BATCH, MAX_DELAY,

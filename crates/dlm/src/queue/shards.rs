@@ -135,6 +135,20 @@ impl Layout {
     }
 }
 
+/// How many claim rounds in a row of a sharded queue's handle start at the
+/// same shard while it gives what they ask (a round that gets fewer moves
+/// the start on at once). A worker's running tasks then mostly share a
+/// shard, so that its acks and renewals go out in one script instead of one
+/// per shard; every non-empty shard is still the first of a round within
+/// K x this many rounds, and across shards at most W x K x this x c tasks
+/// are claimed before a task that heads its shard (W workers claiming c at
+/// a time; docs/sharded-queue.md, "Fairness").
+///
+/// ```
+/// assert_eq!(dlm::queue::STICKY_ROUNDS, 8);
+/// ```
+pub const STICKY_ROUNDS: usize = 8;
+
 /// What the handles of one queue share: the cached layout, the shards' key
 /// sets and the claim cursor.
 #[derive(Debug, Default)]
@@ -529,9 +543,11 @@ impl Queue {
     }
 
     /// Claim on a queue that may be sharded: today's call while it is not;
-    /// else shard by shard from a rotating start until `count` are leased
-    /// (every live shard is the first of a round once in K rounds, so none
-    /// starves); with `count` 0 (returning expired leases) every shard.
+    /// else shard by shard from a start shard until `count` are leased (the
+    /// start is kept for up to [`STICKY_ROUNDS`] rounds while it gives what
+    /// they ask, so every live shard is the first of a round once in K x
+    /// that many rounds: none starves); with `count` 0 (returning expired
+    /// leases) every shard.
     pub(crate) async fn claim_placed(&self, count: usize, lease: Duration) -> Result<ops::Claimed> {
         let layout = match self.known_layout() {
             Some(l) if !l.is_plain() && self.fans_out() => {
@@ -554,10 +570,17 @@ impl Queue {
             }
         };
         let live = usize::from(layout.live());
-        let start = self.sharding.cursor.fetch_add(1, Ordering::Relaxed) % live;
+        let tick = self.sharding.cursor.fetch_add(1, Ordering::Relaxed);
+        let start = (tick / STICKY_ROUNDS) % live;
         let mut merged: Option<ops::Claimed> = None;
         let mut stale = false;
         for j in 0..live {
+            if j == 1 {
+                // The start shard gave fewer than asked: the next round
+                // starts at the next shard.
+                let next = (tick / STICKY_ROUNDS + 1) * STICKY_ROUNDS;
+                self.sharding.cursor.fetch_max(next, Ordering::Relaxed);
+            }
             let got = merged.as_ref().map_or(0, |m| m.tasks.len());
             if count > 0 && got >= count {
                 break;
