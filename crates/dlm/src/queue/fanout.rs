@@ -145,7 +145,11 @@ impl Queue {
         let all =
             futures_util::future::try_join_all(shards.iter().map(Queue::settings_here)).await?;
         let mut s = all.first().copied().unwrap_or_default();
-        if let Some(r) = s.get_rate() {
+        // The limit as configured (kept on shard 0), else (a queue sharded
+        // by an older version) the sum of the shards' shares.
+        if let Some(total) = self.rate_total().await? {
+            s = s.rate(Some(total));
+        } else if let Some(r) = s.get_rate() {
             let n: u32 = all.iter().filter_map(|x| x.get_rate().map(|r| r.n())).sum();
             s = s.rate(Some(crate::queue::RateLimit::new(n.max(1), r.period())?));
         }
@@ -181,8 +185,12 @@ impl Queue {
             q.configure_here(&plain).await?;
         }
         match rate {
-            Some(Some(r)) => self.write_rate_shares(&l.tags, l.tags.len(), r).await?,
+            Some(Some(r)) => {
+                self.set_rate_total(Some(r)).await?;
+                self.sync_rate_shares().await?;
+            }
             Some(None) => {
+                self.set_rate_total(None).await?;
                 for q in self.shard_handles(l) {
                     q.configure_here(&QueueSettings::default().rate(None))
                         .await?;

@@ -802,19 +802,43 @@ impl Queue {
         self.pause_all(true).await
     }
 
-    /// Pause or resume every shard, shard 0 first; whether shard 0 was paused.
+    /// Pause or resume every shard, shard 0 first; whether shard 0 was
+    /// paused. On a sharded queue the change takes a generation on shard 0
+    /// and carries it to the others (an older one never undoes a newer
+    /// one), and the layout is read afresh before and after: when a change
+    /// of K came in between, the new shards are written too.
     async fn pause_all(&self, pause: bool) -> Result<bool> {
-        let Some(l) = self.sharded_view().await? else {
+        let Some(mut l) = self.sharded_view_now().await? else {
             return self.pause_here(pause).await;
         };
-        let mut was = false;
-        for (i, q) in self.shard_handles(&l).into_iter().enumerate() {
-            let w = q.pause_here(pause).await?;
-            if i == 0 {
-                was = w;
+        let base = self.shard(0, 0);
+        let (backend, keys) = base.ready()?;
+        let (was, generation) = ops::pause_gen(backend, keys, pause, ops::PauseGen::Lead).await?;
+        for _ in 0..8 {
+            for q in self.shard_handles(&l).into_iter().skip(1) {
+                q.pause_shard(pause, generation).await?;
             }
+            let now = self.read_layout().await?;
+            if now.version == l.version {
+                break;
+            }
+            l = now;
         }
         Ok(was)
+    }
+
+    /// Shard i >= 1 of a sharded queue takes a pause or resume of
+    /// generation `generation` (ignored when it has a newer one).
+    pub(crate) async fn pause_shard(&self, pause: bool, generation: u64) -> Result<()> {
+        let (backend, keys) = self.ready()?;
+        ops::pause_gen(backend, keys, pause, ops::PauseGen::Of(generation)).await?;
+        Ok(())
+    }
+
+    /// Shard 0's pause state and its generation.
+    pub(crate) async fn pause_state(&self) -> Result<(bool, u64)> {
+        let (backend, keys) = self.ready()?;
+        ops::pause_gen(backend, keys, false, ops::PauseGen::Get).await
     }
 
     pub(crate) async fn pause_here(&self, pause: bool) -> Result<bool> {

@@ -698,6 +698,36 @@ pub(crate) async fn pause(backend: &Backend, keys: &[String], pause: bool) -> Re
     Ok(was == 1)
 }
 
+/// How a shard of a sharded queue takes a pause or resume (pause.lua).
+#[derive(Clone, Copy)]
+pub(crate) enum PauseGen {
+    /// Shard 0: the change gets the next generation.
+    Lead,
+    /// Shard i >= 1: the change of this generation (ignored when older).
+    Of(u64),
+    /// Read shard 0's state, change nothing.
+    Get,
+}
+
+/// Pause or resume one shard of a sharded queue: whether it was paused,
+/// and the generation of the change (see pause.lua).
+pub(crate) async fn pause_gen(
+    backend: &Backend,
+    keys: &[String],
+    pause: bool,
+    generation: PauseGen,
+) -> Result<(bool, u64)> {
+    let mut inv = invocation(&PAUSE, keys);
+    inv.arg(if pause { "1" } else { "0" });
+    match generation {
+        PauseGen::Lead => inv.arg("lead"),
+        PauseGen::Of(g) => inv.arg(g),
+        PauseGen::Get => inv.arg("get"),
+    };
+    let (was, g): (i64, u64) = backend.eval(&inv).await?;
+    Ok((was == 1, g))
+}
+
 pub(crate) async fn dead(backend: &Backend, keys: &KeySet, count: usize) -> Result<Vec<DeadTask>> {
     let build = |keys: &[String]| {
         let mut inv = invocation(&DEAD, keys);

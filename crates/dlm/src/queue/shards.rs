@@ -428,6 +428,15 @@ impl Queue {
                             ),
                         ));
                     }
+                    if *s >= layout.k {
+                        return Err(Error::invalid(
+                            "after",
+                            format!(
+                                "the dependencies of {:?} are in shard {s}, which a lowering of the queue's shards is draining: it takes no new task; push it once the drain has finished (then its dependencies are gone from the queue's view) or before lowering",
+                                t.id
+                            ),
+                        ));
+                    }
                     if (t.group.is_some() || t.shard_key.is_some()) && own != *s {
                         return Err(Error::invalid(
                             "after",
@@ -644,6 +653,11 @@ impl Queue {
         let now = self.read_layout().await?;
         let live = now.live();
         if k == now.k && now.draining.is_none() {
+            // Nothing to change; a change cut off earlier may have left the
+            // shares of the limit short: write them again.
+            if !now.is_plain() {
+                self.sync_rate_shares().await?;
+            }
             return Ok(());
         }
         let base = self.shard(0, 0);
@@ -668,17 +682,41 @@ impl Queue {
                 ),
             ));
         }
-        if k > live {
-            return self.raise(&now, k, settings, rate).await;
+        if let Some(r) = rate {
+            // Kept on shard 0 from now on, whatever happens below.
+            self.set_rate_total(Some(r)).await?;
         }
+        let changed = if k > live {
+            self.raise(&now, k, settings, rate).await
+        } else {
+            self.lower(&now, k, drain, rate).await
+        };
+        if rate.is_some() {
+            // Another client's change of K or of the limit that came in
+            // between (or this one's lost compare-and-set) is followed.
+            self.sync_rate_shares().await?;
+        }
+        changed
+    }
+
+    /// Lower K, or finish a drain (see [`Queue::reshard`]).
+    async fn lower(
+        &self,
+        now: &Layout,
+        k: u16,
+        drain: bool,
+        rate: Option<crate::queue::RateLimit>,
+    ) -> Result<()> {
+        let live = now.live();
         // Lower (or finish a drain). First commit: K placed, the rest draining.
         let mid = now.version + 1;
         let tags = now.tags.clone();
         self.commit_layout(now.version, mid, k, &tags, Some(live))
             .await?;
-        for i in k..live {
-            self.shard(i, tags[usize::from(i)]).bump(mid, i).await?;
-        }
+        // Every shard adopts it: the removed ones closed to new tasks (a call
+        // that would place one there answers LAYOUT), so that after the look
+        // below nothing can enter them.
+        self.bump_all(mid, &tags, k).await?;
         let mut held: Vec<String> = Vec::new();
         for i in k..live {
             let s = self.shard(i, tags[usize::from(i)]).stats_here().await?;
@@ -692,7 +730,7 @@ impl Queue {
             // Second commit: the removed shards are gone from the layout.
             let kept = &tags[..usize::from(k)];
             self.commit_layout(mid, last, k, kept, None).await?;
-            self.bump_all(last, kept).await?;
+            self.bump_all(last, kept, k).await?;
             if let Some(r) = rate {
                 // The removed shards take no claim any more: their starts
                 // of this window go to the kept shards, whose shares grow
@@ -705,20 +743,19 @@ impl Queue {
                             .await?,
                     );
                 }
-                self.rate_seed_spread(last, ages, kept, 0..k).await?;
+                self.rate_seed_spread(last, ages, kept, 0..k, r).await?;
                 self.write_rate_shares(kept, kept.len(), r).await?;
             }
             return Ok(());
         }
         if drain {
-            self.bump_all(mid, &tags).await?;
             return Ok(());
         }
         // Refused: K and the shards as they were, at a newer version (a
         // layout's version never goes back).
         self.commit_layout(mid, last, now.k, &tags, now.draining)
             .await?;
-        self.bump_all(last, &tags).await?;
+        self.bump_all(last, &tags, now.k).await?;
         Err(Error::invalid(
             "shards",
             format!(
@@ -748,7 +785,7 @@ impl Queue {
             let n = pick_tag(self.name(), i, &tags, masters.as_deref());
             tags.push(n);
         }
-        let paused = base.stats_here().await?.paused;
+        let (paused, pause_gen) = base.pause_state().await?;
         let mut carried = Vec::new();
         if let Some(r) = rate {
             // Rate shares: the old shards' shrink first, so that they start
@@ -775,16 +812,31 @@ impl Queue {
             q.configure_here(&own).await?;
             // Written either way: a shard made again after a lowering
             // keeps its keys, `paused` too.
-            q.pause_here(paused).await?;
+            q.pause_shard(paused, pause_gen).await?;
         }
         // Before any new shard can be reached (it is bumped, then committed).
-        self.rate_seed_spread(next, carried, &tags, live..k).await?;
+        if let Some(r) = rate {
+            self.rate_seed_spread(next, carried, &tags, live..k, r)
+                .await?;
+        }
         for i in live..k {
-            self.shard(i, tags[usize::from(i)]).bump(next, i).await?;
+            self.shard(i, tags[usize::from(i)])
+                .bump(next, i, true)
+                .await?;
         }
         self.commit_layout(now.version, next, k, &tags, None)
             .await?;
-        self.bump_all(next, &tags).await?;
+        self.bump_all(next, &tags, k).await?;
+        // A pause or resume between the read above and the commit did not
+        // see the new shards: they take shard 0's state now (with its
+        // generation, so that this late write cannot undo a newer change,
+        // which sees the new layout and writes them itself).
+        let (paused, pause_gen) = base.pause_state().await?;
+        for i in live..k {
+            self.shard(i, tags[usize::from(i)])
+                .pause_shard(paused, pause_gen)
+                .await?;
+        }
         Ok(())
     }
 
@@ -821,21 +873,41 @@ impl Queue {
     }
 
     /// Add the carried ages of `from` (one list per source shard) to the
-    /// logs of shards `to` (round robin, each entry once), members named
-    /// after the layout `version` the change makes.
+    /// logs of shards `to`, each entry once: first into each target's room
+    /// (its share of `r` over `tags.len()` shards less the starts its log
+    /// holds now), any left over round robin (those only over-count).
+    /// Members are named after the layout `version` the change makes.
     async fn rate_seed_spread(
         &self,
         version: u64,
         from: Vec<Vec<u64>>,
         tags: &[u16],
         to: std::ops::Range<u16>,
+        r: crate::queue::RateLimit,
     ) -> Result<()> {
         let targets: Vec<u16> = to.collect();
-        if targets.is_empty() {
+        let mut ages: Vec<u64> = from.into_iter().flatten().collect();
+        if targets.is_empty() || ages.is_empty() {
             return Ok(());
         }
+        // The youngest first: they count longest, so they go where they
+        // surely count.
+        ages.sort_unstable();
         let mut per: Vec<Vec<u64>> = vec![Vec::new(); targets.len()];
-        for (n, age) in from.into_iter().flatten().enumerate() {
+        let mut left = ages.into_iter();
+        for (j, &i) in targets.iter().enumerate() {
+            let share = share_of(r, usize::from(i), tags.len())?.n();
+            let held = self
+                .shard(i, tags[usize::from(i)])
+                .rate_excess(r.period(), 0)
+                .await?
+                .len();
+            let room = usize::try_from(share)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(held);
+            per[j].extend(left.by_ref().take(room));
+        }
+        for (n, age) in left.enumerate() {
             per[n % targets.len()].push(age);
         }
         for (j, ages) in per.into_iter().enumerate() {
@@ -857,24 +929,91 @@ impl Queue {
         Ok(())
     }
 
-    /// Raise shard `i`'s `layout` to `version` (never lowers it).
-    async fn bump(&self, version: u64, i: u16) -> Result<()> {
+    /// The queue-wide rate limit kept on shard 0 (`None`: none, or a queue
+    /// sharded by an older version, whose limit is its shares' sum).
+    pub(crate) async fn rate_total(&self) -> Result<Option<crate::queue::RateLimit>> {
+        self.rate_total_call(&["get"]).await
+    }
+
+    /// Keep (or remove) the queue-wide rate limit on shard 0.
+    pub(crate) async fn set_rate_total(&self, r: Option<crate::queue::RateLimit>) -> Result<()> {
+        match r {
+            Some(r) => {
+                let v = format!("{}:{}", r.n(), r.period().as_millis());
+                self.rate_total_call(&["set", v.as_str()]).await?;
+            }
+            None => {
+                self.rate_total_call(&["del"]).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn rate_total_call(&self, args: &[&str]) -> Result<Option<crate::queue::RateLimit>> {
+        let base = self.shard(0, 0);
+        let (backend, keys) = base.ready()?;
+        let mut inv = ops::invocation(&LAYOUT_SCRIPT, &keys[10..11]);
+        inv.arg("rate");
+        for a in args {
+            inv.arg(*a);
+        }
+        let was: Option<String> = backend.eval(&inv).await?;
+        let Some(was) = was else { return Ok(None) };
+        let bad = || Error::protocol(format!("a rate_total of {was:?}"));
+        let (n, ms) = was.split_once(':').ok_or_else(bad)?;
+        let n: u32 = n.parse().map_err(|_| bad())?;
+        let ms: u64 = ms.parse().map_err(|_| bad())?;
+        Ok(Some(crate::queue::RateLimit::new(
+            n,
+            Duration::from_millis(ms),
+        )?))
+    }
+
+    /// Write the shares of the queue-wide limit kept on shard 0 for the
+    /// layout as it is now, until neither the layout nor the limit changed
+    /// while they were written (another client's change of K or of the
+    /// limit in between is then followed, not overwritten; a few rounds at
+    /// most). Shares only shrink the limit's starts: they never carry any.
+    pub(crate) async fn sync_rate_shares(&self) -> Result<()> {
+        let mut seen = None;
+        for _ in 0..8 {
+            let l = self.read_layout().await?;
+            let total = self.rate_total().await?;
+            if seen == Some((l.version, total)) {
+                return Ok(());
+            }
+            if let Some(r) = total
+                && !l.is_plain()
+                && r.n() >= u32::from(l.live())
+            {
+                self.write_rate_shares(&l.tags, l.tags.len(), r).await?;
+            }
+            seen = Some((l.version, total));
+        }
+        Ok(())
+    }
+
+    /// Raise shard `i`'s `layout` to `version` (never lowers it), open to
+    /// new tasks or closed (a shard being drained or removed).
+    async fn bump(&self, version: u64, i: u16, open: bool) -> Result<()> {
         let (backend, keys) = self.ready()?;
         let _: Value = backend
             .eval(
                 ops::invocation(&LAYOUT_SCRIPT, &keys[10..11])
                     .arg("bump")
                     .arg(version)
-                    .arg(i),
+                    .arg(i)
+                    .arg(if open { "open" } else { "close" }),
             )
             .await?;
         Ok(())
     }
 
-    async fn bump_all(&self, version: u64, tags: &[u16]) -> Result<()> {
+    /// Bump shards 1.. of `tags`: those below `k` open, the others closed.
+    async fn bump_all(&self, version: u64, tags: &[u16], k: u16) -> Result<()> {
         for (i, n) in tags.iter().enumerate().skip(1) {
             let i = u16::try_from(i).unwrap_or(0);
-            self.shard(i, *n).bump(version, i).await?;
+            self.shard(i, *n).bump(version, i, i < k).await?;
         }
         Ok(())
     }

@@ -42,10 +42,10 @@
 --          kept so far stay until their time. keep_results_bytes: how many
 --          bytes of results are kept at most (not set: 64 MiB; see results.lua),
 --          applied from the next result stored. Turning the event log off (events_maxlen '') deletes it.
--- Not settings, kept by 'clear': paused (pause.lua), result_waiters (ms
+-- Not settings, kept by 'clear': paused and pause_gen (pause.lua), result_waiters (ms
 -- until which a `wait_result` may wait, see result.lua) and extras (issue
 -- 24's keys in use, see results.lua), and a sharded queue's layout
--- (shards, layout, shard_n, draining, shard: layout.lua).
+-- (shards, layout, shard_n, draining, shard, closed: layout.lua).
 -- 'clear' removes every setting, the rate log, the completed history and
 -- the event log.
 -- A new group concurrency (or none) moves every parked task back to `ready`:
@@ -68,7 +68,7 @@ local function unpark_all()
 end
 if ARGV[1] == 'clear' then
   -- Pausing is no setting: a paused queue stays paused.
-  local kept = {'paused', 'result_waiters', 'extras', 'shards', 'layout', 'shard_n', 'draining', 'shard'}
+  local kept = {'paused', 'result_waiters', 'extras', 'shards', 'layout', 'shard_n', 'draining', 'shard', 'closed', 'pause_gen'}
   local values = redis.call('HMGET', KEYS[11], unpack(kept))
   redis.call('DEL', KEYS[11], KEYS[18], KEYS[19], KEYS[31])
   for i, field in ipairs(kept) do

@@ -88,8 +88,9 @@ if FULL then
 end
 -- Issue 24's settings in one read: extras (see results.lua; dependencies set
 -- it too) and the event log's cap (events.lua).
-local ecfg = redis.call('HMGET', KEYS[11], 'extras', 'events_maxlen', 'layout')
-if layout_stale(ecfg[3], LAYOUT) then return redis.status_reply('LAYOUT') end
+local ecfg = redis.call('HMGET', KEYS[11], 'extras', 'events_maxlen', 'layout', 'closed')
+-- A shard that a lowering drains or removed takes no new task (layout.lua).
+if layout_stale(ecfg[3], LAYOUT) or (LAYOUT and ecfg[4]) then return redis.status_reply('LAYOUT') end
 -- A narrow call (the first 19 keys, see keyset.rs) for a queue that uses
 -- issue 24's keys or its event log, or for tasks that need them: nothing
 -- written, and the client calls again with all 31.

@@ -13,8 +13,28 @@
 -- ARGV[1]  'bump': shard i adopts a layout version
 --   ARGV[2]  the version (`layout` only grows: a lower one changes nothing)
 --   ARGV[3]  i, the shard's index (kept as `shard`)
+--   ARGV[4]  'open': new tasks may be placed here (a shard below K);
+--            'close': none may (a shard a lowering drains or removed:
+--            `closed` = 1, and enqueue answers LAYOUT; claims, acks and
+--            retries in place go on). Applied only when the version is
+--            adopted or already equal (an older bump changes nothing).
 --   Returns  the shard's version after the call
+-- ARGV[1]  'rate': the queue-wide rate limit of a sharded queue, kept on
+--          shard 0 as `rate_total` ("n:period_ms") besides the shards'
+--          shares (`rate_n` each), so that it survives a change of K cut
+--          off halfway
+--   ARGV[2]  'get', 'set' (ARGV[3] the value) or 'del'
+--   Returns  the value before the call (false: none)
 local cfg = KEYS[1]
+if ARGV[1] == 'rate' then
+  local was = redis.call('HGET', cfg, 'rate_total')
+  if ARGV[2] == 'set' then
+    redis.call('HSET', cfg, 'rate_total', ARGV[3])
+  elseif ARGV[2] == 'del' then
+    redis.call('HDEL', cfg, 'rate_total')
+  end
+  return was
+end
 if ARGV[1] == 'commit' then
   local have = tonumber(redis.call('HGET', cfg, 'layout') or '0')
   if have ~= tonumber(ARGV[2]) then return {0, have} end
@@ -29,6 +49,13 @@ if ARGV[1] == 'bump' then
   if want > have then
     redis.call('HSET', cfg, 'layout', ARGV[2], 'shard', ARGV[3])
     have = want
+  end
+  if want == have then
+    if ARGV[4] == 'close' then
+      redis.call('HSET', cfg, 'closed', '1')
+    elseif ARGV[4] == 'open' then
+      redis.call('HDEL', cfg, 'closed')
+    end
   end
   return have
 end

@@ -35,9 +35,31 @@
 --  29 children  HASH  id -> the tasks waiting for it (ids, each ending in NUL)
 --  30 depfail   HASH  id -> 'ignore' (what a dependency's death does; default fail)
 --  31 events    STREAM the queue's event log, capped (XADD MAXLEN ~)
--- ARGV[1]  '1' pause, '0' resume
--- Returns  1 if the queue was paused before this call, else 0
+-- ARGV[1]  '1' pause, '0' resume ('get' with ARGV[2] 'get': change nothing)
+-- ARGV[2]  absent: a queue that is not sharded
+--          'lead': shard 0 of a sharded queue: the change gets the next
+--          generation (`pause_gen`, counted on shard 0)
+--          a number g: shard i >= 1 of a sharded queue: the change of
+--          generation g from shard 0, applied only when g is not older than
+--          the one this shard has (so a late write of an older pause or
+--          resume, e.g. by a change of K, cannot undo a newer one)
+--          'get': read shard 0's state
+-- Returns  without ARGV[2]: 1 if the queue was paused before this call,
+--          else 0; with it: {that, the generation now}
 local was = redis.call('HEXISTS', KEYS[11], 'paused')
+local mode = ARGV[2]
+if mode == 'get' then
+  return {was, tonumber(redis.call('HGET', KEYS[11], 'pause_gen') or '0')}
+end
+local gen = nil
+if mode == 'lead' then
+  gen = redis.call('HINCRBY', KEYS[11], 'pause_gen', 1)
+elseif mode then
+  gen = tonumber(mode)
+  local have = tonumber(redis.call('HGET', KEYS[11], 'pause_gen') or '0')
+  if gen < have then return {was, have} end
+  redis.call('HSET', KEYS[11], 'pause_gen', gen)
+end
 if ARGV[1] == '1' then
   redis.call('HSET', KEYS[11], 'paused', '1')
 else
@@ -49,4 +71,5 @@ else
     redis.call('LTRIM', KEYS[10], 0, 63)
   end
 end
+if gen then return {was, gen} end
 return was
