@@ -169,7 +169,6 @@ async fn pause_generations_survive_clear_and_older_shards() -> TestResult {
 /// state cut off after its commit (the draining shards are reopened only by
 /// `bump_all` after it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "review finding 1: a refused lowering cut off after its restoring commit leaves placed shards closed for good"]
 async fn a_refused_lowering_cut_off_leaves_no_placed_shard_closed() -> TestResult {
     let server = common::server();
     let direct = common::client(&server).await.queue("cut-refuse");
@@ -214,7 +213,6 @@ async fn a_refused_lowering_cut_off_leaves_no_placed_shard_closed() -> TestResul
 /// shares of 3 each: a hidden limit that only a second removal lifts. A
 /// raise sets no limit, so no order of the two calls ends with one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "review finding 2: a raise restores a rate limit removed while it ran"]
 async fn a_raise_does_not_undo_a_concurrent_removal_of_the_rate_limit() -> TestResult {
     let server = common::server();
     let fast = common::client(&server).await.queue("rate-none");
@@ -248,7 +246,6 @@ async fn a_raise_does_not_undo_a_concurrent_removal_of_the_rate_limit() -> TestR
 /// every round whenever the first shard gave all: the start is never kept
 /// (STICKY_ROUNDS is dead), and a worker's leases spread over every shard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "review finding 3: the claim start moves on every round, even when the start shard gives what is asked"]
 async fn a_claim_start_stays_while_it_gives_what_is_asked() -> TestResult {
     let d = Deployment::standalone();
     let q = d.client().await.queue("sticky");
@@ -281,7 +278,6 @@ async fn a_claim_start_stays_while_it_gives_what_is_asked() -> TestResult {
 /// of a limit of 4. (`configure(rate(...))` over the same state does the
 /// same.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "review finding 4: the share repair after a cut-off lowering forgets the removed shards' starts"]
 async fn a_lowering_cut_off_before_its_carry_then_run_again_keeps_the_limit() -> TestResult {
     let server = common::server();
     let direct = common::client(&server).await.queue("cut-carry");
@@ -327,7 +323,6 @@ async fn a_lowering_cut_off_before_its_carry_then_run_again_keeps_the_limit() ->
 /// queue then reads back the new limit (4) while its shards keep the old
 /// shares (6 + 6): 12 start in one window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "review finding 5: a set over a malformed rate_total writes it, fails, and leaves the old shares in force"]
 async fn a_limit_set_over_a_malformed_total_is_whole_or_not_written() -> TestResult {
     let server = common::server();
     let q = common::client(&server).await.queue("bad-total");

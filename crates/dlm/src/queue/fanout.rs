@@ -145,13 +145,11 @@ impl Queue {
         let all =
             futures_util::future::try_join_all(shards.iter().map(Queue::settings_here)).await?;
         let mut s = all.first().copied().unwrap_or_default();
-        // The limit as configured (kept on shard 0), else (a queue sharded
-        // by an older version) the sum of the shards' shares.
-        if let Some(total) = self.rate_total().await? {
-            s = s.rate(Some(total));
-        } else if let Some(r) = s.get_rate() {
-            let n: u32 = all.iter().filter_map(|x| x.get_rate().map(|r| r.n())).sum();
-            s = s.rate(Some(crate::queue::RateLimit::new(n.max(1), r.period())?));
+        // The limit as configured, kept on shard 0 (the shards hold shares).
+        match self.rate_total().await? {
+            Some(total) => s = s.rate(Some(total)),
+            None if s.get_rate().is_some() => s = s.rate(None),
+            None => {}
         }
         s.shards = Some(l.k);
         Ok(s)
@@ -186,11 +184,11 @@ impl Queue {
         }
         match rate {
             Some(Some(r)) => {
-                self.set_rate_total(Some(r)).await?;
+                self.set_rate_total(Some(r), false).await?;
                 self.sync_rate_shares().await?;
             }
             Some(None) => {
-                self.set_rate_total(None).await?;
+                self.set_rate_total(None, false).await?;
                 for q in self.shard_handles(l) {
                     q.configure_here(&QueueSettings::default().rate(None))
                         .await?;

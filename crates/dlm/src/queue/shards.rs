@@ -584,15 +584,15 @@ impl Queue {
         let mut merged: Option<ops::Claimed> = None;
         let mut stale = false;
         for j in 0..live {
+            let got = merged.as_ref().map_or(0, |m| m.tasks.len());
+            if count > 0 && got >= count {
+                break;
+            }
             if j == 1 {
                 // The start shard gave fewer than asked: the next round
                 // starts at the next shard.
                 let next = (tick / STICKY_ROUNDS + 1) * STICKY_ROUNDS;
                 self.sharding.cursor.fetch_max(next, Ordering::Relaxed);
-            }
-            let got = merged.as_ref().map_or(0, |m| m.tasks.len());
-            if count > 0 && got >= count {
-                break;
             }
             let i = u16::try_from((start + j) % live).unwrap_or(0);
             let q = self.shard(i, layout.tag(i));
@@ -656,6 +656,9 @@ impl Queue {
             // Nothing to change; a change cut off earlier may have left the
             // shares of the limit short: write them again.
             if !now.is_plain() {
+                // And the shards below K may have been left closed by a
+                // refused lowering cut off before it reopened them.
+                self.bump_all(now.version, &now.tags, now.k).await?;
                 self.sync_rate_shares().await?;
             }
             return Ok(());
@@ -683,8 +686,9 @@ impl Queue {
             ));
         }
         if let Some(r) = rate {
-            // Kept on shard 0 from now on, whatever happens below.
-            self.set_rate_total(Some(r)).await?;
+            // Kept on shard 0 from now on, whatever happens below (unless
+            // another client removed or changed it meanwhile).
+            self.set_rate_total(Some(r), true).await?;
         }
         let changed = if k > live {
             self.raise(&now, k, settings, rate).await
@@ -727,14 +731,13 @@ impl Queue {
         }
         let last = mid + 1;
         if held.is_empty() {
-            // Second commit: the removed shards are gone from the layout.
             let kept = &tags[..usize::from(k)];
-            self.commit_layout(mid, last, k, kept, None).await?;
-            self.bump_all(last, kept, k).await?;
             if let Some(r) = rate {
-                // The removed shards take no claim any more: their starts
-                // of this window go to the kept shards, whose shares grow
-                // only then.
+                // The removed shards hold no task and take none: no start
+                // can be added to their logs any more. Their starts of this
+                // window go to the kept shards now, before the commit (a
+                // caller cut off after it leaves the kept shares as they
+                // were: a lower limit, never a higher one).
                 let mut ages = Vec::new();
                 for i in k..live {
                     ages.push(
@@ -744,6 +747,12 @@ impl Queue {
                     );
                 }
                 self.rate_seed_spread(last, ages, kept, 0..k, r).await?;
+            }
+            // Second commit: the removed shards are gone from the layout.
+            self.commit_layout(mid, last, k, kept, None).await?;
+            self.bump_all(last, kept, k).await?;
+            if let Some(r) = rate {
+                // The kept shards' shares grow only now.
                 self.write_rate_shares(kept, kept.len(), r).await?;
             }
             return Ok(());
@@ -929,37 +938,17 @@ impl Queue {
         Ok(())
     }
 
-    /// The queue-wide rate limit kept on shard 0 (`None`: none, or a queue
-    /// sharded by an older version, whose limit is its shares' sum).
+    /// The queue-wide rate limit kept on shard 0 (`None`: none).
     pub(crate) async fn rate_total(&self) -> Result<Option<crate::queue::RateLimit>> {
-        self.rate_total_call(&["get"]).await
-    }
-
-    /// Keep (or remove) the queue-wide rate limit on shard 0.
-    pub(crate) async fn set_rate_total(&self, r: Option<crate::queue::RateLimit>) -> Result<()> {
-        match r {
-            Some(r) => {
-                let v = format!("{}:{}", r.n(), r.period().as_millis());
-                self.rate_total_call(&["set", v.as_str()]).await?;
-            }
-            None => {
-                self.rate_total_call(&["del"]).await?;
-            }
-        }
-        Ok(())
-    }
-
-    async fn rate_total_call(&self, args: &[&str]) -> Result<Option<crate::queue::RateLimit>> {
-        let base = self.shard(0, 0);
-        let (backend, keys) = base.ready()?;
-        let mut inv = ops::invocation(&LAYOUT_SCRIPT, &keys[10..11]);
-        inv.arg("rate");
-        for a in args {
-            inv.arg(*a);
-        }
-        let was: Option<String> = backend.eval(&inv).await?;
-        let Some(was) = was else { return Ok(None) };
-        let bad = || Error::protocol(format!("a rate_total of {was:?}"));
+        let Some(was) = self.rate_total_call(&["get"]).await? else {
+            return Ok(None);
+        };
+        let bad = || {
+            Error::protocol(format!(
+                "queue {:?} keeps a rate_total of {was:?}",
+                self.name()
+            ))
+        };
         let (n, ms) = was.split_once(':').ok_or_else(bad)?;
         let n: u32 = n.parse().map_err(|_| bad())?;
         let ms: u64 = ms.parse().map_err(|_| bad())?;
@@ -969,11 +958,45 @@ impl Queue {
         )?))
     }
 
+    /// Keep (or remove) the queue-wide rate limit on shard 0; with `only_new`,
+    /// only when none is kept (a queue being sharded: a limit removed
+    /// meanwhile by another client stays removed).
+    pub(crate) async fn set_rate_total(
+        &self,
+        r: Option<crate::queue::RateLimit>,
+        only_new: bool,
+    ) -> Result<()> {
+        match r {
+            Some(r) => {
+                let v = format!("{}:{}", r.n(), r.period().as_millis());
+                let op = if only_new { "init" } else { "set" };
+                self.rate_total_call(&[op, v.as_str()]).await?;
+            }
+            None => {
+                self.rate_total_call(&["del"]).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// layout.lua 'rate' on shard 0: the value kept before the call.
+    async fn rate_total_call(&self, args: &[&str]) -> Result<Option<String>> {
+        let base = self.shard(0, 0);
+        let (backend, keys) = base.ready()?;
+        let mut inv = ops::invocation(&LAYOUT_SCRIPT, &keys[10..11]);
+        inv.arg("rate");
+        for a in args {
+            inv.arg(*a);
+        }
+        backend.eval(&inv).await
+    }
+
     /// Write the shares of the queue-wide limit kept on shard 0 for the
-    /// layout as it is now, until neither the layout nor the limit changed
-    /// while they were written (another client's change of K or of the
-    /// limit in between is then followed, not overwritten; a few rounds at
-    /// most). Shares only shrink the limit's starts: they never carry any.
+    /// layout as it is now (no limit kept: every shard's share removed),
+    /// until neither the layout nor the limit changed while they were
+    /// written (another client's change of K or of the limit in between is
+    /// then followed, not overwritten; a few rounds at most). Shares carry
+    /// no start: a change of K carries them itself before shares grow.
     pub(crate) async fn sync_rate_shares(&self) -> Result<()> {
         let mut seen = None;
         for _ in 0..8 {
@@ -982,11 +1005,19 @@ impl Queue {
             if seen == Some((l.version, total)) {
                 return Ok(());
             }
-            if let Some(r) = total
-                && !l.is_plain()
-                && r.n() >= u32::from(l.live())
-            {
-                self.write_rate_shares(&l.tags, l.tags.len(), r).await?;
+            if !l.is_plain() {
+                match total {
+                    Some(r) if r.n() >= u32::from(l.live()) => {
+                        self.write_rate_shares(&l.tags, l.tags.len(), r).await?;
+                    }
+                    Some(_) => {}
+                    None => {
+                        for q in self.shard_handles(&l) {
+                            q.configure_here(&QueueSettings::default().rate(None))
+                                .await?;
+                        }
+                    }
+                }
             }
             seen = Some((l.version, total));
         }

@@ -23,12 +23,13 @@
 --          shard 0 as `rate_total` ("n:period_ms") besides the shards'
 --          shares (`rate_n` each), so that it survives a change of K cut
 --          off halfway
---   ARGV[2]  'get', 'set' (ARGV[3] the value) or 'del'
+--   ARGV[2]  'get', 'set' (ARGV[3] the value), 'init' (ARGV[3] the value,
+--            written only when none is kept) or 'del'
 --   Returns  the value before the call (false: none)
 local cfg = KEYS[1]
 if ARGV[1] == 'rate' then
   local was = redis.call('HGET', cfg, 'rate_total')
-  if ARGV[2] == 'set' then
+  if ARGV[2] == 'set' or (ARGV[2] == 'init' and not was) then
     redis.call('HSET', cfg, 'rate_total', ARGV[3])
   elseif ARGV[2] == 'del' then
     redis.call('HDEL', cfg, 'rate_total')
