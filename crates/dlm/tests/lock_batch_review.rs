@@ -229,3 +229,189 @@ async fn a_given_up_acquire_one_phase_late_is_undone() -> TestResult {
     assert!(!exists, "lock k held for nobody (PTTL {pttl} ms)");
     Ok(())
 }
+
+/// Finding 3 (Redlock): an acquisition decided by a fast majority leaves the
+/// slow node's request "to finish in the background", but that request is
+/// neither answered nor given up yet, so it is not in `unanswered`: the
+/// guard's release on that node is batched apart from it and overtakes it
+/// (here: the acquire waits in phase 2 of a batch on the frozen node, the
+/// release goes out in a batch of its own). Once the node thaws, the acquire
+/// lands after the release, and the node holds the lock for nobody until its
+/// TTL: a minority, so others still get a majority, but one more slow or
+/// failed node makes the lock unavailable for the whole TTL.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "review finding 3: a Redlock guard's release overtakes its own acquire still queued on a slow node"]
+async fn a_redlock_release_does_not_overtake_the_slow_nodes_acquire() -> TestResult {
+    let nodes = RedisServer::start_many(3)?;
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let c = Client::builder()
+        .timeout(Duration::from_secs(2))
+        .connect_many(&urls)
+        .await?;
+    // The per-node deadline outlives the scenario: the slow node's acquire
+    // is never given up, only left to finish in the background.
+    let opts = ttl(20_000).node_timeout(Duration::from_secs(2));
+    c.lock("warm").acquire(&opts).await?.release().await?;
+    // The slow node's share of that is answered before it freezes.
+    assert!(c.settle(Duration::from_secs(2)).await);
+    let slow = &nodes[2];
+    slow.pause()?;
+    let fill = {
+        let l = c.lock("fill");
+        let o = opts.clone();
+        tokio::spawn(async move { l.acquire(&o).await.map(drop) })
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    // On the slow node these two make one batch: [release k, acquire k].
+    let stray = stray_release(&c, "k");
+    let guard = {
+        let l = c.lock("k");
+        let o = opts.clone();
+        tokio::spawn(async move { l.acquire(&o).await })
+    };
+    let guard = guard.await??;
+    let token = guard.token().clone();
+    // Majority (the two live nodes) confirms; the slow node's release is
+    // written now, before its acquire (phase 2, not sent yet).
+    guard.release().await?;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    slow.resume()?;
+    let _ = fill.await?;
+    let _ = stray.await?;
+    c.settle(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let key = c.lock("k").key()?;
+    let on_slow = slow.command(&["GET", &key])?;
+    assert_ne!(
+        on_slow,
+        token.as_str(),
+        "the slow node holds k for the released guard's token (PTTL {})",
+        slow.command(&["PTTL", &key])?
+    );
+    Ok(())
+}
+
+/// Until a task of `c` waits for lock `name`: its busy attempt left the
+/// waiters marker and it subscribed to the release messages (it queues for
+/// a hand-over right after).
+async fn waits_for(s: &RedisServer, c: &Client, name: &str) -> TestResult {
+    let key = c.lock(name).key()?;
+    let (marker, channel) = (format!("{key}:waiters"), format!("{key}:released"));
+    let mut conn = raw(s).await;
+    for _ in 0..1000 {
+        let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query_async(&mut conn)
+            .await?;
+        if subscribers > 0 && s.command(&["EXISTS", &marker])?.contains('1') {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Err(format!("nobody waits for {name} after 5 s").into())
+}
+
+/// One hand-over on `c` (so that `release_to.lua`, which is not among the
+/// preloaded scripts, is loaded before the scenario).
+async fn warm_hand_over(s: &RedisServer, c: &Client) -> TestResult {
+    let first = c.lock("warm-h").acquire(&ttl(5_000)).await?;
+    let next = {
+        let l = c.lock("warm-h");
+        tokio::spawn(async move { l.acquire(&ttl(5_000).wait(Duration::from_secs(5))).await })
+    };
+    waits_for(s, c, "warm-h").await?;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    first.release().await?;
+    next.await??.release().await?;
+    Ok(())
+}
+
+/// Finding 4: a guard's release that hands the lock to a waiting task of
+/// the same client (`guard::hand_over`, `release_to.lua` sent straight on
+/// the connection) does not wait for the given-up acquires of its token,
+/// as `Node::release` does. On one Redis an acquisition keeps its token
+/// across attempts, so its first attempt can be given up, still queued,
+/// while the second one wins: the hand-over then goes out before that first
+/// attempt, the successor releases the lock, and the first attempt's
+/// `SET NX` lands on the free lock: held for nobody until its TTL.
+///
+/// Every request is held 100 ms on its way to the server (a proxy), so each
+/// phase of a batch costs 100 ms; A's first attempt is the last of 25
+/// phases (written at 2.4 s), A gives it up at 300 ms and wins with its
+/// second attempt; S waits, is handed the lock and releases it, all before
+/// 2.4 s.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "review finding 4: a hand-over release does not wait for its token's given-up acquires"]
+async fn a_hand_over_does_not_overtake_a_given_up_attempt_of_its_token() -> TestResult {
+    let latency = Duration::from_millis(100);
+    let s = server();
+    let proxy = dlm_testkit::FaultProxy::in_front_of(&s, 7)?;
+    let c = Client::builder()
+        .timeout(Duration::from_millis(300))
+        .connect(&proxy.url())
+        .await?;
+    warm(&c).await?;
+    warm_hand_over(&s, &c).await?;
+    delay_requests(std::slice::from_ref(&proxy), latency.as_millis() as u64);
+    let fill = fill_a_slot(&c, "fill");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // One batch: PHASES jobs on j alternating release/acquire (as many
+    // phases), then A's first attempt on k, in the last phase.
+    const PHASES: usize = 25;
+    let mut chain = Vec::new();
+    for i in 0..PHASES {
+        chain.push(if i % 2 == 0 {
+            stray_release(&c, "j")
+        } else {
+            tokio::spawn({
+                let l = c.lock("j");
+                async move { l.acquire(&ttl(20_000)).await.map(drop) }
+            })
+        });
+    }
+    let a = {
+        let l = c.lock("k");
+        tokio::spawn(async move {
+            l.acquire(
+                &ttl(20_000)
+                    .wait(Duration::from_secs(5))
+                    .retry_interval(Duration::from_millis(5)),
+            )
+            .await
+        })
+    };
+    let guard = a.await??;
+    let token = guard.token().clone();
+    // S waits for k: its busy attempt leaves the waiters marker, then it
+    // subscribes and queues for a hand-over.
+    let waiter = {
+        let l = c.lock("k");
+        tokio::spawn(async move { l.acquire(&ttl(20_000).wait(Duration::from_secs(5))).await })
+    };
+    waits_for(&s, &c, "k").await?;
+    tokio::time::sleep(latency * 3).await;
+    // (Hand-over, or an error if the release waits for the first attempt
+    // past its deadline: either way the lock must not be left behind.)
+    let _ = guard.release().await;
+    if let Ok(next) = waiter.await? {
+        assert_ne!(next.token(), &token);
+        let _ = next.release().await;
+    }
+    // A's first attempt lands at about PHASES x 100 ms.
+    tokio::time::sleep(latency * PHASES as u32).await;
+    delay_requests(std::slice::from_ref(&proxy), 0);
+    let _ = fill.await?;
+    for t in chain {
+        let _ = t.await?;
+    }
+    let key = c.lock("k").key()?;
+    let now = s.command(&["GET", &key])?;
+    assert_ne!(
+        now,
+        token.as_str(),
+        "k is held for A's released token (PTTL {})",
+        s.command(&["PTTL", &key])?
+    );
+    Ok(())
+}
