@@ -87,8 +87,14 @@ fn try_acquire(c: &Client, name: &str) -> tokio::task::JoinHandle<dlm::Result<dl
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "review finding 1: a cancelled acquire still queued in a batch is overtaken by its undo release"]
 async fn a_cancelled_acquire_in_a_later_phase_is_not_overtaken_by_its_undo_release() -> TestResult {
-    let s = server();
-    let c = client_with(&s, Duration::from_secs(2)).await;
+    cancelled_acquire_in_a_later_phase(&server()).await
+}
+
+/// Finding 1's scenario on `s`.
+async fn cancelled_acquire_in_a_later_phase(s: &RedisServer) -> TestResult {
+    let c = client_with(s, Duration::from_secs(2)).await;
+    // The server is learned first: on Valkey 9 the undo release is DELIFEQ.
+    c.server_info().await?;
     warm(&c).await?;
     s.pause()?;
     let fill = fill_a_slot(&c, "fill");
@@ -107,10 +113,13 @@ async fn a_cancelled_acquire_in_a_later_phase_is_not_overtaken_by_its_undo_relea
     let _ = stray.await?;
     c.settle(Duration::from_secs(2)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (exists, pttl) = held(&s, &c, "k")?;
+    let (exists, pttl) = held(s, &c, "k")?;
+    let stats = s.command(&["INFO", "commandstats"])?;
     assert!(
         !exists,
-        "lock k is held for nobody after its acquisition was cancelled (PTTL {pttl} ms)"
+        "lock k is held for nobody after its acquisition was cancelled (PTTL {pttl} ms; \
+         DELIFEQ calls: {})",
+        command_calls(&stats, "delifeq")
     );
     Ok(())
 }
@@ -412,6 +421,183 @@ async fn a_hand_over_does_not_overtake_a_given_up_attempt_of_its_token() -> Test
         token.as_str(),
         "k is held for A's released token (PTTL {})",
         s.command(&["PTTL", &key])?
+    );
+    Ok(())
+}
+
+/// The lone path (main: a batch of one sent from the caller's task;
+/// lock-alloc: the fast path without a job): an acquire cancelled after its
+/// transaction was written is ahead of its undo release on the connection,
+/// so the release undoes it. (Passes on main and on lock-alloc.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_cancelled_lone_acquire_is_undone() -> TestResult {
+    let s = server();
+    let c = client_with(&s, Duration::from_secs(2)).await;
+    warm(&c).await?;
+    s.pause()?;
+    // Nothing else on the connection: the acquire goes alone.
+    let a = try_acquire(&c, "k");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    a.abort();
+    let _ = a.await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    s.resume()?;
+    c.settle(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (exists, pttl) = held(&s, &c, "k")?;
+    assert!(!exists, "lock k held for nobody (PTTL {pttl} ms)");
+    Ok(())
+}
+
+/// Lone requests cancelled at every point of their round trip (each
+/// request is held 20 ms on its way to the server, 20 ms on its way back):
+/// the connection's replies stay aligned with the requests that wait for
+/// them (a later acquire, extend, status and release each get their own
+/// answer), and every cancelled acquisition is undone. (Passes on main and
+/// on lock-alloc.)
+#[tokio::test(flavor = "current_thread")]
+async fn cancelled_lone_requests_leave_the_connection_aligned_and_nothing_held() -> TestResult {
+    let s = server();
+    let proxy = dlm_testkit::FaultProxy::in_front_of(&s, 11)?;
+    let c = Client::builder()
+        .timeout(Duration::from_secs(2))
+        .connect(&proxy.url())
+        .await?;
+    warm(&c).await?;
+    for dir in [
+        dlm_testkit::Direction::ToServer,
+        dlm_testkit::Direction::ToClient,
+    ] {
+        proxy.set_latency(dir, Duration::from_millis(20), Duration::ZERO);
+    }
+    let mut last_fence = 0;
+    for i in 0..24u64 {
+        // Cancel an acquire (and, every other round, a release of a held
+        // lock) after 0..46 ms: before it is written, on the wire, or with
+        // its reply on the way.
+        let cut = Duration::from_millis(i * 2);
+        let a = try_acquire(&c, &format!("c{i}"));
+        let held_guard = if i % 2 == 0 {
+            Some(c.lock(format!("r{i}")).acquire(&ttl(20_000)).await?)
+        } else {
+            None
+        };
+        let r = held_guard.map(|g| tokio::spawn(async move { g.release().await }));
+        tokio::time::sleep(cut).await;
+        a.abort();
+        if let Some(r) = &r {
+            r.abort();
+        }
+        let _ = a.await;
+        if let Some(r) = r {
+            let _ = r.await;
+        }
+        // The next requests get their own replies.
+        let lock = c.lock("probe");
+        let g = lock.acquire(&ttl(20_000)).await?;
+        let fence = g.fence().ok_or("a fence")?.get();
+        assert!(
+            fence > last_fence,
+            "round {i}: fence {fence} after {last_fence}"
+        );
+        last_fence = fence;
+        g.extend(Duration::from_secs(30)).await?;
+        assert!(lock.status().await?.held, "round {i}: probe held");
+        assert!(g.is_held().await?, "round {i}: probe is ours");
+        g.release().await?;
+        assert!(!lock.status().await?.held, "round {i}: probe released");
+    }
+    for dir in [
+        dlm_testkit::Direction::ToServer,
+        dlm_testkit::Direction::ToClient,
+    ] {
+        proxy.set_latency(dir, Duration::ZERO, Duration::ZERO);
+    }
+    assert!(c.settle(Duration::from_secs(5)).await);
+    for i in 0..24 {
+        let (exists, pttl) = held(&s, &c, &format!("c{i}"))?;
+        assert!(!exists, "c{i} held for nobody (PTTL {pttl} ms)");
+    }
+    Ok(())
+}
+
+/// The Valkey 9 server binary (native `DELIFEQ` releases), if installed:
+/// `DLM_VALKEY_SERVER`, else `target/servers` (`scripts/servers.sh`).
+fn valkey() -> Option<RedisServer> {
+    let binary = std::env::var("DLM_VALKEY_SERVER").ok().or_else(|| {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/servers");
+        find(&root, 6)
+    });
+    match binary {
+        Some(b) => Some(
+            RedisServer::builder()
+                .binary(b)
+                .start()
+                .expect("start valkey-server"),
+        ),
+        None => {
+            eprintln!("skipped: no valkey-server (scripts/servers.sh or DLM_VALKEY_SERVER)");
+            None
+        }
+    }
+}
+
+fn find(dir: &std::path::Path, depth: u32) -> Option<String> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.file_name().is_some_and(|n| n == "valkey-server") && path.is_file() {
+            return Some(path.to_string_lossy().into_owned());
+        }
+        if depth > 0
+            && path.is_dir()
+            && let Some(found) = find(&path, depth - 1)
+        {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// Finding 1 on Valkey 9, where the undo release is the native `DELIFEQ`
+/// pipeline: the same overtaking (the release's command is not the cause).
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "review finding 1 (Valkey 9, native DELIFEQ release)"]
+async fn a_cancelled_acquire_in_a_later_phase_is_not_overtaken_on_valkey() -> TestResult {
+    let Some(s) = valkey() else {
+        return Ok(());
+    };
+    cancelled_acquire_in_a_later_phase(&s).await
+}
+
+/// The lone path on Valkey 9 (native `DELIFEQ` undo release; on lock-alloc
+/// the fast release path): see `a_cancelled_lone_acquire_is_undone`.
+#[tokio::test(flavor = "current_thread")]
+async fn a_cancelled_lone_acquire_is_undone_on_valkey() -> TestResult {
+    let Some(s) = valkey() else {
+        return Ok(());
+    };
+    let c = client_with(&s, Duration::from_secs(2)).await;
+    let native = c.server_info().await?[0].native();
+    assert!(
+        native.contains(&dlm::Capability::CompareAndDelete),
+        "{native:?}"
+    );
+    warm(&c).await?;
+    s.pause()?;
+    let a = try_acquire(&c, "k");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    a.abort();
+    let _ = a.await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    s.resume()?;
+    c.settle(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (exists, pttl) = held(&s, &c, "k")?;
+    assert!(!exists, "lock k held for nobody (PTTL {pttl} ms)");
+    let stats = s.command(&["INFO", "commandstats"])?;
+    assert!(
+        command_calls(&stats, "delifeq") > 0,
+        "the native release ran"
     );
     Ok(())
 }
