@@ -677,3 +677,35 @@ async fn a_redlock_request_given_up_before_its_node_connected_is_undone_if_sent_
     );
     Ok(())
 }
+
+/// Finding 6 (small, fixed in this branch): `release_to.lua` (the
+/// hand-over) and `extend.lua` were not among the scripts loaded when a
+/// connection is made, against `lock::preloaded_scripts`' own rule, so
+/// their first call on a connection went `EVALSHA` -> `NOSCRIPT` -> `SCRIPT
+/// LOAD` -> `EVALSHA`: three round trips inside one deadline (a first
+/// hand-over behind 100 ms of latency timed out at 250 ms, and the guard's
+/// release failed with the lock left held until its TTL), and a retry that
+/// the preloading exists to avoid.
+#[tokio::test(flavor = "current_thread")]
+async fn the_first_hand_over_and_extend_on_a_connection_need_one_round_trip() -> TestResult {
+    let s = server();
+    let proxy = dlm_testkit::FaultProxy::in_front_of(&s, 3)?;
+    let c = Client::builder()
+        .timeout(Duration::from_millis(250))
+        .connect(&proxy.url())
+        .await?;
+    warm(&c).await?;
+    delay_requests(std::slice::from_ref(&proxy), 100);
+    let first = c.lock("h").acquire(&ttl(10_000)).await?;
+    first.extend(Duration::from_secs(10)).await?;
+    let next = {
+        let l = c.lock("h");
+        tokio::spawn(async move { l.acquire(&ttl(10_000).wait(Duration::from_secs(5))).await })
+    };
+    waits_for(&s, &c, "h").await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    first.release().await?;
+    next.await??.release().await?;
+    delay_requests(std::slice::from_ref(&proxy), 0);
+    Ok(())
+}
