@@ -321,8 +321,8 @@ async fn waits_for(s: &RedisServer, c: &Client, name: &str) -> TestResult {
     Err(format!("nobody waits for {name} after 5 s").into())
 }
 
-/// One hand-over on `c` (so that `release_to.lua`, which is not among the
-/// preloaded scripts, is loaded before the scenario).
+/// One hand-over on `c` (so that `release_to.lua` is loaded before the
+/// scenario, also where it is not among the preloaded scripts: finding 6).
 async fn warm_hand_over(s: &RedisServer, c: &Client) -> TestResult {
     let first = c.lock("warm-h").acquire(&ttl(5_000)).await?;
     let next = {
