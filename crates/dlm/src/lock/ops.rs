@@ -124,9 +124,10 @@ fn crossslot(e: &Error) -> bool {
     e.to_string().to_ascii_uppercase().contains("CROSSSLOT") || e.to_string().contains("cross-slot")
 }
 
-/// The scripts Redlock nodes run per lock (extend, status).
+/// The scripts run per lock outside the batches (a guard's extend, the
+/// hand-over, Redlock's extend, status), loaded with the connection.
 pub(crate) fn scripts() -> Vec<&'static Script> {
-    vec![&EXTEND_OR_ACQUIRE, &STATUS]
+    vec![&EXTEND, &RELEASE_TO, &EXTEND_OR_ACQUIRE, &STATUS]
 }
 
 /// What one acquire attempt found.
