@@ -161,7 +161,6 @@ async fn a_limit_changed_while_a_raise_reads_it_ends_as_changed() -> TestResult 
 /// commit claim ("let a removed limit stay removed"). Same on the first
 /// sharding of a plain queue (its limit read by `settings_here`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "review finding 1: reshard's 'init' writes back a limit removed between its read and its write"]
 async fn a_limit_removed_while_a_raise_reads_it_stays_removed() -> TestResult {
     let server = common::server();
     let fast = common::client(&server).await.queue("rate-init");

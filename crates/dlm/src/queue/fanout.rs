@@ -184,11 +184,11 @@ impl Queue {
         }
         match rate {
             Some(Some(r)) => {
-                self.set_rate_total(Some(r), false).await?;
+                self.set_rate_total(Some(r)).await?;
                 self.sync_rate_shares().await?;
             }
             Some(None) => {
-                self.set_rate_total(None, false).await?;
+                self.set_rate_total(None).await?;
                 for q in self.shard_handles(l) {
                     q.configure_here(&QueueSettings::default().rate(None))
                         .await?;

@@ -591,8 +591,7 @@ impl Queue {
             if j == 1 {
                 // The start shard gave fewer than asked: the next round
                 // starts at the next shard.
-                let next = (tick / STICKY_ROUNDS + 1) * STICKY_ROUNDS;
-                self.sharding.cursor.fetch_max(next, Ordering::Relaxed);
+                self.next_start(tick);
             }
             let i = u16::try_from((start + j) % live).unwrap_or(0);
             let q = self.shard(i, layout.tag(i));
@@ -606,6 +605,11 @@ impl Queue {
                 // caller's: an error now would leave them in flight, held by
                 // no one, until they expire (an attempt spent each). Return
                 // them; the failing shard is asked again in later rounds.
+                Err(e) if j == 0 => {
+                    // A failing start shard is not kept for more rounds.
+                    self.next_start(tick);
+                    return Err(e);
+                }
                 Err(e) if merged.as_ref().is_some_and(|m| !m.tasks.is_empty()) => {
                     tracing::debug!(queue = %self.name(), shard = i, error = %e, "claim: a shard failed after others leased tasks");
                     break;
@@ -618,6 +622,14 @@ impl Queue {
             self.read_layout().await?;
         }
         Ok(merged.unwrap_or_else(ops::Claimed::nothing))
+    }
+
+    /// Move the claim start on to the next shard after the round of `tick`.
+    fn next_start(&self, tick: usize) {
+        let next = (tick / STICKY_ROUNDS)
+            .saturating_add(1)
+            .saturating_mul(STICKY_ROUNDS);
+        self.sharding.cursor.fetch_max(next, Ordering::Relaxed);
     }
 
     /// Change K (issue 35, docs/sharded-queue.md section 7).
@@ -685,10 +697,12 @@ impl Queue {
                 ),
             ));
         }
-        if let Some(r) = rate {
-            // Kept on shard 0 from now on, whatever happens below (unless
-            // another client removed or changed it meanwhile).
-            self.set_rate_total(Some(r), true).await?;
+        if now.is_plain() {
+            // A queue being sharded: its limit (shard 0's own, read in the
+            // same step) is kept on shard 0 as the total from now on. A
+            // queue already sharded keeps the total it has: a limit changed
+            // or removed meanwhile by another client stays so.
+            self.init_rate_total().await?;
         }
         let changed = if k > live {
             self.raise(&now, k, settings, rate).await
@@ -958,19 +972,19 @@ impl Queue {
         )?))
     }
 
-    /// Keep (or remove) the queue-wide rate limit on shard 0; with `only_new`,
-    /// only when none is kept (a queue being sharded: a limit removed
-    /// meanwhile by another client stays removed).
-    pub(crate) async fn set_rate_total(
-        &self,
-        r: Option<crate::queue::RateLimit>,
-        only_new: bool,
-    ) -> Result<()> {
+    /// A queue being sharded: its own limit becomes the kept total, when
+    /// none is kept.
+    async fn init_rate_total(&self) -> Result<()> {
+        self.rate_total_call(&["init"]).await?;
+        Ok(())
+    }
+
+    /// Keep (or remove) the queue-wide rate limit on shard 0.
+    pub(crate) async fn set_rate_total(&self, r: Option<crate::queue::RateLimit>) -> Result<()> {
         match r {
             Some(r) => {
                 let v = format!("{}:{}", r.n(), r.period().as_millis());
-                let op = if only_new { "init" } else { "set" };
-                self.rate_total_call(&[op, v.as_str()]).await?;
+                self.rate_total_call(&["set", v.as_str()]).await?;
             }
             None => {
                 self.rate_total_call(&["del"]).await?;

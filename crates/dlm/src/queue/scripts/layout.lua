@@ -23,14 +23,18 @@
 --          shard 0 as `rate_total` ("n:period_ms") besides the shards'
 --          shares (`rate_n` each), so that it survives a change of K cut
 --          off halfway
---   ARGV[2]  'get', 'set' (ARGV[3] the value), 'init' (ARGV[3] the value,
---            written only when none is kept) or 'del'
+--   ARGV[2]  'get', 'set' (ARGV[3] the value), 'init' (a queue being
+--            sharded: when none is kept, this shard's own limit, read here
+--            in the same step, becomes the total) or 'del'
 --   Returns  the value before the call (false: none)
 local cfg = KEYS[1]
 if ARGV[1] == 'rate' then
   local was = redis.call('HGET', cfg, 'rate_total')
-  if ARGV[2] == 'set' or (ARGV[2] == 'init' and not was) then
+  if ARGV[2] == 'set' then
     redis.call('HSET', cfg, 'rate_total', ARGV[3])
+  elseif ARGV[2] == 'init' and not was then
+    local own = redis.call('HMGET', cfg, 'rate_n', 'rate_period_ms')
+    if own[1] and own[2] then redis.call('HSET', cfg, 'rate_total', own[1] .. ':' .. own[2]) end
   elseif ARGV[2] == 'del' then
     redis.call('HDEL', cfg, 'rate_total')
   end
