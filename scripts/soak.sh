@@ -3,7 +3,8 @@
 #   bash scripts/soak.sh 2m
 #   bash scripts/soak.sh 65m --json
 #   bash scripts/soak.sh 3m --break no-persistence
-# Builds dlm if needed (debug; DLM_SOAK_PROFILE=release for a release build) and runs
+# Builds dlm if needed (debug; DLM_SOAK_PROFILE=release for a release build), or takes the binary
+# DLM_SOAK_BIN names (scripts/test.sh: the one its test run built), and runs
 # `dlm soak --duration DURATION` on throwaway servers on free loopback ports. Exit 0: no
 # violation where the assumptions hold; 1: a violation (or a broken assumption not caught);
 # 2: bad usage; 3: the servers could not be started.
@@ -12,7 +13,10 @@ cd "$(dirname "$0")/.."
 duration=${1:-2m}
 shift || true
 bash scripts/ensure-deps.sh
-if [ "${DLM_SOAK_PROFILE:-debug}" = release ]; then
+if [ -n "${DLM_SOAK_BIN:-}" ]; then
+  bin=$DLM_SOAK_BIN
+  [ -x "$bin" ] || { echo "soak.sh: DLM_SOAK_BIN=$bin is not an executable" >&2; exit 2; }
+elif [ "${DLM_SOAK_PROFILE:-debug}" = release ]; then
   cargo build -q --release -p dlm-cli
   bin=target/release/dlm
 else
