@@ -4,16 +4,19 @@
 # tests, and pytest against throwaway redis-servers on free loopback ports.
 #
 # The binding crate is outside the cargo workspace (python/Cargo.toml says
-# why); its builds go to target/python so that reruns reuse them, and the
-# virtualenv lives in target/python-venv (PYTHON picks the interpreter,
-# default python3; DLM_PY_FRESH_VENV=1 starts it afresh).
+# why); its builds go to the workspace's target dir (with the workspace's dev
+# profile, python/Cargo.toml), so that reruns reuse them, and so that cargo
+# reuses the workspace's builds of the dependencies whose features agree, most
+# of them (ring, rustls, ...; not tokio, redis or dlm). The virtualenv lives in
+# target/python-venv (PYTHON picks the interpreter, default python3;
+# DLM_PY_FRESH_VENV=1 starts it afresh).
 #
 # `test-python.sh --setup` stops before pytest (scripts/test-servers.sh then runs pytest on each
 # server binary with the virtualenv it left).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-export CARGO_TARGET_DIR="$root/target/python"
+export CARGO_TARGET_DIR="$root/target"
 venv="$root/target/python-venv"
 py=${PYTHON:-python3}
 

@@ -5,8 +5,9 @@
 #   scripts/wheel.sh          release profile, manylinux2014 (glibc 2.17+, linked with zig's
 #                             linker: the `ziglang` package), what users get. Minutes on 2 cores.
 #   scripts/wheel.sh --ci     dev profile, linked on this host and tagged for its glibc: it reuses
-#                             the builds of scripts/test-python.sh (target/python), so CI pays
-#                             seconds, not a release build, to test a wheel (scripts/test-wheel.sh).
+#                             the builds of scripts/test-python.sh (in target, the workspace's
+#                             target dir), so CI pays seconds, not a release build, to test a wheel
+#                             (scripts/test-wheel.sh).
 #
 # The tools (maturin, ziglang) live in the virtualenv target/wheel-tools. Prints the wheel's path.
 set -euo pipefail
@@ -28,15 +29,16 @@ fi
 out="$root/target/wheels/$mode"
 rm -rf "$out"
 mkdir -p "$out"
-export CARGO_TARGET_DIR="$root/target/python"
 start=$(date +%s)
 if [ "$mode" = release ]; then
+  export CARGO_TARGET_DIR="$root/target/python"
   # --zig links against glibc 2.17 whatever this host has (manylinux2014); zig is found on PATH.
   PATH="$tools/bin:$PATH" "$tools/bin/maturin" build -q -m python/Cargo.toml --release --strip \
     --zig --compatibility manylinux2014 --out "$out" >&2
 else
-  # The profile and interpreter of `pip install ./python` in scripts/test-python.sh, so that cargo
-  # reuses that build (PYO3_PYTHON is part of pyo3's build fingerprint).
+  # The target dir, profile and interpreter of `pip install ./python` in scripts/test-python.sh, so
+  # that cargo reuses that build (PYO3_PYTHON is part of pyo3's build fingerprint).
+  export CARGO_TARGET_DIR="$root/target"
   interp=()
   [ -x "$root/target/python-venv/bin/python3" ] && interp=(-i "$root/target/python-venv/bin/python3")
   "$tools/bin/maturin" build -q -m python/Cargo.toml --profile dev --strip "${interp[@]}" --out "$out" >&2

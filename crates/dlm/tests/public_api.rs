@@ -61,7 +61,17 @@ fn rustdoc_json(manifest_dir: &Path) -> Result<PathBuf, Box<dyn std::error::Erro
         Some(dir) => PathBuf::from(dir),
         None => manifest_dir.join("../../target"),
     };
-    let out = Command::new(cargo)
+    let mut cmd = Command::new(cargo);
+    // What cargo sets for this test process describes this test crate (CARGO_MANIFEST_DIR,
+    // CARGO_PKG_NAME, ...). A build script that reads one is rerun when cargo's own value of it
+    // changes (ring reads both): seen here, it made every later build in this target dir run ring's
+    // build script again and recompile ring and all above it (rustls, redis, dlm, every test binary).
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_for_tests) {
+            cmd.env_remove(name);
+        }
+    }
+    let out = cmd
         .current_dir(manifest_dir)
         .env("RUSTDOC", manifest_dir.join("tests/rustdoc-json.sh"))
         .env_remove("RUSTC_BOOTSTRAP")
@@ -78,6 +88,28 @@ fn rustdoc_json(manifest_dir: &Path) -> Result<PathBuf, Box<dyn std::error::Erro
         .into());
     }
     Ok(target.join("doc/dlm.json"))
+}
+
+/// Whether cargo (or nextest) sets the environment variable `name` for a test process, as it
+/// does for a crate's build: its manifest, package, binaries and target, not cargo's settings.
+fn set_for_tests(name: &str) -> bool {
+    [
+        "CARGO_PKG_",
+        "CARGO_MANIFEST_",
+        "CARGO_BIN_",
+        "CARGO_CFG_",
+        "CARGO_FEATURE_",
+    ]
+    .iter()
+    .any(|prefix| name.starts_with(prefix))
+        || [
+            "CARGO_CRATE_NAME",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+            "CARGO_RUSTC_CURRENT_DIR",
+            "OUT_DIR",
+        ]
+        .contains(&name)
 }
 
 /// The items of one crate, and the public path of each local item.
