@@ -70,15 +70,19 @@ pub(crate) async fn release(
 /// One Redis deployment a lock lives on: its connection and its batcher of
 /// acquire and release calls (started on first use).
 ///
-/// An acquire whose caller gave up (its deadline passed) may still be
-/// queued, or waiting in a later phase of its batch, when the caller's
-/// token-checked release of it (the undo of an unsure attempt) is sent in
+/// An acquire whose caller gave up (its deadline passed) or went away (its
+/// future was dropped: a cancelled acquisition, or a Redlock node's request
+/// left behind once a majority decided) may still be queued, or waiting in a
+/// later phase of its batch, when the token-checked release of that token
+/// (the undo of an unsure attempt, or the guard's release) is sent in
 /// another batch: that release would reach Redis first, find nothing, and
 /// the acquire's `SET` after it would leave the lock held for nobody until
-/// its TTL. So a release of a token waits until every acquire of that token
-/// whose caller gave up is answered, i.e. the call that carried it returned
-/// or it was never sent (`unanswered`): then it is behind it on the
-/// connection. That wait is bounded by the acquire's own deadlines.
+/// its TTL. So a release of a token waits until every such acquire of that
+/// token is answered, i.e. the call that carried it returned or it was never
+/// sent (`unanswered`): then it is behind it on the connection. The wait
+/// counts against the release's deadline; past it the release still goes
+/// out, in the background, once they are answered. A hand-over
+/// (`release_to.lua`) is not made while any is unanswered.
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     pub(crate) backend: Backend,
@@ -129,6 +133,12 @@ impl Node {
         });
     }
 
+    /// Whether an acquire of `token` may still be on its way (its caller
+    /// gave up on it or was dropped, and it is not answered yet).
+    pub(crate) fn unsettled(&self, token: &Token) -> bool {
+        self.unanswered().contains_key(token)
+    }
+
     fn batcher(&self) -> &Batcher<Job> {
         self.batcher
             .get_or_init(|| Batcher::new(self.backend.clone()))
@@ -157,11 +167,26 @@ impl Node {
             first,
             reply,
         };
-        match self.batcher().submit_keeping(job, rx, timeout).await {
-            Ok(attempt) => Ok(attempt),
+        // Until the call returns with its answer, the job may outlive it: a
+        // call that ends on its deadline or is dropped (cancelled) leaves it
+        // remembered as unanswered (`Unanswered::drop`).
+        let mut waiting = Unanswered {
+            node: self,
+            token,
+            reply: Some(rx),
+        };
+        let r = match waiting.reply.as_mut() {
+            Some(rx) => self.batcher().submit_keeping(job, rx, timeout).await,
+            None => Err((Error::protocol("an acquire without its reply"), false)),
+        };
+        match r {
+            Ok(attempt) => {
+                waiting.reply = None;
+                Ok(attempt)
+            }
             Err((e, unanswered)) => {
-                if let Some(reply) = unanswered {
-                    self.gave_up(token, reply);
+                if !unanswered {
+                    waiting.reply = None;
                 }
                 Err(e)
             }
@@ -188,7 +213,24 @@ impl Node {
                     let _ = done.changed().await;
                 }
             };
-            if tokio::time::timeout(timeout, all).await.is_err() {
+            let mut all = Box::pin(all);
+            if tokio::time::timeout(timeout, &mut all).await.is_err() {
+                // Not given up: sent once they are answered (a token-checked
+                // release behind them is always safe), in the background.
+                let (node, keys, token) = (self.clone(), keys.clone(), token.clone());
+                tokio::spawn(async move {
+                    all.await;
+                    let (reply, rx) = oneshot::channel();
+                    let job = Job::Release {
+                        keys,
+                        token,
+                        timeout,
+                        reply,
+                    };
+                    if let Err(e) = node.batcher().submit(job, rx, timeout).await {
+                        tracing::warn!(error = %e, "a late release failed; the TTL will free the lock");
+                    }
+                });
                 return Err(Error::Timeout(timeout));
             }
             timeout.saturating_sub(started.elapsed())
@@ -201,6 +243,22 @@ impl Node {
             reply,
         };
         self.batcher().submit(job, rx, timeout).await
+    }
+}
+
+/// The reply of an acquire job whose call may end before the job is
+/// answered; on drop, still held, it is remembered in `Node::unanswered`.
+struct Unanswered<'a> {
+    node: &'a Node,
+    token: &'a Token,
+    reply: Option<oneshot::Receiver<Result<Attempt>>>,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if let Some(reply) = self.reply.take() {
+            self.node.gave_up(self.token, reply);
+        }
     }
 }
 

@@ -250,6 +250,17 @@ async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
     let (Some(backend), Some(wakeups)) = (held.locks.nodes.single(), &held.locks.wakeups) else {
         return Ok(None);
     };
+    // An acquire of this token may still be on its way: the normal
+    // release waits for it; a hand-over would overtake it.
+    if held
+        .locks
+        .nodes
+        .all()
+        .iter()
+        .any(|n| n.unsettled(&held.token))
+    {
+        return Ok(None);
+    }
     let Some(next) = wakeups.next_baton(&held.keys.channel) else {
         return Ok(None);
     };

@@ -265,10 +265,7 @@ impl Nodes {
                 let (b, keys, token) = (b.clone(), keys.clone(), token.clone());
                 async move {
                     let r = batch::acquire(&b, &keys, &token, ttl, marker, timeout, first).await;
-                    // A request that timed out before its node's connection was
-                    // up was never sent: that node cannot hold our token.
-                    let sent = r.is_ok() || b.backend.is_up();
-                    (i, r, sent)
+                    (i, r)
                 }
             })
             .collect();
@@ -277,7 +274,7 @@ impl Nodes {
         // Nodes that granted; nodes whose answer was lost after a sent request.
         let mut replied_grant = vec![false; n];
         let mut to_release = vec![false; n];
-        while let Some((i, r, sent)) = futures_util::StreamExt::next(&mut pending).await {
+        while let Some((i, r)) = futures_util::StreamExt::next(&mut pending).await {
             match r {
                 Ok(Attempt::Acquired(_)) => {
                     granted += 1;
@@ -291,7 +288,10 @@ impl Nodes {
                 }
                 Err(_) => {
                     refused += 1;
-                    to_release[i] = sent;
+                    // Even when its node was not connected when it gave up:
+                    // a request still queued is sent once it is (the release
+                    // waits for it; one never sent finds nothing).
+                    to_release[i] = true;
                 }
             }
             if granted >= q.needed() {
@@ -308,13 +308,11 @@ impl Nodes {
             }
         }
         if granted >= q.needed() && Instant::now() < valid_until {
-            // The other nodes' requests are on their way: let them finish in
-            // the background, so that the healthy ones hold the lock too.
-            if !pending.is_empty() {
-                q.background.spawn(async move {
-                    while futures_util::StreamExt::next(&mut pending).await.is_some() {}
-                });
-            }
+            // The other nodes' requests are on their way: they go on without
+            // us (a request already queued or written is still sent, so the
+            // healthy nodes hold the lock too), each remembered as unanswered
+            // on its node, so that the guard's release there goes behind it.
+            drop(pending);
             tracing::debug!(granted, nodes = n, "redlock acquired");
             return Ok(Try::Acquired(Grant {
                 fence: None,
@@ -337,8 +335,8 @@ impl Nodes {
             let nodes: Vec<_> = q.backends.clone();
             let (keys, token) = (keys.clone(), token.clone());
             q.background.spawn(async move {
-                while let Some((i, r, sent)) = futures_util::StreamExt::next(&mut pending).await {
-                    to_release[i] = matches!(r, Ok(Attempt::Acquired(_))) || (r.is_err() && sent);
+                while let Some((i, r)) = futures_util::StreamExt::next(&mut pending).await {
+                    to_release[i] = matches!(r, Ok(Attempt::Acquired(_))) || r.is_err();
                 }
                 let releases = nodes
                     .iter()
