@@ -703,3 +703,40 @@ async fn the_first_hand_over_and_extend_on_a_connection_need_one_round_trip() ->
     delay_requests(std::slice::from_ref(&proxy), 0);
     Ok(())
 }
+
+/// Prototype review (`lockfix-review-proto`): `Client::settle` promises to
+/// wait for "Redlock requests still on their way after a majority decided",
+/// and a short-lived process relies on it before exiting. The prototype
+/// drops those requests' futures (`drop(pending)` in `Nodes::acquire`)
+/// instead of finishing them in the tracked background, so `settle` returns
+/// `true` at once while the slow node's acquire is still on the wire (and a
+/// lone request not yet handed to the connection is cancelled outright).
+#[tokio::test(flavor = "current_thread")]
+async fn settle_waits_for_a_redlock_nodes_request_left_behind_by_the_majority() -> TestResult {
+    let nodes = RedisServer::start_many(3)?;
+    let proxy = dlm_testkit::FaultProxy::in_front_of(&nodes[2], 7)?;
+    let urls = vec![nodes[0].url(), nodes[1].url(), proxy.url()];
+    let c = Client::builder()
+        .timeout(Duration::from_secs(2))
+        .connect_many(&urls)
+        .await?;
+    let opts = ttl(20_000).node_timeout(Duration::from_secs(2));
+    c.lock("warm").acquire(&opts).await?.release().await?;
+    assert!(c.settle(Duration::from_secs(2)).await);
+    delay_requests(std::slice::from_ref(&proxy), 500);
+    let guard = c.lock("k").acquire(&opts).await?;
+    let token = guard.token().clone();
+    let settled = c.settle(Duration::from_secs(3)).await;
+    let key = c.lock("k").key()?;
+    let on_slow = nodes[2].command(&["GET", &key])?;
+    delay_requests(std::slice::from_ref(&proxy), 0);
+    guard.release().await?;
+    c.settle(Duration::from_secs(3)).await;
+    assert!(settled, "settle timed out");
+    assert_eq!(
+        on_slow.trim(),
+        token.as_str(),
+        "settle returned before the slow node's acquire was answered"
+    );
+    Ok(())
+}
