@@ -12,6 +12,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redis::{Script, Value};
 use tokio::sync::{oneshot, watch};
+use tokio_util::task::TaskTracker;
 
 use crate::backend::server::{self, Capability};
 use crate::backend::{Backend, Transaction, end_transaction, evalsha, millis, transaction};
@@ -90,14 +91,19 @@ pub(crate) struct Node {
     /// Token -> a signal per acquire of it that its caller gave up on and
     /// that is not answered yet (closed once it is).
     unanswered: Arc<Mutex<HashMap<Token, Vec<watch::Receiver<()>>>>>,
+    /// The client's background work ([`crate::Client::settle`] waits for
+    /// it): the watches on given-up acquires and the releases sent late
+    /// behind them.
+    pub(crate) background: TaskTracker,
 }
 
 impl Node {
-    pub(crate) fn new(backend: Backend) -> Self {
+    pub(crate) fn new(backend: Backend, background: TaskTracker) -> Self {
         Node {
             backend,
             batcher: Arc::new(OnceLock::new()),
             unanswered: Arc::default(),
+            background,
         }
     }
 
@@ -113,24 +119,28 @@ impl Node {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let outstanding = self.outstanding(token);
+        rt.spawn(self.background.track_future(async move {
+            let _ = reply.await;
+            drop(outstanding);
+        }));
+    }
+
+    /// Remember an acquire of `token` that may still reach Redis, until the
+    /// returned value is dropped: until then a release of `token` on this
+    /// node waits (see [`Node::release`]) and no hand-over of it is made.
+    pub(crate) fn outstanding(&self, token: &Token) -> Outstanding {
         let (done, mine) = watch::channel(());
         self.unanswered()
             .entry(token.clone())
             .or_default()
             .push(mine.clone());
-        let (node, token) = (self.clone(), token.clone());
-        rt.spawn(async move {
-            let _ = reply.await;
-            let mut map = node.unanswered();
-            if let Some(waits) = map.get_mut(&token) {
-                waits.retain(|w| !w.same_channel(&mine));
-                if waits.is_empty() {
-                    map.remove(&token);
-                }
-            }
-            drop(map);
-            drop(done);
-        });
+        Outstanding {
+            node: self.clone(),
+            token: token.clone(),
+            mine,
+            _done: done,
+        }
     }
 
     /// Whether an acquire of `token` may still be on its way (its caller
@@ -218,7 +228,7 @@ impl Node {
                 // Not given up: sent once they are answered (a token-checked
                 // release behind them is always safe), in the background.
                 let (node, keys, token) = (self.clone(), keys.clone(), token.clone());
-                tokio::spawn(async move {
+                self.background.spawn(async move {
                     all.await;
                     let (reply, rx) = oneshot::channel();
                     let job = Job::Release {
@@ -243,6 +253,27 @@ impl Node {
             reply,
         };
         self.batcher().submit(job, rx, timeout).await
+    }
+}
+
+/// An acquire of `token` that may still reach Redis (see
+/// [`Node::outstanding`]); forgotten on drop.
+pub(crate) struct Outstanding {
+    node: Node,
+    token: Token,
+    mine: watch::Receiver<()>,
+    _done: watch::Sender<()>,
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        let mut map = self.node.unanswered();
+        if let Some(waits) = map.get_mut(&self.token) {
+            waits.retain(|w| !w.same_channel(&self.mine));
+            if waits.is_empty() {
+                map.remove(&self.token);
+            }
+        }
     }
 }
 

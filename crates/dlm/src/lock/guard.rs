@@ -274,6 +274,18 @@ async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
     };
     wakeups.handed(&held.keys.channel, &next);
     next.grant(fence, started);
+    // Its acquisition ended while the lock was on its way to it (only this
+    // call holds the baton now): nobody will take the grant, so give it back
+    // (token-checked, after the hand-over's reply, so behind it). One that
+    // ends after this check releases its token itself, as it was armed.
+    if Arc::strong_count(&next) == 1 {
+        let (locks, name, keys) = (held.locks.clone(), held.name.clone(), held.keys.clone());
+        let token = next.token().clone();
+        let background = locks.background.clone();
+        background.spawn(async move {
+            let _ = locks.nodes.release(&name, &keys, &token).await;
+        });
+    }
     tracing::debug!(name = %held.name, "handed over to a waiting task");
     Ok(Some(ReleaseOutcome {
         outcome: Outcome::Done,

@@ -86,6 +86,14 @@ struct PendingToken {
     unsure: bool,
 }
 
+impl PendingToken {
+    /// This token, to be released on drop whatever its attempts' replies.
+    fn retired(mut self) -> Self {
+        self.armed = true;
+        self
+    }
+}
+
 impl Drop for PendingToken {
     fn drop(&mut self) {
         if !self.armed {
@@ -275,6 +283,8 @@ impl Lock {
         let mut attempts = 0u32;
         // Redlock split votes in a row (see `split_backoff`).
         let mut splits = 0u32;
+        // The next attempt takes a fresh token (see where it is read).
+        let mut retire = false;
         // Releases our token if this future is dropped mid-attempt or gives up
         // after an attempt whose reply was lost: the SET may have landed.
         let mut pending = PendingToken {
@@ -302,6 +312,32 @@ impl Lock {
             baton = self.enlist(&keys, &token, opts.ttl, &mut pending);
         }
         loop {
+            if std::mem::take(&mut retire) {
+                // A grant this acquisition gave back (too few replicas had
+                // it): that release may still wait, in the background, for an
+                // earlier given-up attempt of the token (see
+                // `batch::Node::release`), and would delete a later grant of
+                // the same token. A fresh token keeps it off the next
+                // attempts; the old one is released once more as it is
+                // retired (harmless: token-checked), and the hand-over queue
+                // gets the new one.
+                token = Token::random()?;
+                let old = std::mem::replace(
+                    &mut pending,
+                    PendingToken {
+                        locks: inner.clone(),
+                        name: self.name.clone(),
+                        keys: keys.clone(),
+                        token: token.clone(),
+                        armed: false,
+                        unsure: false,
+                    },
+                );
+                drop(old.retired());
+                if baton.is_some() {
+                    baton = self.enlist(&keys, &token, opts.ttl, &mut pending);
+                }
+            }
             // A releasing task of this client handed the lock to us.
             if let Some((b, _)) = &baton
                 && let Some((fence, sent)) = b.take_grant()
@@ -385,6 +421,7 @@ impl Lock {
                     match self.replicated(&keys, &token, opts).await {
                         Err(e) => {
                             pending.unsure = true;
+                            retire = true;
                             (e, None)
                         }
                         Ok(()) => {

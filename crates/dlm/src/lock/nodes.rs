@@ -274,7 +274,12 @@ impl Nodes {
         // Nodes that granted; nodes whose answer was lost after a sent request.
         let mut replied_grant = vec![false; n];
         let mut to_release = vec![false; n];
+        // Nodes whose attempt came back (answered or failed).
+        let mut replied = vec![false; n];
         while let Some((i, r)) = futures_util::StreamExt::next(&mut pending).await {
+            if let Some(done) = replied.get_mut(i) {
+                *done = true;
+            }
             match r {
                 Ok(Attempt::Acquired(_)) => {
                     granted += 1;
@@ -308,11 +313,26 @@ impl Nodes {
             }
         }
         if granted >= q.needed() && Instant::now() < valid_until {
-            // The other nodes' requests are on their way: they go on without
-            // us (a request already queued or written is still sent, so the
-            // healthy nodes hold the lock too), each remembered as unanswered
-            // on its node, so that the guard's release there goes behind it.
-            drop(pending);
+            // The other nodes' requests are on their way: let them finish in
+            // the background (tracked: `Client::settle` waits for them), so
+            // that the healthy ones hold the lock too. Until each ends, it is
+            // outstanding on its node, so that the guard's release there waits
+            // behind it instead of overtaking it (and, once it is given up on
+            // its own deadline, its node remembers it until it is answered).
+            if !pending.is_empty() {
+                let mut outstanding: Vec<Option<batch::Outstanding>> = replied
+                    .iter()
+                    .zip(&q.backends)
+                    .map(|(done, node)| (!done).then(|| node.outstanding(token)))
+                    .collect();
+                q.background.spawn(async move {
+                    while let Some((i, _)) = futures_util::StreamExt::next(&mut pending).await {
+                        if let Some(o) = outstanding.get_mut(i) {
+                            *o = None;
+                        }
+                    }
+                });
+            }
             tracing::debug!(granted, nodes = n, "redlock acquired");
             return Ok(Try::Acquired(Grant {
                 fence: None,
