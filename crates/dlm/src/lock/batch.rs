@@ -6,12 +6,12 @@
 //! batch is split by hash slot.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis::{Script, Value};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::server::{self, Capability};
@@ -21,6 +21,7 @@ use crate::keys::{FENCE_FLOOR, LockKeys, slot};
 use crate::lock::Outcome;
 use crate::lock::ops::{Attempt, acquire_reply, release_reply};
 use crate::services::batch::{BatchJob, Batcher, checked};
+use crate::services::outstanding::{InFlight, Unanswered};
 use crate::token::{Fence, Token};
 
 static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| {
@@ -78,23 +79,19 @@ pub(crate) async fn release(
 /// (the undo of an unsure attempt, or the guard's release) is sent in
 /// another batch: that release would reach Redis first, find nothing, and
 /// the acquire's `SET` after it would leave the lock held for nobody until
-/// its TTL. So a release of a token waits until every such acquire of that
-/// token is answered, i.e. the call that carried it returned or it was never
-/// sent (`unanswered`): then it is behind it on the connection. The wait
-/// counts against the release's deadline; past it the release still goes
-/// out, in the background, once they are answered. A hand-over
-/// (`release_to.lua`) is not made while any is unanswered.
+/// its TTL. So every such acquire stays outstanding in `in_flight` until it
+/// is answered (the call that carried it returned, or it was never sent),
+/// and a release of its token waits for it: then it is behind it on the
+/// connection (see [`crate::services::outstanding`]). The wait counts
+/// against the release's deadline; past it the release still goes out, in
+/// the background, once they are answered. A hand-over (`release_to.lua`)
+/// is not made while any is outstanding.
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     pub(crate) backend: Backend,
     batcher: Arc<OnceLock<Batcher<Job>>>,
-    /// Token -> a signal per acquire of it that its caller gave up on and
-    /// that is not answered yet (closed once it is).
-    unanswered: Arc<Mutex<HashMap<Token, Vec<watch::Receiver<()>>>>>,
-    /// The client's background work ([`crate::Client::settle`] waits for
-    /// it): the watches on given-up acquires and the releases sent late
-    /// behind them.
-    pub(crate) background: TaskTracker,
+    /// This connection's acquires that may still reach Redis.
+    pub(crate) in_flight: InFlight,
 }
 
 impl Node {
@@ -102,51 +99,14 @@ impl Node {
         Node {
             backend,
             batcher: Arc::new(OnceLock::new()),
-            unanswered: Arc::default(),
-            background,
-        }
-    }
-
-    fn unanswered(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Vec<watch::Receiver<()>>>> {
-        self.unanswered
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Remember an acquire of `token` that its caller gave up on before it
-    /// was answered (`reply` resolves when it is), for [`Node::release`].
-    fn gave_up<T: Send + 'static>(&self, token: &Token, reply: oneshot::Receiver<T>) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let outstanding = self.outstanding(token);
-        rt.spawn(self.background.track_future(async move {
-            let _ = reply.await;
-            drop(outstanding);
-        }));
-    }
-
-    /// Remember an acquire of `token` that may still reach Redis, until the
-    /// returned value is dropped: until then a release of `token` on this
-    /// node waits (see [`Node::release`]) and no hand-over of it is made.
-    pub(crate) fn outstanding(&self, token: &Token) -> Outstanding {
-        let (done, mine) = watch::channel(());
-        self.unanswered()
-            .entry(token.clone())
-            .or_default()
-            .push(mine.clone());
-        Outstanding {
-            node: self.clone(),
-            token: token.clone(),
-            mine,
-            _done: done,
+            in_flight: InFlight::new(background),
         }
     }
 
     /// Whether an acquire of `token` may still be on its way (its caller
     /// gave up on it or was dropped, and it is not answered yet).
     pub(crate) fn unsettled(&self, token: &Token) -> bool {
-        self.unanswered().contains_key(token)
+        self.in_flight.contains(token)
     }
 
     fn batcher(&self) -> &Batcher<Job> {
@@ -179,12 +139,8 @@ impl Node {
         };
         // Until the call returns with its answer, the job may outlive it: a
         // call that ends on its deadline or is dropped (cancelled) leaves it
-        // remembered as unanswered (`Unanswered::drop`).
-        let mut waiting = Unanswered {
-            node: self,
-            token,
-            reply: Some(rx),
-        };
+        // outstanding until it is answered (`Unanswered::drop`).
+        let mut waiting = Unanswered::new(&self.in_flight, token, rx);
         let r = match waiting.reply.as_mut() {
             Some(rx) => self.batcher().submit_keeping(job, rx, timeout).await,
             None => Err((Error::protocol("an acquire without its reply"), false)),
@@ -213,23 +169,14 @@ impl Node {
         // Not before the acquires of this token that are still on their way
         // (see `Node`): a release sent now could overtake them. The wait
         // counts against this release's own deadline.
-        let waits = self.unanswered().get(token).cloned().unwrap_or_default();
-        let timeout = if waits.is_empty() {
-            timeout
-        } else {
-            let started = tokio::time::Instant::now();
-            let all = async {
-                for mut done in waits {
-                    let _ = done.changed().await;
-                }
-            };
-            let mut all = Box::pin(all);
-            if tokio::time::timeout(timeout, &mut all).await.is_err() {
+        let timeout = match self.in_flight.behind(token, timeout).await {
+            Ok(left) => left,
+            Err(rest) => {
                 // Not given up: sent once they are answered (a token-checked
                 // release behind them is always safe), in the background.
                 let (node, keys, token) = (self.clone(), keys.clone(), token.clone());
-                self.background.spawn(async move {
-                    all.await;
+                self.in_flight.background.spawn(async move {
+                    rest.await;
                     let (reply, rx) = oneshot::channel();
                     let job = Job::Release {
                         keys,
@@ -243,7 +190,6 @@ impl Node {
                 });
                 return Err(Error::Timeout(timeout));
             }
-            timeout.saturating_sub(started.elapsed())
         };
         let (reply, rx) = oneshot::channel();
         let job = Job::Release {
@@ -253,43 +199,6 @@ impl Node {
             reply,
         };
         self.batcher().submit(job, rx, timeout).await
-    }
-}
-
-/// An acquire of `token` that may still reach Redis (see
-/// [`Node::outstanding`]); forgotten on drop.
-pub(crate) struct Outstanding {
-    node: Node,
-    token: Token,
-    mine: watch::Receiver<()>,
-    _done: watch::Sender<()>,
-}
-
-impl Drop for Outstanding {
-    fn drop(&mut self) {
-        let mut map = self.node.unanswered();
-        if let Some(waits) = map.get_mut(&self.token) {
-            waits.retain(|w| !w.same_channel(&self.mine));
-            if waits.is_empty() {
-                map.remove(&self.token);
-            }
-        }
-    }
-}
-
-/// The reply of an acquire job whose call may end before the job is
-/// answered; on drop, still held, it is remembered in `Node::unanswered`.
-struct Unanswered<'a> {
-    node: &'a Node,
-    token: &'a Token,
-    reply: Option<oneshot::Receiver<Result<Attempt>>>,
-}
-
-impl Drop for Unanswered<'_> {
-    fn drop(&mut self) {
-        if let Some(reply) = self.reply.take() {
-            self.node.gave_up(self.token, reply);
-        }
     }
 }
 

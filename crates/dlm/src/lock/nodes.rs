@@ -16,6 +16,7 @@ use crate::lock::batch::{self, Node};
 use crate::lock::ops::{self, Attempt};
 use crate::lock::{LockStatus, Outcome};
 use crate::services::lease::drift;
+use crate::services::outstanding::Outstanding;
 use crate::token::{Fence, Token};
 
 /// The default per-node timeout's floor (1% of the TTL below it): a loaded
@@ -320,10 +321,10 @@ impl Nodes {
             // behind it instead of overtaking it (and, once it is given up on
             // its own deadline, its node remembers it until it is answered).
             if !pending.is_empty() {
-                let mut outstanding: Vec<Option<batch::Outstanding>> = replied
+                let mut outstanding: Vec<Option<Outstanding>> = replied
                     .iter()
                     .zip(&q.backends)
-                    .map(|(done, node)| (!done).then(|| node.outstanding(token)))
+                    .map(|(done, node)| (!done).then(|| node.in_flight.outstanding(token)))
                     .collect();
                 q.background.spawn(async move {
                     while let Some((i, _)) = futures_util::StreamExt::next(&mut pending).await {
