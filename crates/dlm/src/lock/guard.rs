@@ -10,9 +10,10 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::lock::Outcome;
 use crate::lock::locks::Held;
-use crate::lock::nodes::ReleaseOutcome;
+use crate::lock::nodes::{Nodes, ReleaseOutcome};
 use crate::metrics::LostReason;
 pub use crate::services::lease::LostSignal;
+use crate::services::lease::drift;
 use crate::token::{Fence, Token};
 
 /// What the guarded work of [`crate::Lock::with`] gets: the fencing token
@@ -247,7 +248,7 @@ async fn release_everywhere(held: &Held) -> Result<ReleaseOutcome> {
 /// On one Redis, when a task of this client waits for the lock, hand it over
 /// directly (one round trip, nobody cuts in); `None`: release normally.
 async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
-    let (Some(backend), Some(wakeups)) = (held.locks.nodes.single(), &held.locks.wakeups) else {
+    let Some(wakeups) = &held.locks.wakeups else {
         return Ok(None);
     };
     // An acquire of this token may still be on its way: the normal
@@ -265,12 +266,35 @@ async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
         return Ok(None);
     };
     let started = Instant::now();
-    let Some(fence) =
-        crate::lock::ops::release_to(backend, &held.keys, &held.token, next.token(), next.ttl())
+    let (fence, confirmed, nodes) = match &held.locks.nodes {
+        Nodes::Single(node) => {
+            let Some(fence) = crate::lock::ops::release_to(
+                &node.backend,
+                &held.keys,
+                &held.token,
+                next.token(),
+                next.ttl(),
+            )
             .await?
-    else {
-        // Not ours any more: the normal release tells expired from taken.
-        return Ok(None);
+            else {
+                // Not ours any more: the normal release tells expired from taken.
+                return Ok(None);
+            };
+            (fence, 1, 1)
+        }
+        Nodes::Quorum(q) => {
+            let Some(confirmed) = hand_over_quorum(held, q, &next, started).await else {
+                // Too few nodes handed over: out of the queue (its token may
+                // be set on some nodes, and is released there in the
+                // background), woken to try on its own; the normal release
+                // frees the rest.
+                wakeups.handed(&held.keys.channel, &next);
+                next.notify_void();
+                return Ok(None);
+            };
+            // Redlock has no fence; the grant's is not read.
+            (Fence::new(0), confirmed, q.backends.len())
+        }
     };
     wakeups.handed(&held.keys.channel, &next);
     next.grant(fence, started);
@@ -286,12 +310,70 @@ async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
             let _ = locks.nodes.release(&name, &keys, &token).await;
         });
     }
-    tracing::debug!(name = %held.name, "handed over to a waiting task");
+    tracing::debug!(name = %held.name, confirmed, nodes, "handed over to a waiting task");
     Ok(Some(ReleaseOutcome {
         outcome: Outcome::Done,
-        confirmed: 1,
-        nodes: 1,
+        confirmed,
+        nodes,
     }))
+}
+
+/// Redlock's hand-over: `release_to.lua` on every node at once, each within
+/// the per-node timeout; the number of nodes that moved the lock from our
+/// token to the successor's, when that is a majority within the successor's
+/// validity (`started` + its TTL - drift), else `None`.
+///
+/// Why a majority so handed over is a grant like an acquire's: each node
+/// moves from our token to the successor's atomically, and only while it
+/// holds ours, so a node that handed over was held by nobody else at that
+/// instant, and holds the successor's token for its TTL from then on (no
+/// earlier than `started`). A majority of them, within `started` + TTL -
+/// drift, intersects every other majority. The successor's token is one its
+/// acquire attempts never send (see `Lock::enlist`), so no late release of a
+/// failed attempt can delete it.
+///
+/// Whatever the outcome, every node is then released of our token in the
+/// background (token-checked: a node that handed over, or whose request
+/// still lands before it on the same connection, is left alone); on a
+/// failure, of the successor's token too, since the successor will not take
+/// it and leaves the queue.
+async fn hand_over_quorum(
+    held: &Held,
+    q: &crate::lock::nodes::Quorum,
+    next: &Arc<crate::services::wakeups::Baton>,
+    started: Instant,
+) -> Option<usize> {
+    let timeout = q.node_timeout(next.ttl(), held.node_timeout);
+    let replies = futures_util::future::join_all(q.backends.iter().map(|node| {
+        tokio::time::timeout(
+            timeout,
+            crate::lock::ops::release_to(
+                &node.backend,
+                &held.keys,
+                &held.token,
+                next.token(),
+                next.ttl(),
+            ),
+        )
+    }))
+    .await;
+    let confirmed = replies
+        .iter()
+        .filter(|r| matches!(r, Ok(Ok(Some(_)))))
+        .count();
+    let valid_until = started + next.ttl().saturating_sub(drift(next.ttl()));
+    let handed = confirmed >= q.needed() && Instant::now() < valid_until;
+    let mut tokens = vec![held.token.clone()];
+    if !handed {
+        tokens.push(next.token().clone());
+    }
+    let (locks, name, keys) = (held.locks.clone(), held.name.clone(), held.keys.clone());
+    locks.background.clone().spawn(async move {
+        for token in tokens {
+            let _ = locks.nodes.release(&name, &keys, &token).await;
+        }
+    });
+    handed.then_some(confirmed)
 }
 
 impl Drop for LockGuard {

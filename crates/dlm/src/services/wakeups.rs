@@ -91,6 +91,12 @@ impl Baton {
         self.notify.notify_one();
     }
 
+    /// Wake the acquisition without a grant: a hand-over to it failed, and
+    /// it is out of the queue (it goes on trying by itself).
+    pub(crate) fn notify_void(&self) {
+        self.notify.notify_one();
+    }
+
     /// The hand-over, if one happened.
     pub(crate) fn take_grant(&self) -> Option<(Fence, Instant)> {
         self.slot().take()
