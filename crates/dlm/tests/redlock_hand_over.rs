@@ -23,7 +23,12 @@ async fn redlock(nodes: &[RedisServer], timeout: Duration) -> Client {
 fn values(nodes: &[RedisServer], key: &str) -> Vec<String> {
     nodes
         .iter()
-        .map(|n| n.command(&["GET", key]).unwrap_or_default().trim().to_string())
+        .map(|n| {
+            n.command(&["GET", key])
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        })
         .collect()
 }
 
@@ -52,17 +57,28 @@ async fn a_release_hands_the_lock_to_a_waiting_task_on_every_node() -> TestResul
     let key = c.lock("h").key()?;
     let first = c.lock("h").acquire(&ttl(20_000)).await?;
     let next = waiter(&c, "h", Duration::from_secs(10)).await;
+    let first_token = first.token().as_str().to_string();
     let released = first.release().await?;
     assert_eq!(released.nodes, 5);
-    assert_eq!(released.confirmed, 5, "every node handed over: {released:?}");
+    assert!(
+        released.confirmed >= 3,
+        "a majority handed over: {released:?}"
+    );
+    let now = values(&nodes, &key);
+    let next = next.await??;
+    let theirs = next.token().as_str().to_string();
+    assert!(
+        now.iter().filter(|v| **v == theirs).count() >= 3
+            && now.iter().all(|v| *v == theirs || *v == first_token),
+        "the lock went straight to the waiter's token on a majority, the rest on their way: {now:?}"
+    );
+    assert!(c.lock("h").status().await?.held);
+    assert!(c.settle(Duration::from_secs(3)).await);
     let now = values(&nodes, &key);
     assert!(
-        now.iter().all(|v| !v.is_empty() && *v == now[0]),
-        "the lock went straight to one token on every node: {now:?}"
+        now.iter().all(|v| *v == theirs),
+        "every node handed over in the end: {now:?}"
     );
-    let next = next.await??;
-    assert_eq!(now[0], next.token().as_str(), "held by the waiter's token");
-    assert!(c.lock("h").status().await?.held);
     next.release().await?;
     assert!(c.settle(Duration::from_secs(3)).await);
     assert!(values(&nodes, &key).iter().all(String::is_empty));
@@ -81,8 +97,9 @@ async fn a_frozen_node_does_not_stop_a_hand_over() -> TestResult {
     let next = waiter(&c, "f", Duration::from_secs(10)).await;
     nodes[4].pause()?;
     let released = first.release().await?;
-    assert_eq!(released.confirmed, 4, "{released:?}");
+    assert!(released.confirmed >= 3, "{released:?}");
     let next = next.await??;
+    assert!(c.settle(Duration::from_secs(3)).await);
     let now = values(&nodes[..4], &key);
     assert!(
         now.iter().all(|v| v == next.token().as_str()),

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::lock::Outcome;
+use crate::lock::batch;
 use crate::lock::locks::Held;
 use crate::lock::nodes::{Nodes, ReleaseOutcome};
 use crate::metrics::LostReason;
@@ -319,9 +320,10 @@ async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
 }
 
 /// Redlock's hand-over: `release_to.lua` on every node at once, each within
-/// the per-node timeout; the number of nodes that moved the lock from our
-/// token to the successor's, when that is a majority within the successor's
-/// validity (`started` + its TTL - drift), else `None`.
+/// the per-node timeout, decided as soon as a majority handed over (or so
+/// many failed that no majority can): the number of nodes that moved the lock
+/// from our token to the successor's, when that is a majority within the
+/// successor's validity (`started` + its TTL - drift), else `None`.
 ///
 /// Why a majority so handed over is a grant like an acquire's: each node
 /// moves from our token to the successor's atomically, and only while it
@@ -332,46 +334,91 @@ async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
 /// acquire attempts never send (see `Lock::enlist`), so no late release of a
 /// failed attempt can delete it.
 ///
-/// Whatever the outcome, every node is then released of our token in the
-/// background (token-checked: a node that handed over, or whose request
-/// still lands before it on the same connection, is left alone); on a
-/// failure, of the successor's token too, since the successor will not take
-/// it and leaves the queue.
+/// The requests still out when it is decided finish in the background
+/// (tracked), each outstanding on its node for both tokens until it ends, so
+/// that a later release of either token there goes behind it. Every node
+/// that did not confirm is then released of our token (token-checked: one
+/// whose hand-over landed is left alone); on a failure, every node of the
+/// successor's token too, since the successor will not take it and leaves
+/// the queue.
 async fn hand_over_quorum(
     held: &Held,
     q: &crate::lock::nodes::Quorum,
     next: &Arc<crate::services::wakeups::Baton>,
     started: Instant,
 ) -> Option<usize> {
+    use futures_util::StreamExt;
     let timeout = q.node_timeout(next.ttl(), held.node_timeout);
-    let replies = futures_util::future::join_all(q.backends.iter().map(|node| {
-        tokio::time::timeout(
-            timeout,
-            crate::lock::ops::release_to(
-                &node.backend,
-                &held.keys,
-                &held.token,
-                next.token(),
-                next.ttl(),
-            ),
-        )
-    }))
-    .await;
-    let confirmed = replies
+    let n = q.backends.len();
+    let mut pending: futures_util::stream::FuturesUnordered<_> = q
+        .backends
         .iter()
-        .filter(|r| matches!(r, Ok(Ok(Some(_)))))
-        .count();
+        .enumerate()
+        .map(|(i, node)| {
+            let (node, keys, token) = (node.clone(), held.keys.clone(), held.token.clone());
+            let (successor, ttl) = (next.token().clone(), next.ttl());
+            async move {
+                let r = tokio::time::timeout(
+                    timeout,
+                    crate::lock::ops::release_to(&node.backend, &keys, &token, &successor, ttl),
+                )
+                .await;
+                (i, matches!(r, Ok(Ok(Some(_)))))
+            }
+        })
+        .collect();
+    let mut handed_on = vec![false; n];
+    let mut replied = vec![false; n];
+    let (mut confirmed, mut failed) = (0, 0);
+    while let Some((i, ok)) = pending.next().await {
+        replied[i] = true;
+        handed_on[i] = ok;
+        if ok {
+            confirmed += 1;
+        } else {
+            failed += 1;
+        }
+        if confirmed >= q.needed() || failed > n - q.needed() {
+            break;
+        }
+    }
     let valid_until = started + next.ttl().saturating_sub(drift(next.ttl()));
     let handed = confirmed >= q.needed() && Instant::now() < valid_until;
-    let mut tokens = vec![held.token.clone()];
-    if !handed {
-        tokens.push(next.token().clone());
-    }
-    let (locks, name, keys) = (held.locks.clone(), held.name.clone(), held.keys.clone());
-    locks.background.clone().spawn(async move {
-        for token in tokens {
-            let _ = locks.nodes.release(&name, &keys, &token).await;
+    let (ours, theirs) = (held.token.clone(), next.token().clone());
+    let outstanding: Vec<_> = q
+        .backends
+        .iter()
+        .zip(&replied)
+        .filter(|(_, r)| !**r)
+        .flat_map(|(node, _)| {
+            [
+                node.in_flight.outstanding(&ours),
+                node.in_flight.outstanding(&theirs),
+            ]
+        })
+        .collect();
+    let nodes = q.backends.clone();
+    let release_timeout = timeout.max(held.locks.nodes.timeout() / 4);
+    let keys = held.keys.clone();
+    q.background.spawn(async move {
+        let mut outstanding = outstanding;
+        while let Some((i, ok)) = pending.next().await {
+            handed_on[i] = ok;
         }
+        outstanding.clear();
+        let releases = nodes.iter().zip(&handed_on).map(|(node, on)| {
+            let (keys, ours, theirs) = (keys.clone(), ours.clone(), theirs.clone());
+            let on = *on;
+            async move {
+                if !on {
+                    let _ = batch::release(node, &keys, &ours, release_timeout).await;
+                }
+                if !handed {
+                    let _ = batch::release(node, &keys, &theirs, release_timeout).await;
+                }
+            }
+        });
+        futures_util::future::join_all(releases).await;
     });
     handed.then_some(confirmed)
 }
