@@ -23,7 +23,12 @@ async fn redlock(nodes: &[RedisServer], timeout: Duration) -> Client {
 fn values(nodes: &[RedisServer], key: &str) -> Vec<String> {
     nodes
         .iter()
-        .map(|n| n.command(&["GET", key]).unwrap_or_default().trim().to_string())
+        .map(|n| {
+            n.command(&["GET", key])
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        })
         .collect()
 }
 
@@ -54,7 +59,10 @@ async fn a_release_hands_the_lock_to_a_waiting_task_on_every_node() -> TestResul
     let next = waiter(&c, "h", Duration::from_secs(10)).await;
     let released = first.release().await?;
     assert_eq!(released.nodes, 5);
-    assert_eq!(released.confirmed, 5, "every node handed over: {released:?}");
+    assert_eq!(
+        released.confirmed, 5,
+        "every node handed over: {released:?}"
+    );
     let now = values(&nodes, &key);
     assert!(
         now.iter().all(|v| !v.is_empty() && *v == now[0]),

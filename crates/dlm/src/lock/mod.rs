@@ -367,6 +367,7 @@ impl Lock {
                         continue;
                     }
                     own.armed = false;
+                    e.baton.keep();
                     let token = own.token.clone();
                     self.label.handoff(sent.elapsed());
                     self.label.wait(started.elapsed());
@@ -386,6 +387,7 @@ impl Lock {
                     pending.unsure = true;
                     return Err(e);
                 }
+                e.baton.keep();
                 self.label.handoff(sent.elapsed());
                 self.label.wait(started.elapsed());
                 tracing::debug!(fence = ?grant.fence, attempts, "handed over");
@@ -457,6 +459,14 @@ impl Lock {
                         }
                         Ok(()) => {
                             pending.armed = false;
+                            // One Redis: the baton carries this token, and a
+                            // hand-over to it may have landed just before
+                            // this attempt (see `guard::hand_over`).
+                            if let Some(e) = &baton
+                                && e.baton.token() == &token
+                            {
+                                e.baton.keep();
+                            }
                             if waited || attempts > 1 {
                                 self.label.wait(started.elapsed());
                             }
