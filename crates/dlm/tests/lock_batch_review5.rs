@@ -108,3 +108,171 @@ async fn a_hand_over_racing_the_successors_own_attempt_keeps_its_lock() -> TestR
     );
     Ok(())
 }
+
+/// A token-checked release of `name` by a token nobody holds.
+fn stray_release(c: &Client, name: &str) -> tokio::task::JoinHandle<dlm::Result<()>> {
+    let lock = c.lock(name);
+    tokio::spawn(async move {
+        let token = dlm::Token::random()?;
+        lock.release_token(&token).await
+    })
+}
+
+/// `cmdstat_wait:calls` of `s`.
+fn wait_calls(s: &RedisServer) -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
+    Ok(command_calls(
+        &s.command(&["INFO", "commandstats"])?,
+        "wait",
+    ))
+}
+
+/// The retired token (`retire` in `Lock::acquire_with`), against a real
+/// master and replica: an acquisition on one Redis keeps its token across
+/// attempts, so a grant given back by `replicated()` (the replica is frozen:
+/// `WAIT` falls short) is released by a release that must wait behind the
+/// acquisition's first attempt, given up but still queued in the last phase
+/// of a long batch, and so goes out late, in the background. The replica
+/// is thawed before the next attempt, which is granted and replicated: had
+/// it kept the token, the late release would delete the live guard's lock
+/// (two holders). With a fresh token it finds another token and leaves it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_grant_given_back_for_too_few_replicas_retires_its_token() -> TestResult {
+    let latency = Duration::from_millis(100);
+    let wait = Duration::from_millis(300);
+    let (master, replicas) = dlm_testkit::Replicated::start(1)?.into_parts();
+    let replica = &replicas[0];
+    let proxy = dlm_testkit::FaultProxy::in_front_of(&master, 11)?;
+    let c = Client::builder()
+        .timeout(Duration::from_millis(300))
+        .connect(&proxy.url())
+        .await?;
+    warm(&master, &c).await?;
+    c.lock("warm-r")
+        .acquire(&ttl(1000).replicas(1, wait))
+        .await?
+        .release()
+        .await?;
+    let waits_before = wait_calls(&master)?;
+    replica.pause()?;
+    delay_requests(std::slice::from_ref(&proxy), latency.as_millis() as u64);
+    let fill = {
+        let l = c.lock("fill");
+        tokio::spawn(async move { l.acquire(&ttl(20_000)).await.map(drop) })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // One batch of PHASES phases on j, then A's first attempt on k (last).
+    const PHASES: usize = 25;
+    let mut chain = Vec::new();
+    for i in 0..PHASES {
+        chain.push(if i % 2 == 0 {
+            stray_release(&c, "j")
+        } else {
+            tokio::spawn({
+                let l = c.lock("j");
+                async move { l.acquire(&ttl(20_000)).await.map(drop) }
+            })
+        });
+    }
+    let a = {
+        let l = c.lock("k");
+        tokio::spawn(async move {
+            l.acquire(
+                &ttl(20_000)
+                    .wait(Duration::from_secs(5))
+                    .retry_interval(Duration::from_millis(5))
+                    .replicas(1, wait),
+            )
+            .await
+        })
+    };
+    // The first WAIT (of A's second attempt's grant) falls short; thaw the
+    // replica once it has, before the next attempt's WAIT.
+    for _ in 0..400 {
+        if wait_calls(&master)? > waits_before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(wait_calls(&master)? > waits_before, "no WAIT within 2 s");
+    tokio::time::sleep(wait + Duration::from_millis(50)).await;
+    replica.resume()?;
+    let guard = a.await??;
+    let token = guard.token().clone();
+    // A's first attempt lands at about PHASES x 100 ms, then the late
+    // release of the given-back grant.
+    tokio::time::sleep(latency * PHASES as u32).await;
+    delay_requests(std::slice::from_ref(&proxy), 0);
+    let _ = fill.await?;
+    for t in chain {
+        let _ = t.await?;
+    }
+    c.settle(Duration::from_secs(3)).await;
+    let key = c.lock("k").key()?;
+    let now = master.command(&["GET", &key])?;
+    assert_eq!(
+        now.trim(),
+        token.as_str(),
+        "the live guard's lock k was released behind its back"
+    );
+    assert!(guard.is_held().await?);
+    guard.release().await?;
+    Ok(())
+}
+
+/// The orphaned hand-over (`Arc::strong_count(&next) == 1` in
+/// `guard::hand_over`), against a real Redis: the releaser took the waiting
+/// acquisition's baton, but its `release_to` runs late (the script cache
+/// was flushed: NOSCRIPT, load, send again, each 100 ms away); the
+/// acquisition is cancelled meanwhile, and its own release of its token
+/// goes out at once and finds the lock still the releaser's. The hand-over
+/// then moves the lock to a token nobody will take: given back, not held
+/// for nobody until its TTL.
+#[tokio::test(flavor = "current_thread")]
+async fn an_orphaned_hand_over_is_given_back() -> TestResult {
+    let latency = Duration::from_millis(100);
+    let s = server();
+    let proxy = dlm_testkit::FaultProxy::in_front_of(&s, 13)?;
+    let c = Client::builder()
+        .timeout(Duration::from_secs(2))
+        .connect(&proxy.url())
+        .await?;
+    warm(&s, &c).await?;
+    let g = c.lock("k").acquire(&ttl(20_000)).await?;
+    let a = {
+        let l = c.lock("k");
+        tokio::spawn(async move {
+            l.acquire(
+                &ttl(20_000)
+                    .wait(Duration::from_secs(10))
+                    .retry_interval(Duration::from_secs(5)),
+            )
+            .await
+        })
+    };
+    waits_for(&s, &c, "k").await?;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Every script but `release_to.lua` is loaded again.
+    s.command(&["SCRIPT", "FLUSH"])?;
+    c.lock("reload")
+        .acquire(&ttl(1000))
+        .await?
+        .release()
+        .await?;
+    delay_requests(std::slice::from_ref(&proxy), latency.as_millis() as u64);
+    let release = tokio::spawn(async move { g.release().await });
+    tokio::time::sleep(latency / 3).await;
+    a.abort();
+    assert!(a.await.is_err_and(|e| e.is_cancelled()));
+    let released = release.await?;
+    delay_requests(std::slice::from_ref(&proxy), 0);
+    assert!(released.is_ok(), "{released:?}");
+    c.settle(Duration::from_secs(3)).await;
+    let key = c.lock("k").key()?;
+    let exists = s.command(&["EXISTS", &key])?;
+    assert!(
+        !exists.contains('1'),
+        "k is held for nobody (PTTL {})",
+        s.command(&["PTTL", &key])?
+    );
+    Ok(())
+}
