@@ -148,7 +148,7 @@ async fn a_grant_given_back_for_too_few_replicas_retires_its_token() -> TestResu
         .await?;
     warm(&master, &c).await?;
     c.lock("warm-r")
-        .acquire(&ttl(1000).replicas(1, wait))
+        .acquire(&ttl(1000).replicas(1, wait).wait(Duration::from_secs(5)))
         .await?
         .release()
         .await?;
@@ -273,6 +273,58 @@ async fn an_orphaned_hand_over_is_given_back() -> TestResult {
         !exists.contains('1'),
         "k is held for nobody (PTTL {})",
         s.command(&["PTTL", &key])?
+    );
+    Ok(())
+}
+
+/// Finding 2 (held for nobody; also on main): an acquisition handed the
+/// lock disarms its token before it waits for the replicas
+/// (`pending.armed = false`, then `replicated().await`). Cancelled during
+/// that wait (an outer timeout, a `select!`), it releases nothing: the
+/// hand-over's grant, which the `WAIT`'s extend even renewed, stays in
+/// Redis for nobody until its TTL. (The attempt path stays armed while it
+/// waits for the replicas.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_hand_over_cancelled_while_it_waits_for_replicas_is_given_back() -> TestResult {
+    let (master, replicas) = dlm_testkit::Replicated::start(1)?.into_parts();
+    let replica = &replicas[0];
+    let c = client_with(&master, Duration::from_secs(2)).await;
+    warm(&master, &c).await?;
+    let g = c.lock("k").acquire(&ttl(20_000)).await?;
+    let a = {
+        let l = c.lock("k");
+        tokio::spawn(async move {
+            l.acquire(
+                &ttl(20_000)
+                    .wait(Duration::from_secs(10))
+                    .replicas(1, Duration::from_secs(2)),
+            )
+            .await
+        })
+    };
+    waits_for(&master, &c, "k").await?;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    replica.pause()?;
+    let waits_before = wait_calls(&master)?;
+    g.release().await?;
+    // A was handed the lock and waits for the frozen replica.
+    for _ in 0..400 {
+        if wait_calls(&master)? > waits_before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(wait_calls(&master)? > waits_before, "no WAIT within 2 s");
+    a.abort();
+    assert!(a.await.is_err_and(|e| e.is_cancelled()));
+    replica.resume()?;
+    assert!(c.settle(Duration::from_secs(5)).await);
+    let key = c.lock("k").key()?;
+    let exists = master.command(&["EXISTS", &key])?;
+    assert!(
+        !exists.contains('1'),
+        "k is held for nobody after the acquisition it was handed to was cancelled (PTTL {})",
+        master.command(&["PTTL", &key])?
     );
     Ok(())
 }

@@ -374,19 +374,21 @@ impl Lock {
                     tracing::debug!(attempts, "handed over on a majority");
                     return Ok(self.guard(keys, token, grant, opts));
                 }
-                pending.armed = false;
                 let grant = nodes::Grant {
                     fence: Some(fence),
                     valid_until,
                 };
                 // A hand-over is a grant like any other: counted only once
-                // replicated. If it is not, the token stays armed, so the
-                // grant is released when this acquisition ends.
+                // replicated. Until it is, the token stays armed (this
+                // future may be dropped while the replicas are waited for),
+                // and after a failure too, so the grant is released when
+                // this acquisition ends.
+                pending.armed = true;
                 if let Err(e) = self.replicated(&keys, &token, opts).await {
-                    pending.armed = true;
                     pending.unsure = true;
                     return Err(e);
                 }
+                pending.armed = false;
                 e.baton.keep();
                 self.label.handoff(sent.elapsed());
                 self.label.wait(started.elapsed());
