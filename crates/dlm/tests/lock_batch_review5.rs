@@ -328,3 +328,56 @@ async fn a_hand_over_cancelled_while_it_waits_for_replicas_is_given_back() -> Te
     );
     Ok(())
 }
+
+/// Finding 3 (other: a spurious `Busy`; a regression from main): under
+/// Redlock an acquisition returns once a majority granted and leaves the
+/// other nodes' requests outstanding; the guard's release on those nodes
+/// now waits for their replies before it is submitted (`InFlight::behind`),
+/// where main wrote it at once, right behind the acquire on the same
+/// connection. `release()` returns on a majority, so the next acquire of
+/// the same lock, sent at once, reaches a lagging node before that release
+/// and finds the old token there: one busy node, and with two more nodes
+/// slow or down a split vote (`Busy` for a caller that does not wait). The
+/// existing `redlock.rs` tests
+/// `a_frozen_node_delays_acquisition_by_at_most_the_node_timeout` and
+/// `acquire_returns_once_a_majority_granted_without_waiting_for_frozen_nodes`
+/// fail this way on `lockfix2` in most runs on a loaded machine (pass on
+/// main). Here: 3 nodes, none slow; the symptom is a node that, once all
+/// is settled, does not hold the next acquisition's token (its request
+/// found the old one; the old one's release came after).
+#[tokio::test]
+#[ignore = "review 5 finding 3: a Redlock release behind an outstanding acquire goes out after the next acquire"]
+async fn a_redlock_release_is_not_overtaken_by_the_next_acquire() -> TestResult {
+    let nodes = RedisServer::start_many(3)?;
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let c = Client::builder()
+        .timeout(Duration::from_secs(2))
+        .connect_many(&urls)
+        .await?;
+    let lock = c.lock("again");
+    let opts = ttl(20_000);
+    lock.acquire(&opts).await?.release().await?;
+    assert!(c.settle(Duration::from_secs(2)).await);
+    let key = lock.key()?;
+    let mut stale = Vec::new();
+    for i in 0..50 {
+        let g = lock.acquire(&opts).await?;
+        g.release().await?;
+        let next = lock.acquire(&opts).await?;
+        // Every node's request of it is answered, and every release of the
+        // token before it sent.
+        assert!(c.settle(Duration::from_secs(2)).await);
+        for (n, node) in nodes.iter().enumerate() {
+            if node.command(&["GET", &key])? != next.token().as_str() {
+                stale.push((i, n));
+            }
+        }
+        next.release().await?;
+        assert!(c.settle(Duration::from_secs(2)).await);
+    }
+    assert!(
+        stale.is_empty(),
+        "the next acquire found a node still holding the released token (round, node): {stale:?}"
+    );
+    Ok(())
+}
