@@ -302,8 +302,16 @@ async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
     // Its acquisition ended while the lock was on its way to it (only this
     // call holds the baton now): nobody will take the grant, so give it back
     // (token-checked, after the hand-over's reply, so behind it). One that
-    // ends after this check releases its token itself, as it was armed.
-    if Arc::strong_count(&next) == 1 {
+    // ends after this check releases its token itself, as it was armed. Not
+    // when it ended holding the lock by that token: it took this grant, or
+    // (one Redis) its own attempt, written right behind the hand-over, found
+    // the key holding its token and was granted too (`Baton::keep`). The
+    // fence pairs with the `Release` of the acquisition's drop of its baton,
+    // so that a count of 1 also shows its `keep`.
+    if Arc::strong_count(&next) == 1 && {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        !next.kept()
+    } {
         let (locks, name, keys) = (held.locks.clone(), held.name.clone(), held.keys.clone());
         let token = next.token().clone();
         let background = locks.background.clone();

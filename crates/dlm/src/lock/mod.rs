@@ -367,25 +367,29 @@ impl Lock {
                         continue;
                     }
                     own.armed = false;
+                    e.baton.keep();
                     let token = own.token.clone();
                     self.label.handoff(sent.elapsed());
                     self.label.wait(started.elapsed());
                     tracing::debug!(attempts, "handed over on a majority");
                     return Ok(self.guard(keys, token, grant, opts));
                 }
-                pending.armed = false;
                 let grant = nodes::Grant {
                     fence: Some(fence),
                     valid_until,
                 };
                 // A hand-over is a grant like any other: counted only once
-                // replicated. If it is not, the token stays armed, so the
-                // grant is released when this acquisition ends.
+                // replicated. Until it is, the token stays armed (this
+                // future may be dropped while the replicas are waited for),
+                // and after a failure too, so the grant is released when
+                // this acquisition ends.
+                pending.armed = true;
                 if let Err(e) = self.replicated(&keys, &token, opts).await {
-                    pending.armed = true;
                     pending.unsure = true;
                     return Err(e);
                 }
+                pending.armed = false;
+                e.baton.keep();
                 self.label.handoff(sent.elapsed());
                 self.label.wait(started.elapsed());
                 tracing::debug!(fence = ?grant.fence, attempts, "handed over");
@@ -457,6 +461,14 @@ impl Lock {
                         }
                         Ok(()) => {
                             pending.armed = false;
+                            // One Redis: the baton carries this token, and a
+                            // hand-over to it may have landed just before
+                            // this attempt (see `guard::hand_over`).
+                            if let Some(e) = &baton
+                                && e.baton.token() == &token
+                            {
+                                e.baton.keep();
+                            }
                             if waited || attempts > 1 {
                                 self.label.wait(started.elapsed());
                             }
