@@ -346,7 +346,6 @@ async fn a_hand_over_cancelled_while_it_waits_for_replicas_is_given_back() -> Te
 /// is settled, does not hold the next acquisition's token (its request
 /// found the old one; the old one's release came after).
 #[tokio::test]
-#[ignore = "review 5 finding 3: a Redlock release behind an outstanding acquire goes out after the next acquire"]
 async fn a_redlock_release_is_not_overtaken_by_the_next_acquire() -> TestResult {
     let nodes = RedisServer::start_many(3)?;
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();

@@ -343,8 +343,8 @@ async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
 /// failed attempt can delete it.
 ///
 /// The requests still out when it is decided finish in the background
-/// (tracked), each outstanding on its node for both tokens until it ends, so
-/// that a later release of either token there goes behind it. Every node
+/// (tracked); each was written to its node's connection at once (no batch),
+/// so a later release of either token there goes behind it. Every node
 /// that did not confirm is then released of our token (token-checked: one
 /// whose hand-over landed is left alone); on a failure, every node of the
 /// successor's token too, since the successor will not take it and leaves
@@ -393,27 +393,13 @@ async fn hand_over_quorum(
     let valid_until = started + next.ttl().saturating_sub(drift(next.ttl()));
     let handed = confirmed >= q.needed() && Instant::now() < valid_until;
     let (ours, theirs) = (held.token.clone(), next.token().clone());
-    let outstanding: Vec<_> = q
-        .backends
-        .iter()
-        .zip(&replied)
-        .filter(|(_, r)| !**r)
-        .flat_map(|(node, _)| {
-            [
-                node.in_flight.outstanding(&ours),
-                node.in_flight.outstanding(&theirs),
-            ]
-        })
-        .collect();
     let nodes = q.backends.clone();
     let release_timeout = timeout.max(held.locks.nodes.timeout() / 4);
     let keys = held.keys.clone();
     q.background.spawn(async move {
-        let mut outstanding = outstanding;
         while let Some((i, ok)) = pending.next().await {
             handed_on[i] = ok;
         }
-        outstanding.clear();
         let releases = nodes.iter().zip(&handed_on).map(|(node, on)| {
             let (keys, ours, theirs) = (keys.clone(), ours.clone(), theirs.clone());
             let on = *on;

@@ -16,7 +16,6 @@ use crate::lock::batch::{self, Node};
 use crate::lock::ops::{self, Attempt};
 use crate::lock::{LockStatus, Outcome};
 use crate::services::lease::drift;
-use crate::services::outstanding::Outstanding;
 use crate::token::{Fence, Token};
 
 /// The default per-node timeout's floor (1% of the TTL below it): a loaded
@@ -275,12 +274,7 @@ impl Nodes {
         // Nodes that granted; nodes whose answer was lost after a sent request.
         let mut replied_grant = vec![false; n];
         let mut to_release = vec![false; n];
-        // Nodes whose attempt came back (answered or failed).
-        let mut replied = vec![false; n];
         while let Some((i, r)) = futures_util::StreamExt::next(&mut pending).await {
-            if let Some(done) = replied.get_mut(i) {
-                *done = true;
-            }
             match r {
                 Ok(Attempt::Acquired(_)) => {
                     granted += 1;
@@ -316,22 +310,17 @@ impl Nodes {
         if granted >= q.needed() && Instant::now() < valid_until {
             // The other nodes' requests are on their way: let them finish in
             // the background (tracked: `Client::settle` waits for them), so
-            // that the healthy ones hold the lock too. Until each ends, it is
-            // outstanding on its node, so that the guard's release there waits
-            // behind it instead of overtaking it (and, once it is given up on
-            // its own deadline, its node remembers it until it is answered).
+            // that the healthy ones hold the lock too. They are not kept
+            // outstanding: one already written is ahead of the guard's
+            // release on its connection, and a release that waited for its
+            // reply would go out after the next acquire of the lock (review 5,
+            // finding 3). One still queued in a later batch phase can be
+            // overtaken by the release (review finding 3, open: see
+            // RELIABILITY.md); once given up on its own deadline, its node
+            // keeps it outstanding until it is answered.
             if !pending.is_empty() {
-                let mut outstanding: Vec<Option<Outstanding>> = replied
-                    .iter()
-                    .zip(&q.backends)
-                    .map(|(done, node)| (!done).then(|| node.in_flight.outstanding(token)))
-                    .collect();
                 q.background.spawn(async move {
-                    while let Some((i, _)) = futures_util::StreamExt::next(&mut pending).await {
-                        if let Some(o) = outstanding.get_mut(i) {
-                            *o = None;
-                        }
-                    }
+                    while futures_util::StreamExt::next(&mut pending).await.is_some() {}
                 });
             }
             tracing::debug!(granted, nodes = n, "redlock acquired");
