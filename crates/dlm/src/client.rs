@@ -366,7 +366,11 @@ impl ClientBuilder {
                 .await?
         };
         let wakeups = Some(Wakeups::new(deployment.clone(), self.timeout));
-        Ok(self.finish(Nodes::Single(Node::new(backend)), wakeups, Some(deployment)))
+        Ok(self.finish(
+            Nodes::Single(Node::new(backend, tokio_util::task::TaskTracker::new())),
+            wakeups,
+            Some(deployment),
+        ))
     }
 
     /// Redlock over independent masters (one URL: a plain single-Redis
@@ -466,10 +470,14 @@ impl ClientBuilder {
             .map(Arc::new)
             .ok_or_else(|| Error::invalid("Redlock nodes", "none given"))?;
         let wakeups = Some(Wakeups::new(first, self.timeout));
+        let background = tokio_util::task::TaskTracker::new();
         let nodes = Nodes::Quorum(Quorum {
-            backends: backends.into_iter().map(Node::new).collect(),
+            backends: backends
+                .into_iter()
+                .map(|b| Node::new(b, background.clone()))
+                .collect(),
             node_timeout: self.node_timeout,
-            background: tokio_util::task::TaskTracker::new(),
+            background,
             #[cfg(feature = "seeded-defects")]
             seeded: self.seeded,
         });
@@ -548,7 +556,11 @@ impl ClientBuilder {
         };
         let wakeups = deployment.clone().map(|d| Wakeups::new(d, self.timeout));
         let backend = Backend::new(conn, self.timeout);
-        Ok(self.finish(Nodes::Single(Node::new(backend)), wakeups, deployment))
+        Ok(self.finish(
+            Nodes::Single(Node::new(backend, tokio_util::task::TaskTracker::new())),
+            wakeups,
+            deployment,
+        ))
     }
 
     fn finish(

@@ -14,8 +14,10 @@
 //! run in the order they were spawned, and all of them submit before the
 //! first leader takes the queue.
 //!
-//! Tests marked `#[ignore = "review finding N: ..."]` demonstrate an unfixed
-//! defect: `cargo test -p dlm --test lock_batch_review -- --ignored`.
+//! Each finding's test failed before its fix (they were checked in as
+//! `#[ignore = "review finding N: ..."]` until then); all pass now but
+//! finding 3's, still ignored: `cargo test -p dlm --test lock_batch_review
+//! -- --ignored`.
 mod common;
 
 use std::time::Duration;
@@ -85,7 +87,6 @@ fn try_acquire(c: &Client, name: &str) -> tokio::task::JoinHandle<dlm::Result<dl
 /// Batch: `[release k (stray token), acquire k (A)]`, so A travels in phase
 /// 2, sent once phase 1 is answered.
 #[tokio::test(flavor = "current_thread")]
-#[ignore = "review finding 1: a cancelled acquire still queued in a batch is overtaken by its undo release"]
 async fn a_cancelled_acquire_in_a_later_phase_is_not_overtaken_by_its_undo_release() -> TestResult {
     cancelled_acquire_in_a_later_phase(&server()).await
 }
@@ -164,7 +165,6 @@ async fn a_cancelled_acquire_in_the_same_phase_is_undone() -> TestResult {
 /// each), so A is written at about 3 deadlines, while A's caller gave up at
 /// 1 and its undo release gave up waiting at 2.
 #[tokio::test(flavor = "current_thread")]
-#[ignore = "review finding 2: a release whose wait for a given-up acquire expires is never sent"]
 async fn a_release_that_outwaits_its_deadline_still_undoes_the_acquire() -> TestResult {
     let timeout = Duration::from_millis(400);
     let s = server();
@@ -249,7 +249,7 @@ async fn a_given_up_acquire_one_phase_late_is_undone() -> TestResult {
 /// TTL: a minority, so others still get a majority, but one more slow or
 /// failed node makes the lock unavailable for the whole TTL.
 #[tokio::test(flavor = "current_thread")]
-#[ignore = "review finding 3: a Redlock guard's release overtakes its own acquire still queued on a slow node"]
+#[ignore = "review finding 3 (open): keeping the slow node's request outstanding made the release go out after the next acquire (review 5, finding 3)"]
 async fn a_redlock_release_does_not_overtake_the_slow_nodes_acquire() -> TestResult {
     let nodes = RedisServer::start_many(3)?;
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
@@ -351,7 +351,6 @@ async fn warm_hand_over(s: &RedisServer, c: &Client) -> TestResult {
 /// second attempt; S waits, is handed the lock and releases it, all before
 /// 2.4 s.
 #[tokio::test(flavor = "current_thread")]
-#[ignore = "review finding 4: a hand-over release does not wait for its token's given-up acquires"]
 async fn a_hand_over_does_not_overtake_a_given_up_attempt_of_its_token() -> TestResult {
     let latency = Duration::from_millis(100);
     let s = server();
@@ -561,7 +560,6 @@ fn find(dir: &std::path::Path, depth: u32) -> Option<String> {
 /// Finding 1 on Valkey 9, where the undo release is the native `DELIFEQ`
 /// pipeline: the same overtaking (the release's command is not the cause).
 #[tokio::test(flavor = "current_thread")]
-#[ignore = "review finding 1 (Valkey 9, native DELIFEQ release)"]
 async fn a_cancelled_acquire_in_a_later_phase_is_not_overtaken_on_valkey() -> TestResult {
     let Some(s) = valkey() else {
         return Ok(());
@@ -616,7 +614,6 @@ async fn a_cancelled_lone_acquire_is_undone_on_valkey() -> TestResult {
 /// and the fifth (`n4`) queues; C comes back after `n4` gave up. (Timing:
 /// per-node deadline 3 s; C's connection is retried at least every second.)
 #[tokio::test(flavor = "current_thread")]
-#[ignore = "review finding 5: a Redlock node's queued, given-up acquire is sent once the node connects, and never undone"]
 async fn a_redlock_request_given_up_before_its_node_connected_is_undone_if_sent_later() -> TestResult
 {
     let nodes = RedisServer::start_many(3)?;
@@ -707,5 +704,42 @@ async fn the_first_hand_over_and_extend_on_a_connection_need_one_round_trip() ->
     first.release().await?;
     next.await??.release().await?;
     delay_requests(std::slice::from_ref(&proxy), 0);
+    Ok(())
+}
+
+/// Prototype review (`lockfix-review-proto`): `Client::settle` promises to
+/// wait for "Redlock requests still on their way after a majority decided",
+/// and a short-lived process relies on it before exiting. The prototype
+/// drops those requests' futures (`drop(pending)` in `Nodes::acquire`)
+/// instead of finishing them in the tracked background, so `settle` returns
+/// `true` at once while the slow node's acquire is still on the wire (and a
+/// lone request not yet handed to the connection is cancelled outright).
+#[tokio::test(flavor = "current_thread")]
+async fn settle_waits_for_a_redlock_nodes_request_left_behind_by_the_majority() -> TestResult {
+    let nodes = RedisServer::start_many(3)?;
+    let proxy = dlm_testkit::FaultProxy::in_front_of(&nodes[2], 7)?;
+    let urls = vec![nodes[0].url(), nodes[1].url(), proxy.url()];
+    let c = Client::builder()
+        .timeout(Duration::from_secs(2))
+        .connect_many(&urls)
+        .await?;
+    let opts = ttl(20_000).node_timeout(Duration::from_secs(2));
+    c.lock("warm").acquire(&opts).await?.release().await?;
+    assert!(c.settle(Duration::from_secs(2)).await);
+    delay_requests(std::slice::from_ref(&proxy), 500);
+    let guard = c.lock("k").acquire(&opts).await?;
+    let token = guard.token().clone();
+    let settled = c.settle(Duration::from_secs(3)).await;
+    let key = c.lock("k").key()?;
+    let on_slow = nodes[2].command(&["GET", &key])?;
+    delay_requests(std::slice::from_ref(&proxy), 0);
+    guard.release().await?;
+    c.settle(Duration::from_secs(3)).await;
+    assert!(settled, "settle timed out");
+    assert_eq!(
+        on_slow.trim(),
+        token.as_str(),
+        "settle returned before the slow node's acquire was answered"
+    );
     Ok(())
 }

@@ -281,12 +281,6 @@ impl Backend {
         }
     }
 
-    /// False while the connection is still being made in the background (a
-    /// request sent now would wait for it).
-    pub(crate) fn is_up(&self) -> bool {
-        self.conn.is_up()
-    }
-
     /// Known to be one standalone server (dlm opened it from a URL): multi-key
     /// scripts need not group keys by hash slot.
     pub(crate) fn standalone(mut self) -> Self {

@@ -6,12 +6,13 @@
 //! batch is split by hash slot.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis::{Script, Value};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
 
 use crate::backend::server::{self, Capability};
 use crate::backend::{Backend, Transaction, end_transaction, evalsha, millis, transaction};
@@ -20,6 +21,7 @@ use crate::keys::{FENCE_FLOOR, LockKeys, slot};
 use crate::lock::Outcome;
 use crate::lock::ops::{Attempt, acquire_reply, release_reply};
 use crate::services::batch::{BatchJob, Batcher, checked};
+use crate::services::outstanding::{InFlight, Unanswered};
 use crate::token::{Fence, Token};
 
 static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| {
@@ -70,63 +72,41 @@ pub(crate) async fn release(
 /// One Redis deployment a lock lives on: its connection and its batcher of
 /// acquire and release calls (started on first use).
 ///
-/// An acquire whose caller gave up (its deadline passed) may still be
-/// queued, or waiting in a later phase of its batch, when the caller's
-/// token-checked release of it (the undo of an unsure attempt) is sent in
+/// An acquire whose caller gave up (its deadline passed) or went away (its
+/// future was dropped: a cancelled acquisition, or a Redlock node's request
+/// left behind once a majority decided) may still be queued, or waiting in a
+/// later phase of its batch, when the token-checked release of that token
+/// (the undo of an unsure attempt, or the guard's release) is sent in
 /// another batch: that release would reach Redis first, find nothing, and
 /// the acquire's `SET` after it would leave the lock held for nobody until
-/// its TTL. So a release of a token waits until every acquire of that token
-/// whose caller gave up is answered, i.e. the call that carried it returned
-/// or it was never sent (`unanswered`): then it is behind it on the
-/// connection. That wait is bounded by the acquire's own deadlines.
+/// its TTL. So every such acquire stays outstanding in `in_flight` until it
+/// is answered (the call that carried it returned, or it was never sent),
+/// and a release of its token waits for it: then it is behind it on the
+/// connection (see [`crate::services::outstanding`]). The wait counts
+/// against the release's deadline; past it the release still goes out, in
+/// the background, once they are answered. A hand-over (`release_to.lua`)
+/// is not made while any is outstanding.
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     pub(crate) backend: Backend,
     batcher: Arc<OnceLock<Batcher<Job>>>,
-    /// Token -> a signal per acquire of it that its caller gave up on and
-    /// that is not answered yet (closed once it is).
-    unanswered: Arc<Mutex<HashMap<Token, Vec<watch::Receiver<()>>>>>,
+    /// This connection's acquires that may still reach Redis.
+    pub(crate) in_flight: InFlight,
 }
 
 impl Node {
-    pub(crate) fn new(backend: Backend) -> Self {
+    pub(crate) fn new(backend: Backend, background: TaskTracker) -> Self {
         Node {
             backend,
             batcher: Arc::new(OnceLock::new()),
-            unanswered: Arc::default(),
+            in_flight: InFlight::new(background),
         }
     }
 
-    fn unanswered(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Vec<watch::Receiver<()>>>> {
-        self.unanswered
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Remember an acquire of `token` that its caller gave up on before it
-    /// was answered (`reply` resolves when it is), for [`Node::release`].
-    fn gave_up<T: Send + 'static>(&self, token: &Token, reply: oneshot::Receiver<T>) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (done, mine) = watch::channel(());
-        self.unanswered()
-            .entry(token.clone())
-            .or_default()
-            .push(mine.clone());
-        let (node, token) = (self.clone(), token.clone());
-        rt.spawn(async move {
-            let _ = reply.await;
-            let mut map = node.unanswered();
-            if let Some(waits) = map.get_mut(&token) {
-                waits.retain(|w| !w.same_channel(&mine));
-                if waits.is_empty() {
-                    map.remove(&token);
-                }
-            }
-            drop(map);
-            drop(done);
-        });
+    /// Whether an acquire of `token` may still be on its way (its caller
+    /// gave up on it or was dropped, and it is not answered yet).
+    pub(crate) fn unsettled(&self, token: &Token) -> bool {
+        self.in_flight.contains(token)
     }
 
     fn batcher(&self) -> &Batcher<Job> {
@@ -157,11 +137,22 @@ impl Node {
             first,
             reply,
         };
-        match self.batcher().submit_keeping(job, rx, timeout).await {
-            Ok(attempt) => Ok(attempt),
+        // Until the call returns with its answer, the job may outlive it: a
+        // call that ends on its deadline or is dropped (cancelled) leaves it
+        // outstanding until it is answered (`Unanswered::drop`).
+        let mut waiting = Unanswered::new(&self.in_flight, token, rx);
+        let r = match waiting.reply.as_mut() {
+            Some(rx) => self.batcher().submit_keeping(job, rx, timeout).await,
+            None => Err((Error::protocol("an acquire without its reply"), false)),
+        };
+        match r {
+            Ok(attempt) => {
+                waiting.reply = None;
+                Ok(attempt)
+            }
             Err((e, unanswered)) => {
-                if let Some(reply) = unanswered {
-                    self.gave_up(token, reply);
+                if !unanswered {
+                    waiting.reply = None;
                 }
                 Err(e)
             }
@@ -178,20 +169,27 @@ impl Node {
         // Not before the acquires of this token that are still on their way
         // (see `Node`): a release sent now could overtake them. The wait
         // counts against this release's own deadline.
-        let waits = self.unanswered().get(token).cloned().unwrap_or_default();
-        let timeout = if waits.is_empty() {
-            timeout
-        } else {
-            let started = tokio::time::Instant::now();
-            let all = async {
-                for mut done in waits {
-                    let _ = done.changed().await;
-                }
-            };
-            if tokio::time::timeout(timeout, all).await.is_err() {
+        let timeout = match self.in_flight.behind(token, timeout).await {
+            Ok(left) => left,
+            Err(rest) => {
+                // Not given up: sent once they are answered (a token-checked
+                // release behind them is always safe), in the background.
+                let (node, keys, token) = (self.clone(), keys.clone(), token.clone());
+                self.in_flight.background.spawn(async move {
+                    rest.await;
+                    let (reply, rx) = oneshot::channel();
+                    let job = Job::Release {
+                        keys,
+                        token,
+                        timeout,
+                        reply,
+                    };
+                    if let Err(e) = node.batcher().submit(job, rx, timeout).await {
+                        tracing::warn!(error = %e, "a late release failed; the TTL will free the lock");
+                    }
+                });
                 return Err(Error::Timeout(timeout));
             }
-            timeout.saturating_sub(started.elapsed())
         };
         let (reply, rx) = oneshot::channel();
         let job = Job::Release {

@@ -9,10 +9,12 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::lock::Outcome;
+use crate::lock::batch;
 use crate::lock::locks::Held;
-use crate::lock::nodes::ReleaseOutcome;
+use crate::lock::nodes::{Nodes, ReleaseOutcome};
 use crate::metrics::LostReason;
 pub use crate::services::lease::LostSignal;
+use crate::services::lease::drift;
 use crate::token::{Fence, Token};
 
 /// What the guarded work of [`crate::Lock::with`] gets: the fencing token
@@ -247,28 +249,172 @@ async fn release_everywhere(held: &Held) -> Result<ReleaseOutcome> {
 /// On one Redis, when a task of this client waits for the lock, hand it over
 /// directly (one round trip, nobody cuts in); `None`: release normally.
 async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
-    let (Some(backend), Some(wakeups)) = (held.locks.nodes.single(), &held.locks.wakeups) else {
+    let Some(wakeups) = &held.locks.wakeups else {
         return Ok(None);
     };
+    // An acquire of this token may still be on its way: the normal
+    // release waits for it; a hand-over would overtake it.
+    if held
+        .locks
+        .nodes
+        .all()
+        .iter()
+        .any(|n| n.unsettled(&held.token))
+    {
+        return Ok(None);
+    }
     let Some(next) = wakeups.next_baton(&held.keys.channel) else {
         return Ok(None);
     };
     let started = Instant::now();
-    let Some(fence) =
-        crate::lock::ops::release_to(backend, &held.keys, &held.token, next.token(), next.ttl())
+    let (fence, confirmed, nodes) = match &held.locks.nodes {
+        Nodes::Single(node) => {
+            let Some(fence) = crate::lock::ops::release_to(
+                &node.backend,
+                &held.keys,
+                &held.token,
+                next.token(),
+                next.ttl(),
+            )
             .await?
-    else {
-        // Not ours any more: the normal release tells expired from taken.
-        return Ok(None);
+            else {
+                // Not ours any more: the normal release tells expired from taken.
+                return Ok(None);
+            };
+            (fence, 1, 1)
+        }
+        Nodes::Quorum(q) => {
+            let Some(confirmed) = hand_over_quorum(held, q, &next, started).await else {
+                // Too few nodes handed over: out of the queue (its token may
+                // be set on some nodes, and is released there in the
+                // background), woken to try on its own; the normal release
+                // frees the rest.
+                wakeups.handed(&held.keys.channel, &next);
+                next.notify_void();
+                return Ok(None);
+            };
+            // Redlock has no fence; the grant's is not read.
+            (Fence::new(0), confirmed, q.backends.len())
+        }
     };
     wakeups.handed(&held.keys.channel, &next);
     next.grant(fence, started);
-    tracing::debug!(name = %held.name, "handed over to a waiting task");
+    // Its acquisition ended while the lock was on its way to it (only this
+    // call holds the baton now): nobody will take the grant, so give it back
+    // (token-checked, after the hand-over's reply, so behind it). One that
+    // ends after this check releases its token itself, as it was armed. Not
+    // when it ended holding the lock by that token: it took this grant, or
+    // (one Redis) its own attempt, written right behind the hand-over, found
+    // the key holding its token and was granted too (`Baton::keep`). The
+    // fence pairs with the `Release` of the acquisition's drop of its baton,
+    // so that a count of 1 also shows its `keep`.
+    if Arc::strong_count(&next) == 1 && {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        !next.kept()
+    } {
+        let (locks, name, keys) = (held.locks.clone(), held.name.clone(), held.keys.clone());
+        let token = next.token().clone();
+        let background = locks.background.clone();
+        background.spawn(async move {
+            let _ = locks.nodes.release(&name, &keys, &token).await;
+        });
+    }
+    tracing::debug!(name = %held.name, confirmed, nodes, "handed over to a waiting task");
     Ok(Some(ReleaseOutcome {
         outcome: Outcome::Done,
-        confirmed: 1,
-        nodes: 1,
+        confirmed,
+        nodes,
     }))
+}
+
+/// Redlock's hand-over: `release_to.lua` on every node at once, each within
+/// the per-node timeout, decided as soon as a majority handed over (or so
+/// many failed that no majority can): the number of nodes that moved the lock
+/// from our token to the successor's, when that is a majority within the
+/// successor's validity (`started` + its TTL - drift), else `None`.
+///
+/// Why a majority so handed over is a grant like an acquire's: each node
+/// moves from our token to the successor's atomically, and only while it
+/// holds ours, so a node that handed over was held by nobody else at that
+/// instant, and holds the successor's token for its TTL from then on (no
+/// earlier than `started`). A majority of them, within `started` + TTL -
+/// drift, intersects every other majority. The successor's token is one its
+/// acquire attempts never send (see `Lock::enlist`), so no late release of a
+/// failed attempt can delete it.
+///
+/// The requests still out when it is decided finish in the background
+/// (tracked); each was written to its node's connection at once (no batch),
+/// so a later release of either token there goes behind it. Every node
+/// that did not confirm is then released of our token (token-checked: one
+/// whose hand-over landed is left alone); on a failure, every node of the
+/// successor's token too, since the successor will not take it and leaves
+/// the queue.
+async fn hand_over_quorum(
+    held: &Held,
+    q: &crate::lock::nodes::Quorum,
+    next: &Arc<crate::services::wakeups::Baton>,
+    started: Instant,
+) -> Option<usize> {
+    use futures_util::StreamExt;
+    let timeout = q.node_timeout(next.ttl(), held.node_timeout);
+    let n = q.backends.len();
+    let mut pending: futures_util::stream::FuturesUnordered<_> = q
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let (node, keys, token) = (node.clone(), held.keys.clone(), held.token.clone());
+            let (successor, ttl) = (next.token().clone(), next.ttl());
+            async move {
+                let r = tokio::time::timeout(
+                    timeout,
+                    crate::lock::ops::release_to(&node.backend, &keys, &token, &successor, ttl),
+                )
+                .await;
+                (i, matches!(r, Ok(Ok(Some(_)))))
+            }
+        })
+        .collect();
+    let mut handed_on = vec![false; n];
+    let mut replied = vec![false; n];
+    let (mut confirmed, mut failed) = (0, 0);
+    while let Some((i, ok)) = pending.next().await {
+        replied[i] = true;
+        handed_on[i] = ok;
+        if ok {
+            confirmed += 1;
+        } else {
+            failed += 1;
+        }
+        if confirmed >= q.needed() || failed > n - q.needed() {
+            break;
+        }
+    }
+    let valid_until = started + next.ttl().saturating_sub(drift(next.ttl()));
+    let handed = confirmed >= q.needed() && Instant::now() < valid_until;
+    let (ours, theirs) = (held.token.clone(), next.token().clone());
+    let nodes = q.backends.clone();
+    let release_timeout = timeout.max(held.locks.nodes.timeout() / 4);
+    let keys = held.keys.clone();
+    q.background.spawn(async move {
+        while let Some((i, ok)) = pending.next().await {
+            handed_on[i] = ok;
+        }
+        let releases = nodes.iter().zip(&handed_on).map(|(node, on)| {
+            let (keys, ours, theirs) = (keys.clone(), ours.clone(), theirs.clone());
+            let on = *on;
+            async move {
+                if !on {
+                    let _ = batch::release(node, &keys, &ours, release_timeout).await;
+                }
+                if !handed {
+                    let _ = batch::release(node, &keys, &theirs, release_timeout).await;
+                }
+            }
+        });
+        futures_util::future::join_all(releases).await;
+    });
+    handed.then_some(confirmed)
 }
 
 impl Drop for LockGuard {

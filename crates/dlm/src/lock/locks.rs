@@ -78,7 +78,7 @@ impl Locks {
     ) -> Arc<Self> {
         let background = match &nodes {
             Nodes::Quorum(q) => q.background.clone(),
-            Nodes::Single(_) => TaskTracker::new(),
+            Nodes::Single(n) => n.in_flight.background.clone(),
         };
         // A lock and its counter share a slot on a Redis Cluster; one Redis
         // (standalone, Sentinel, each Redlock master) shares one counter. A

@@ -54,6 +54,17 @@ use crate::token::Token;
 use locks::Held;
 use nodes::Try;
 
+/// An acquisition queued for a hand-over (see [`Lock::enlist`]); leaves
+/// the queue on drop.
+struct Enlistment {
+    baton: Arc<wait::Baton>,
+    _enlisted: wait::Enlisted,
+    /// Redlock: the baton's own token, armed for release until the lock is
+    /// ours by it (`None` on one Redis: the baton carries the acquisition's
+    /// token, which `pending` guards).
+    own: Option<PendingToken>,
+}
+
 /// Completes when the lock was handed to `baton` (never without one).
 async fn handed(baton: Option<Arc<wait::Baton>>) {
     match baton {
@@ -84,6 +95,14 @@ struct PendingToken {
     armed: bool,
     /// An attempt's reply was lost: stay armed until success.
     unsure: bool,
+}
+
+impl PendingToken {
+    /// This token, to be released on drop whatever its attempts' replies.
+    fn retired(mut self) -> Self {
+        self.armed = true;
+        self
+    }
 }
 
 impl Drop for PendingToken {
@@ -275,6 +294,8 @@ impl Lock {
         let mut attempts = 0u32;
         // Redlock split votes in a row (see `split_backoff`).
         let mut splits = 0u32;
+        // The next attempt takes a fresh token (see where it is read).
+        let mut retire = false;
         // Releases our token if this future is dropped mid-attempt or gives up
         // after an attempt whose reply was lost: the SET may have landed.
         let mut pending = PendingToken {
@@ -302,29 +323,79 @@ impl Lock {
             baton = self.enlist(&keys, &token, opts.ttl, &mut pending);
         }
         loop {
+            if std::mem::take(&mut retire) {
+                // A grant this acquisition gave back (too few replicas had
+                // it): that release may still wait, in the background, for an
+                // earlier given-up attempt of the token (see
+                // `batch::Node::release`), and would delete a later grant of
+                // the same token. A fresh token keeps it off the next
+                // attempts; the old one is released once more as it is
+                // retired (harmless: token-checked), and the hand-over queue
+                // gets the new one.
+                token = Token::random()?;
+                let old = std::mem::replace(
+                    &mut pending,
+                    PendingToken {
+                        locks: inner.clone(),
+                        name: self.name.clone(),
+                        keys: keys.clone(),
+                        token: token.clone(),
+                        armed: false,
+                        unsure: false,
+                    },
+                );
+                drop(old.retired());
+                if baton.is_some() {
+                    baton = self.enlist(&keys, &token, opts.ttl, &mut pending);
+                }
+            }
             // A releasing task of this client handed the lock to us.
-            if let Some((b, _)) = &baton
-                && let Some((fence, sent)) = b.take_grant()
+            if let Some(e) = &mut baton
+                && let Some((fence, sent)) = e.baton.take_grant()
             {
-                pending.armed = false;
+                let valid_until = sent + opts.ttl.saturating_sub(drift(opts.ttl));
+                if let Some(mut own) = e.own.take() {
+                    // Redlock: a majority of nodes was handed over to the
+                    // baton's own token (see `guard::hand_over`); no fence.
+                    let grant = nodes::Grant {
+                        fence: None,
+                        valid_until,
+                    };
+                    if Instant::now() >= valid_until {
+                        // Too late to count (`own` releases it on drop).
+                        baton = None;
+                        continue;
+                    }
+                    own.armed = false;
+                    e.baton.keep();
+                    let token = own.token.clone();
+                    self.label.handoff(sent.elapsed());
+                    self.label.wait(started.elapsed());
+                    tracing::debug!(attempts, "handed over on a majority");
+                    return Ok(self.guard(keys, token, grant, opts));
+                }
                 let grant = nodes::Grant {
                     fence: Some(fence),
-                    valid_until: sent + opts.ttl.saturating_sub(drift(opts.ttl)),
+                    valid_until,
                 };
                 // A hand-over is a grant like any other: counted only once
-                // replicated. If it is not, the token stays armed, so the
-                // grant is released when this acquisition ends.
+                // replicated. Until it is, the token stays armed (this
+                // future may be dropped while the replicas are waited for),
+                // and after a failure too, so the grant is released when
+                // this acquisition ends.
+                pending.armed = true;
                 if let Err(e) = self.replicated(&keys, &token, opts).await {
-                    pending.armed = true;
                     pending.unsure = true;
                     return Err(e);
                 }
+                pending.armed = false;
+                e.baton.keep();
                 self.label.handoff(sent.elapsed());
                 self.label.wait(started.elapsed());
                 tracing::debug!(fence = ?grant.fence, attempts, "handed over");
                 return Ok(self.guard(keys, token, grant, opts));
             }
-            let handed = handed(baton.as_ref().map(|b| b.0.clone()));
+            let handed = handed(baton.as_ref().map(|e| e.baton.clone()));
             let mut handed = std::pin::pin!(handed);
             let notify = waiter.as_ref().map(wait::Waiter::notify);
             let notified = notify.as_ref().map(|n| n.notified());
@@ -385,10 +456,19 @@ impl Lock {
                     match self.replicated(&keys, &token, opts).await {
                         Err(e) => {
                             pending.unsure = true;
+                            retire = true;
                             (e, None)
                         }
                         Ok(()) => {
                             pending.armed = false;
+                            // One Redis: the baton carries this token, and a
+                            // hand-over to it may have landed just before
+                            // this attempt (see `guard::hand_over`).
+                            if let Some(e) = &baton
+                                && e.baton.token() == &token
+                            {
+                                e.baton.keep();
+                            }
                             if waited || attempts > 1 {
                                 self.label.wait(started.elapsed());
                             }
@@ -506,21 +586,48 @@ impl Lock {
     /// the same client (one Redis only). From then on the token may be set
     /// in Redis without a reply of ours, so it stays armed for release until
     /// the lock is ours.
+    ///
+    /// Under Redlock the baton carries a token of its own, which no acquire
+    /// attempt of this acquisition ever sends: a failed attempt's releases,
+    /// still on their way to slow nodes in the background, carry the
+    /// attempt's token and so can never delete a hand-over's grant. That
+    /// token is armed for release (on every node, token-checked) until the
+    /// lock is ours by it.
     fn enlist(
         &self,
-        keys: &LockKeys,
+        keys: &Arc<LockKeys>,
         token: &Token,
         ttl: Duration,
         pending: &mut PendingToken,
-    ) -> Option<(Arc<wait::Baton>, wait::Enlisted)> {
+    ) -> Option<Enlistment> {
         let inner = &self.locks;
-        inner.nodes.single()?;
         let wakeups = inner.wakeups.as_ref()?;
-        let baton = wait::Baton::new(token.clone(), ttl);
+        let (token, own) = match inner.nodes.single() {
+            Some(_) => {
+                pending.unsure = true;
+                pending.armed = true;
+                (token.clone(), None)
+            }
+            None => {
+                let token = Token::random().ok()?;
+                let own = PendingToken {
+                    locks: inner.clone(),
+                    name: self.name.clone(),
+                    keys: keys.clone(),
+                    token: token.clone(),
+                    armed: true,
+                    unsure: true,
+                };
+                (token, Some(own))
+            }
+        };
+        let baton = wait::Baton::new(token, ttl);
         let enlisted = wakeups.enlist(&keys.channel, &baton);
-        pending.unsure = true;
-        pending.armed = true;
-        Some((baton, enlisted))
+        Some(Enlistment {
+            baton,
+            _enlisted: enlisted,
+            own,
+        })
     }
 
     /// The guard of an acquisition that succeeded.

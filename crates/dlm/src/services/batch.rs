@@ -90,26 +90,28 @@ impl<J: BatchJob> Batcher<J> {
     pub(crate) async fn submit<T>(
         &self,
         job: J,
-        rx: oneshot::Receiver<Result<T>>,
+        mut rx: oneshot::Receiver<Result<T>>,
         timeout: Duration,
     ) -> Result<T> {
-        self.submit_keeping(job, rx, timeout)
+        self.submit_keeping(job, &mut rx, timeout)
             .await
             .map_err(|(e, _)| e)
     }
 
-    /// [`Batcher::submit`], which on its deadline also hands back the
-    /// receiver of the job's reply when the job may not be answered yet:
-    /// queued, in a later phase of its batch, or on the wire. That receiver
-    /// resolves once the job is answered or dropped, i.e. once the call that
-    /// carried it returned (or it was never sent); until then a request
-    /// sent now may reach Redis before it (see `lock::batch::Node`).
+    /// [`Batcher::submit`] with the receiver of the job's reply left with
+    /// the caller, who keeps it when the call ends on its deadline (`true`
+    /// with the error: the job may not be answered yet: queued, in a later
+    /// phase of its batch, or on the wire) or is dropped before it returns
+    /// (cancelled). That receiver resolves once the job is answered or
+    /// dropped, i.e. once the call that carried it returned (or it was never
+    /// sent); until then a request sent now may reach Redis before it (see
+    /// `lock::batch::Node`).
     pub(crate) async fn submit_keeping<T>(
         &self,
         job: J,
-        mut rx: oneshot::Receiver<Result<T>>,
+        rx: &mut oneshot::Receiver<Result<T>>,
         timeout: Duration,
-    ) -> std::result::Result<T, (Error, Option<oneshot::Receiver<Result<T>>>)> {
+    ) -> std::result::Result<T, (Error, bool)> {
         let batch = {
             let mut st = self.shared.lock();
             if st.in_flight == 0 {
@@ -142,7 +144,7 @@ impl<J: BatchJob> Batcher<J> {
                     .unwrap_or_else(|_| {
                         Err(Error::protocol("a batched call ended without a reply"))
                     })
-                    .map_err(|e| (e, None));
+                    .map_err(|e| (e, false));
             }
             other => other,
         };
@@ -152,17 +154,17 @@ impl<J: BatchJob> Batcher<J> {
         loop {
             tokio::select! {
                 biased;
-                r = &mut rx => {
+                r = &mut *rx => {
                     return r
                         .unwrap_or_else(|_| {
                             Err(Error::Unavailable {
                                 source: "the batch carrying this request was abandoned".into(),
                             })
                         })
-                        .map_err(|e| (e, None));
+                        .map_err(|e| (e, false));
                 }
                 () = &mut leading, if leading.0.is_some() => {}
-                () = &mut expiry => return Err((Error::Timeout(timeout), Some(rx))),
+                () = &mut expiry => return Err((Error::Timeout(timeout), true)),
             }
         }
     }

@@ -5,7 +5,9 @@
 //! * [`registry`]: the leases a client holds (for `release_all`);
 //! * [`renew`]: the watchdog that renews many leases with few scripts;
 //! * [`wakeups`]: wake-up on release over pub/sub, and the local hand-over;
-//! * [`batch`]: gathering concurrent calls on one connection into one script.
+//! * [`batch`]: gathering concurrent calls on one connection into one script;
+//! * [`outstanding`]: requests that may still reach Redis after their caller
+//!   stopped waiting, so that their undo goes behind them.
 //!
 //! This layer knows the connection seam ([`crate::backend`]) and the
 //! foundation (errors, tokens, keys), never a primitive or the client: a
@@ -16,6 +18,7 @@ pub(crate) mod batch;
 pub(crate) mod held;
 pub(crate) mod lease;
 pub(crate) mod options;
+pub(crate) mod outstanding;
 #[cfg(test)]
 pub(crate) mod props;
 pub(crate) mod registry;

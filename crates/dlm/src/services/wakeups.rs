@@ -48,6 +48,9 @@ pub(crate) struct Baton {
     /// Set by the releaser: the fence and when the hand-over request started.
     granted: Mutex<Option<(Fence, Instant)>>,
     notify: Notify,
+    /// The acquisition holds the lock by this baton's token (see
+    /// [`Baton::keep`]).
+    kept: AtomicBool,
 }
 
 impl Baton {
@@ -63,6 +66,7 @@ impl Baton {
             units,
             granted: Mutex::new(None),
             notify: Notify::new(),
+            kept: AtomicBool::new(false),
         })
     }
 
@@ -89,6 +93,25 @@ impl Baton {
     pub(crate) fn grant(&self, fence: Fence, started: Instant) {
         *self.slot() = Some((fence, started));
         self.notify.notify_one();
+    }
+
+    /// Wake the acquisition without a grant: a hand-over to it failed, and
+    /// it is out of the queue (it goes on trying by itself).
+    pub(crate) fn notify_void(&self) {
+        self.notify.notify_one();
+    }
+
+    /// The acquisition got the lock by this baton's token (a hand-over, or
+    /// on one Redis its own attempt, which carries that token too): a
+    /// releaser that finds the baton dropped must not give that token back.
+    /// Called before the acquisition lets go of the baton.
+    pub(crate) fn keep(&self) {
+        self.kept.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Baton::keep`] was called.
+    pub(crate) fn kept(&self) -> bool {
+        self.kept.load(Ordering::Acquire)
     }
 
     /// The hand-over, if one happened.
