@@ -18,7 +18,6 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use crate::services::lease::LostSignal;
@@ -545,7 +544,7 @@ impl Lock {
             ttl: opts.ttl,
             node_timeout: opts.node_timeout,
             lease: LeaseState::new(grant.valid_until),
-            stop: CancellationToken::new(),
+            stop: AtomicBool::new(false),
         });
         inner.registry.register(held.id, &held);
         LockGuard::new(held, opts.ttl, opts.watchdog)
