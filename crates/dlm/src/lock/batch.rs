@@ -86,6 +86,8 @@ pub(crate) struct Node {
     /// Token -> a signal per acquire of it that its caller gave up on and
     /// that is not answered yet (closed once it is).
     unanswered: Arc<Mutex<HashMap<Token, Vec<watch::Receiver<()>>>>>,
+    /// The command buffer of the last lone release, kept for the next one.
+    spare: Arc<Mutex<Option<Cmd>>>,
 }
 
 impl Node {
@@ -94,6 +96,7 @@ impl Node {
             backend,
             batcher: Arc::new(OnceLock::new()),
             unanswered: Arc::default(),
+            spare: Arc::default(),
         }
     }
 
@@ -219,7 +222,7 @@ impl Node {
                 release_native(&self.backend, vec![job]).await;
                 answer(rx)
             } else {
-                release_alone(&self.backend, keys, token, timeout).await
+                self.release_alone(keys, token, timeout).await
             };
             drop(slot);
             return outcome;
@@ -702,9 +705,7 @@ fn set_reply(value: Value, next: &mut Option<u64>) -> SetReply {
         Value::SimpleString(s) if s == "OK" => true,
         Value::Nil => false,
         other => {
-            return SetReply::Decided(Err(Error::protocol(format!(
-                "SET NX replied {other:?}"
-            ))));
+            return SetReply::Decided(Err(Error::protocol(format!("SET NX replied {other:?}"))));
         }
     };
     match (granted, next.as_mut()) {
@@ -772,7 +773,8 @@ async fn release_script(backend: &Backend, jobs: Vec<Job>) {
         Job::Release { keys, token, .. } => Some((keys.as_ref(), token)),
         Job::Acquire { .. } => None,
     });
-    let cmd = release_command(jobs.len(), bytes, releases);
+    let mut cmd = evalsha(&RELEASE_MANY, 2 * jobs.len(), 2 * jobs.len(), bytes);
+    release_args(&mut cmd, releases);
     let reply: Result<Vec<i64>> = backend.evalsha_within(timeout, &RELEASE_MANY, &cmd).await;
     let mut codes = checked(reply, jobs.len());
     for job in jobs {
@@ -789,44 +791,64 @@ async fn release_script(backend: &Backend, jobs: Vec<Job>) {
     }
 }
 
-/// The `release_many.lua` call of `n` releases (`bytes`: about their size).
-fn release_command<'a>(
-    n: usize,
-    bytes: usize,
+/// The keys and arguments of `releases` in a `release_many.lua` call.
+fn release_args<'a>(
+    cmd: &mut Cmd,
     releases: impl Iterator<Item = (&'a LockKeys, &'a Token)> + Clone,
-) -> Cmd {
-    let mut cmd = evalsha(&RELEASE_MANY, 2 * n, 2 * n, bytes);
+) {
     for (keys, _) in releases.clone() {
         cmd.arg(&keys.lock).arg(&keys.waiters);
     }
     for (keys, token) in releases {
         cmd.arg(token.as_str()).arg(&keys.channel);
     }
-    cmd
 }
 
-/// One release alone on its connection through `release_many.lua`: what
-/// [`release_script`] does for a batch of one, answered directly.
-async fn release_alone(
-    backend: &Backend,
-    keys: &LockKeys,
-    token: &Token,
-    timeout: Duration,
-) -> Result<Outcome> {
-    let bytes = keys.lock.len()
-        + keys.fence.len()
-        + keys.waiters.len()
-        + keys.channel.len()
-        + token.as_str().len()
-        + 64;
-    let cmd = release_command(1, bytes, std::iter::once((keys, token)));
-    let reply: Result<Vec<i64>> = backend.evalsha_within(timeout, &RELEASE_MANY, &cmd).await;
-    match checked(reply, 1) {
-        Ok(mut codes) => codes.next().map_or_else(
-            || Err(Error::protocol("short release_many reply")),
-            release_reply,
-        ),
-        Err(e) => Err(e.share()),
+impl Node {
+    /// One release alone on its connection through `release_many.lua`:
+    /// what [`release_script`] does for a batch of one, answered directly,
+    /// in the command buffer the last one used.
+    async fn release_alone(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        timeout: Duration,
+    ) -> Result<Outcome> {
+        let spare = self
+            .spare
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let mut cmd = match spare {
+            Some(mut cmd) => {
+                cmd.clear();
+                cmd
+            }
+            None => Cmd::with_capacity(
+                7,
+                128 + keys.lock.len()
+                    + keys.waiters.len()
+                    + keys.channel.len()
+                    + token.as_str().len(),
+            ),
+        };
+        cmd.arg("EVALSHA").arg(RELEASE_MANY.get_hash()).arg(2);
+        release_args(&mut cmd, std::iter::once((keys, token)));
+        let reply: Result<Vec<i64>> = self
+            .backend
+            .evalsha_within(timeout, &RELEASE_MANY, &cmd)
+            .await;
+        *self
+            .spare
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(cmd);
+        match checked(reply, 1) {
+            Ok(mut codes) => codes.next().map_or_else(
+                || Err(Error::protocol("short release_many reply")),
+                release_reply,
+            ),
+            Err(e) => Err(e.share()),
+        }
     }
 }
 
