@@ -152,7 +152,7 @@ impl Lock {
 
     /// The Redis key this lock uses (an error for an invalid name).
     pub fn key(&self) -> Result<String> {
-        Ok(self.keys()?.lock)
+        Ok(self.keys()?.lock.to_string())
     }
 
     /// The key of the fencing counter this lock's tokens come from (on one
@@ -178,7 +178,7 @@ impl Lock {
                  a Redis Cluster at its first lock operation",
             ));
         }
-        Ok(self.keys()?.fence)
+        Ok(self.keys()?.fence.to_string())
     }
 
     fn keys(&self) -> Result<LockKeys> {
