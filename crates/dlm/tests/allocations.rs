@@ -57,7 +57,7 @@ static GLOBAL: Counting = Counting;
 /// Issue 36 lowered it to 30 (29 measured): a request alone on its
 /// connection (one task at a time) goes out from its caller's task without
 /// a job, a reply channel and a batch vector (4); the transaction's `INCRBY`
-/// and `SET` are built in buffers of their exact size (4); a lone release
+/// and `SET` are built in buffers of their exact size (6); a lone release
 /// reuses the last one's command buffer (2); the handle on dlm's own
 /// connection is not boxed (2); a lock's four keys share one buffer (3); a
 /// random token is inline (1); the held lock's stop is a flag (1). Of the
