@@ -99,15 +99,118 @@ pub const ACL_RULES: &str = "resetkeys ~dlm:* resetchannels &dlm:* -@all \
 /// ```
 pub const ACL_RULES_NATIVE: &str = "+delifeq";
 
-/// The keys and channel of one lock.
+/// The keys and channel of one lock, all four in one buffer (one
+/// allocation per acquire, not four).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
-    pub lock: String,
-    pub fence: String,
-    pub channel: String,
+    pub lock: Key,
+    pub fence: Key,
+    pub channel: Key,
     /// Exists while an acquisition (of any client) may be waiting for a
     /// release message: a release publishes only when it finds it.
-    pub waiters: String,
+    pub waiters: Key,
+}
+
+/// One key of a [`LockKeys`]: a `str` in the buffer its lock's keys share,
+/// cloned without an allocation.
+#[derive(Clone)]
+pub(crate) struct Key {
+    buf: std::sync::Arc<str>,
+    range: std::ops::Range<usize>,
+}
+
+impl Key {
+    pub(crate) fn as_str(&self) -> &str {
+        self.buf.get(self.range.clone()).unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for Key {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialEq<str> for Key {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Key {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl redis::ToRedisArgs for Key {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        out.write_arg(self.as_bytes());
+    }
+}
+
+impl redis::ToSingleRedisArg for Key {}
+
+thread_local! {
+    /// Where a lock's keys are put together before their one allocation.
+    static SCRATCH: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// The four keys of a lock, each written by its function into one buffer.
+fn keys_in_one_buffer(parts: [&dyn Fn(&mut String); 4]) -> LockKeys {
+    SCRATCH.with_borrow_mut(|s| {
+        s.clear();
+        let mut ends = [0usize; 4];
+        for (end, part) in ends.iter_mut().zip(parts) {
+            part(s);
+            *end = s.len();
+        }
+        let buf: std::sync::Arc<str> = std::sync::Arc::from(s.as_str());
+        if s.capacity() > 16 * 1024 {
+            *s = String::new();
+        }
+        let key = |start: usize, end: usize| Key {
+            buf: buf.clone(),
+            range: start..end,
+        };
+        LockKeys {
+            lock: key(0, ends[0]),
+            fence: key(ends[0], ends[1]),
+            channel: key(ends[1], ends[2]),
+            waiters: key(ends[2], ends[3]),
+        }
+    })
 }
 
 pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
@@ -149,7 +252,7 @@ pub(crate) fn validate_name(what: &'static str, name: &str) -> Result<()> {
 /// ```
 pub fn lock_key(prefix: &str, name: &str, raw: bool) -> Result<String> {
     validate_prefix(prefix)?;
-    Ok(lock_keys(prefix, name, raw)?.lock)
+    Ok(lock_keys(prefix, name, raw)?.lock.to_string())
 }
 
 /// Every fence a lock's counter hands out is above this (2^48): a counter
@@ -191,9 +294,19 @@ pub(crate) fn lock_keys_in(
     raw: bool,
     layout: FenceLayout,
 ) -> Result<LockKeys> {
-    let fence = |lock: &str| match layout {
-        FenceLayout::PerSlot => fence_key(prefix, lock),
-        FenceLayout::Shared => concat(&[prefix, "fence"]),
+    // The fence counter after the lock key (which `s` ends with).
+    let fence = |s: &mut String, lock_start: usize| match layout {
+        FenceLayout::PerSlot => {
+            let tag = slot_tag(slot(s.get(lock_start..).unwrap_or_default()));
+            s.push_str(prefix);
+            s.push_str("fence:{");
+            s.push_str(tag.as_str());
+            s.push('}');
+        }
+        FenceLayout::Shared => {
+            s.push_str(prefix);
+            s.push_str("fence");
+        }
     };
     validate_name("lock name", name)?;
     if raw {
@@ -206,12 +319,20 @@ pub(crate) fn lock_keys_in(
                 ),
             ));
         }
-        return Ok(LockKeys {
-            lock: name.to_string(),
-            fence: fence(name),
-            channel: format!("dlm:released:{{{tag}}}:{name}"),
-            waiters: format!("{prefix}waiters:{{{tag}}}:{name}"),
-        });
+        return Ok(keys_in_one_buffer([
+            &|s| s.push_str(name),
+            &|s| fence(s, 0),
+            &|s| {
+                for p in ["dlm:released:{", tag, "}:", name] {
+                    s.push_str(p);
+                }
+            },
+            &|s| {
+                for p in [prefix, "waiters:{", tag, "}:", name] {
+                    s.push_str(p);
+                }
+            },
+        ]));
     }
     if name.starts_with('}') {
         return Err(Error::invalid(
@@ -219,14 +340,19 @@ pub(crate) fn lock_keys_in(
             "must not start with '}' (it would end the hash tag at once)",
         ));
     }
-    // Built with exact capacities: this runs once per acquire.
-    let lock = concat(&[prefix, "{", name, "}"]);
-    Ok(LockKeys {
-        fence: fence(&lock),
-        channel: concat(&[&lock, ":released"]),
-        waiters: concat(&[&lock, ":waiters"]),
-        lock,
-    })
+    let lock = [prefix, "{", name, "}"];
+    Ok(keys_in_one_buffer([
+        &|s| lock.iter().for_each(|p| s.push_str(p)),
+        &|s| fence(s, 0),
+        &|s| {
+            lock.iter().for_each(|p| s.push_str(p));
+            s.push_str(":released");
+        },
+        &|s| {
+            lock.iter().for_each(|p| s.push_str(p));
+            s.push_str(":waiters");
+        },
+    ]))
 }
 
 /// `parts` joined, in one allocation.
@@ -949,7 +1075,12 @@ mod tests {
         let queue = queue_keys(&root, "q")?;
         let sched = schedule_keys(&root, "q")?;
         let groups: Vec<Vec<String>> = vec![
-            vec![lock.lock, lock.fence, lock.waiters, lock.channel],
+            vec![
+                lock.lock.to_string(),
+                lock.fence.to_string(),
+                lock.waiters.to_string(),
+                lock.channel.to_string(),
+            ],
             vec![
                 fair.wake("t"),
                 fair.lock,
@@ -1066,14 +1197,14 @@ mod properties {
             prop_assert_eq!(slot(&k.fence), slot(&k.lock));
             prop_assert_eq!(slot(&k.channel), slot(&k.lock));
             if raw {
-                prop_assert_eq!(&k.lock, &name);
+                prop_assert_eq!(k.lock.as_str(), name.as_str());
             } else {
                 // The name round-trips: prefix, '{', name, '}'.
                 let inner = k.lock.strip_prefix(prefix.as_str())
                     .and_then(|r| r.strip_prefix('{'))
                     .and_then(|r| r.strip_suffix('}'));
                 prop_assert_eq!(inner, Some(name.as_str()));
-                prop_assert_eq!(lock_key(&prefix, &name, false).ok(), Some(k.lock.clone()));
+                prop_assert_eq!(lock_key(&prefix, &name, false).ok(), Some(k.lock.to_string()));
             }
         }
 
@@ -1101,7 +1232,7 @@ mod properties {
             prop_assume!(a != b);
             let keys = |n: &str| -> Vec<String> {
                 let mut all = queue_keys(DEFAULT_KEY_PREFIX, n).unwrap_or_default();
-                all.extend(lock_keys(DEFAULT_LOCK_PREFIX, n, false).map(|k| k.lock));
+                all.extend(lock_keys(DEFAULT_LOCK_PREFIX, n, false).map(|k| k.lock.to_string()));
                 all.extend(fenced_key(DEFAULT_KEY_PREFIX, n));
                 all
             };

@@ -20,7 +20,18 @@ const MAX_TOKEN_LEN: usize = 256;
 /// # Ok::<(), dlm::Error>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Token(std::sync::Arc<str>);
+pub struct Token(Repr);
+
+/// A token's text: one of dlm's shape (32 lowercase hex digits) inline, so
+/// that a random token costs no allocation; any other shared. Every text
+/// has one form (a parsed token of dlm's shape is inline too), so tokens
+/// are equal exactly when their texts are.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Repr {
+    /// 32 lowercase hex digits.
+    Hex([u8; 32]),
+    Other(std::sync::Arc<str>),
+}
 
 impl Token {
     /// A fresh random token (32 lowercase hex digits).
@@ -31,14 +42,18 @@ impl Token {
             pair[0] = HEX[usize::from(b >> 4)];
             pair[1] = HEX[usize::from(b & 0xf)];
         }
-        // Hex digits are ASCII: always UTF-8. One allocation, the Arc's.
-        let s = std::str::from_utf8(&hex).map_err(|e| Error::protocol(e.to_string()))?;
-        Ok(Token(s.into()))
+        // Hex digits are ASCII: always UTF-8 (checked once here).
+        std::str::from_utf8(&hex).map_err(|e| Error::protocol(e.to_string()))?;
+        Ok(Token(Repr::Hex(hex)))
     }
 
     /// The token as stored in Redis.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            // Checked to be UTF-8 when made.
+            Repr::Hex(hex) => std::str::from_utf8(hex).unwrap_or_default(),
+            Repr::Other(s) => s,
+        }
     }
 }
 
@@ -102,7 +117,12 @@ impl std::str::FromStr for Token {
                 format!("must be 1 to {MAX_TOKEN_LEN} printable bytes"),
             ));
         }
-        Ok(Token(s.into()))
+        if let Ok(hex) = <[u8; 32]>::try_from(s.as_bytes())
+            && hex.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
+            return Ok(Token(Repr::Hex(hex)));
+        }
+        Ok(Token(Repr::Other(s.into())))
     }
 }
 
@@ -150,6 +170,26 @@ mod tests {
         assert_ne!(a, b);
         assert!(a.as_str().bytes().all(|c| c.is_ascii_hexdigit()));
         assert!(!format!("{a:?}").contains(a.as_str()));
+        Ok(())
+    }
+
+    #[test]
+    fn a_token_equals_and_hashes_as_its_text_whatever_its_form() -> Result<()> {
+        use std::hash::BuildHasher;
+        let hasher = std::collections::hash_map::RandomState::new();
+        let random = Token::random()?;
+        let parsed: Token = random.as_str().parse()?;
+        assert_eq!(parsed, random);
+        assert_eq!(hasher.hash_one(&parsed), hasher.hash_one(&random));
+        for text in [
+            "ABCDEF0123456789ABCDEF0123456789",
+            "short",
+            "x".repeat(40).as_str(),
+        ] {
+            let t: Token = text.parse()?;
+            assert_eq!(t.as_str(), text);
+            assert_ne!(t, random);
+        }
         Ok(())
     }
 

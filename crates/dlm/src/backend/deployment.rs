@@ -479,10 +479,10 @@ impl Deployment {
                         connect_timeout,
                     ))
                     .await?;
-                Ok(BoxedConnection(Box::new(conn)))
+                Ok(BoxedConnection::Boxed(Box::new(conn)))
             }
             #[cfg(feature = "cluster")]
-            Deployment::Cluster { client, .. } => Ok(BoxedConnection(Box::new(
+            Deployment::Cluster { client, .. } => Ok(BoxedConnection::Boxed(Box::new(
                 client.get_async_connection().await?,
             ))),
             #[cfg(feature = "sentinel")]
@@ -493,7 +493,7 @@ impl Deployment {
                         connect_timeout,
                     ))
                     .await?;
-                Ok(BoxedConnection(Box::new(conn)))
+                Ok(BoxedConnection::Boxed(Box::new(conn)))
             }
         }
     }

@@ -52,11 +52,11 @@ where
 {
     fn handle(&self) -> BoxedConnection {
         let conn = match self.current() {
-            Ok(c) => BoxedConnection(Box::new(c)),
-            Err(pending) => BoxedConnection(Box::new(pending)),
+            Ok(c) => BoxedConnection::of(c),
+            Err(pending) => BoxedConnection::Boxed(Box::new(pending)),
         };
         match &self.broken {
-            Some(broken) => BoxedConnection(Box::new(deferred::Watched {
+            Some(broken) => BoxedConnection::Boxed(Box::new(deferred::Watched {
                 inner: conn,
                 broken: broken.clone(),
             })),
@@ -82,17 +82,34 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     fn handle(&self) -> BoxedConnection {
-        BoxedConnection(Box::new(self.clone()))
+        BoxedConnection::of(self.clone())
     }
 }
 
 /// A type-erased connection handle (one per concurrent call; clones of a
-/// multiplexed connection pipeline their requests on one socket).
-pub(crate) struct BoxedConnection(Box<dyn ConnectionLike + Send + Sync>);
+/// multiplexed connection pipeline their requests on one socket). The
+/// connection dlm makes to one server is held as it is: a handle per call
+/// without an allocation.
+pub(crate) enum BoxedConnection {
+    Manager(redis::aio::ConnectionManager),
+    Boxed(Box<dyn ConnectionLike + Send + Sync>),
+}
+
+impl BoxedConnection {
+    fn of<C: ConnectionLike + Send + Sync + 'static>(conn: C) -> Self {
+        match (&conn as &dyn std::any::Any).downcast_ref::<redis::aio::ConnectionManager>() {
+            Some(manager) => BoxedConnection::Manager(manager.clone()),
+            None => BoxedConnection::Boxed(Box::new(conn)),
+        }
+    }
+}
 
 impl ConnectionLike for BoxedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.0.req_packed_command(cmd)
+        match self {
+            BoxedConnection::Manager(c) => c.req_packed_command(cmd),
+            BoxedConnection::Boxed(c) => c.req_packed_command(cmd),
+        }
     }
 
     fn req_packed_commands<'a>(
@@ -101,11 +118,17 @@ impl ConnectionLike for BoxedConnection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        self.0.req_packed_commands(pipeline, offset, count)
+        match self {
+            BoxedConnection::Manager(c) => c.req_packed_commands(pipeline, offset, count),
+            BoxedConnection::Boxed(c) => c.req_packed_commands(pipeline, offset, count),
+        }
     }
 
     fn get_db(&self) -> i64 {
-        self.0.get_db()
+        match self {
+            BoxedConnection::Manager(c) => c.get_db(),
+            BoxedConnection::Boxed(c) => c.get_db(),
+        }
     }
 }
 

@@ -6,11 +6,11 @@
 //! batch is split by hash slot.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::{Script, Value};
+use redis::{Cmd, Pipeline, Script, Value};
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 
@@ -92,6 +92,8 @@ pub(crate) struct Node {
     batcher: Arc<OnceLock<Batcher<Job>>>,
     /// This connection's acquires that may still reach Redis.
     pub(crate) in_flight: InFlight,
+    /// The command buffer of the last lone release, kept for the next one.
+    spare: Arc<Mutex<Option<Cmd>>>,
 }
 
 impl Node {
@@ -100,6 +102,7 @@ impl Node {
             backend,
             batcher: Arc::new(OnceLock::new()),
             in_flight: InFlight::new(background),
+            spare: Arc::default(),
         }
     }
 
@@ -127,6 +130,17 @@ impl Node {
         timeout: Duration,
         first: bool,
     ) -> Result<Attempt> {
+        // A first attempt on an idle connection to one Redis (one task at a
+        // time): its transaction goes out from here, as a batch of one would.
+        if first
+            && !self.backend.batch_by_slot()
+            && !self.backend.transactions_refused()
+            && let Some(slot) = self.batcher().alone()
+        {
+            let attempt = acquire_alone(&self.backend, keys, token, ttl, marker, timeout).await;
+            drop(slot);
+            return attempt;
+        }
         let (reply, rx) = oneshot::channel();
         let job = Job::Acquire {
             keys: keys.clone(),
@@ -191,6 +205,26 @@ impl Node {
                 return Err(Error::Timeout(timeout));
             }
         };
+        // Alone on an idle connection: sent from here, as a batch of one would be.
+        if let Some(slot) = self.batcher().alone() {
+            let outcome = if !self.backend.batch_by_slot()
+                && self.backend.native(Capability::CompareAndDelete)
+            {
+                let (reply, rx) = oneshot::channel();
+                let job = Job::Release {
+                    keys: keys.clone(),
+                    token: token.clone(),
+                    timeout,
+                    reply,
+                };
+                release_native(&self.backend, vec![job]).await;
+                answer(rx)
+            } else {
+                self.release_alone(keys, token, timeout).await
+            };
+            drop(slot);
+            return outcome;
+        }
         let (reply, rx) = oneshot::channel();
         let job = Job::Release {
             keys: keys.clone(),
@@ -485,97 +519,201 @@ async fn acquire_transaction(backend: &Backend, jobs: Vec<Job>) -> (Vec<Job>, Ve
     let Some(Job::Acquire { keys: first, .. }) = jobs.first() else {
         return (jobs, Vec::new());
     };
-    let mut pipe = transaction(1 + jobs.len());
-    pipe.cmd("INCRBY").arg(&first.fence).arg(jobs.len());
-    for job in &jobs {
-        if let Job::Acquire {
+    let sets = jobs.iter().filter_map(|job| match job {
+        Job::Acquire {
             keys, token, ttl, ..
-        } = job
-        {
-            pipe.cmd("SET")
-                .arg(&keys.lock)
-                .arg(token.as_str())
-                .arg("NX")
-                .arg("PX")
-                .arg(millis(*ttl));
-        }
-    }
-    end_transaction(&mut pipe);
-    let reply = backend
-        .transaction_within(max_timeout(&jobs), &pipe)
-        .await
-        .and_then(|t| match t {
-            Transaction::Exec(values) if values.len() != 1 + jobs.len() => {
-                Err(Error::protocol(format!(
-                    "the acquire transaction returned {} replies for {}",
-                    values.len(),
-                    1 + jobs.len()
-                )))
-            }
-            other => Ok(other),
-        });
-    let values = match reply {
-        Ok(Transaction::Exec(values)) => values,
+        } => Some((keys.lock.as_str(), token, *ttl)),
+        Job::Release { .. } => None,
+    });
+    let pipe = acquire_pipeline(&first.fence, jobs.len(), sets);
+    let exec = acquire_exec(backend, max_timeout(&jobs), &first.fence, jobs.len(), &pipe).await;
+    let (mut next, values) = match exec {
+        Exec::Replies { next, values } => (next, values),
         // MULTI was refused (this user's ACL, or the server's state): its
         // commands may have run one by one (SETs granted, outside a
         // transaction). `settle_many.lua` decides every job, finding those
         // keys already ours (TTL reset, a fence taken atomically with it).
-        Ok(Transaction::RanAlone) => return (jobs, Vec::new()),
+        Exec::RanAlone => return (jobs, Vec::new()),
         // Nothing was sent (MULTI refused to this user before): the script
         // that can take a free lock makes these attempts.
-        Ok(Transaction::NotSent) => return (Vec::new(), jobs),
-        Err(e) => {
+        Exec::NotSent => return (Vec::new(), jobs),
+        Exec::Failed(e) => {
             fail(jobs, &e);
-            return (Vec::new(), Vec::new());
-        }
-    };
-    let mut values = values.into_iter();
-    // The first of the fences the INCRBY reserved; `None`: not above the floor.
-    let mut next = match values.next() {
-        Some(Value::Int(top)) => first_fence(top, jobs.len()),
-        Some(Value::ServerError(e)) => {
-            let counter = match jobs.first() {
-                Some(Job::Acquire { keys, .. }) => keys.fence.as_str(),
-                _ => "",
-            };
-            let e = Error::protocol(format!(
-                "the fencing counter {counter:?} does not hold an integer \
-                 (INCRBY: {}); a lock acquired now would get no fence",
-                e.details().unwrap_or(e.code())
-            ));
-            fail(jobs, &e);
-            return (Vec::new(), Vec::new());
-        }
-        other => {
-            fail(jobs, &Error::protocol(format!("INCRBY replied {other:?}")));
             return (Vec::new(), Vec::new());
         }
     };
     let mut undecided = Vec::new();
     for (job, value) in jobs.into_iter().zip(values) {
-        let granted = match value {
-            Value::Okay => true,
-            Value::SimpleString(s) if s == "OK" => true,
-            Value::Nil => false,
-            other => {
+        match set_reply(value, &mut next) {
+            SetReply::Undecided => undecided.push(job),
+            SetReply::Decided(r) => {
                 if let Job::Acquire { reply, .. } = job {
-                    let _ = reply.send(Err(Error::protocol(format!("SET NX replied {other:?}"))));
-                }
-                continue;
-            }
-        };
-        match (granted, next.as_mut()) {
-            (true, Some(fence)) => {
-                let f = *fence;
-                *fence += 1;
-                if let Job::Acquire { reply, .. } = job {
-                    let _ = reply.send(Ok(Attempt::Acquired(Fence::new(f))));
+                    let _ = reply.send(r);
                 }
             }
-            _ => undecided.push(job),
         }
     }
     (undecided, Vec::new())
+}
+
+/// One acquire attempt alone on its connection, a first attempt on one
+/// Redis: what [`send_acquires`] does for a batch of one, answered directly
+/// (the transaction; then, for what it did not decide, the script, through
+/// the batch path's own code).
+async fn acquire_alone(
+    backend: &Backend,
+    keys: &Arc<LockKeys>,
+    token: &Token,
+    ttl: Duration,
+    marker: Duration,
+    timeout: Duration,
+) -> Result<Attempt> {
+    let pipe = acquire_pipeline(
+        &keys.fence,
+        1,
+        std::iter::once((keys.lock.as_str(), token, ttl)),
+    );
+    let script: &Script = match acquire_exec(backend, timeout, &keys.fence, 1, &pipe).await {
+        Exec::Replies {
+            mut next,
+            mut values,
+        } => match values.next().map(|v| set_reply(v, &mut next)) {
+            Some(SetReply::Decided(r)) => return r,
+            Some(SetReply::Undecided) => &SETTLE_MANY,
+            None => return Err(Error::protocol("a transaction without its SET reply")),
+        },
+        Exec::RanAlone => &SETTLE_MANY,
+        Exec::NotSent => &ACQUIRE_MANY,
+        Exec::Failed(e) => return Err(e.share()),
+    };
+    let (reply, rx) = oneshot::channel();
+    let job = Job::Acquire {
+        keys: keys.clone(),
+        token: token.clone(),
+        ttl,
+        marker,
+        timeout,
+        first: true,
+        reply,
+    };
+    acquire_script(backend, script, vec![job]).await;
+    answer(rx)
+}
+
+/// `MULTI; INCRBY fence n; SET lock token NX PX ttl (one per set); EXEC`,
+/// each command built in buffers of its exact size.
+fn acquire_pipeline<'a>(
+    fence: &str,
+    n: usize,
+    sets: impl Iterator<Item = (&'a str, &'a Token, Duration)>,
+) -> Pipeline {
+    // Decimal digits of a u64, at most.
+    const DIGITS: usize = 20;
+    let mut pipe = transaction(1 + n);
+    let mut incrby = Cmd::with_capacity(3, "INCRBY".len() + fence.len() + DIGITS);
+    incrby.arg("INCRBY").arg(fence).arg(n);
+    pipe.add_command(incrby);
+    for (lock, token, ttl) in sets {
+        let token = token.as_str();
+        let size = "SETNXPX".len() + lock.len() + token.len() + DIGITS;
+        let mut set = Cmd::with_capacity(6, size);
+        set.arg("SET")
+            .arg(lock)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(ttl));
+        pipe.add_command(set);
+    }
+    end_transaction(&mut pipe);
+    pipe
+}
+
+/// What the acquire transaction of `n` locks did (see [`acquire_transaction`]).
+enum Exec {
+    /// `EXEC` ran: the first fence its `INCRBY` reserved (`None`: not above
+    /// the floor), and the replies of the `SET`s, one per lock in order.
+    Replies {
+        next: Option<u64>,
+        values: std::vec::IntoIter<Value>,
+    },
+    /// `MULTI` was refused: the commands ran one by one.
+    RanAlone,
+    /// Nothing was sent (`MULTI` refused to this user before).
+    NotSent,
+    /// Every failure once the transaction was sent: an error of every
+    /// attempt, which the acquisition treats as unsure (its `SET` may have
+    /// run: Redis rolls nothing back), so it stays armed to release its token.
+    Failed(Error),
+}
+
+/// Send the acquire transaction `pipe` of `n` locks on the counter `fence`.
+async fn acquire_exec(
+    backend: &Backend,
+    timeout: Duration,
+    fence: &str,
+    n: usize,
+    pipe: &Pipeline,
+) -> Exec {
+    let reply = backend
+        .transaction_within(timeout, pipe)
+        .await
+        .and_then(|t| match t {
+            Transaction::Exec(values) if values.len() != 1 + n => Err(Error::protocol(format!(
+                "the acquire transaction returned {} replies for {}",
+                values.len(),
+                1 + n
+            ))),
+            other => Ok(other),
+        });
+    let values = match reply {
+        Ok(Transaction::Exec(values)) => values,
+        Ok(Transaction::RanAlone) => return Exec::RanAlone,
+        Ok(Transaction::NotSent) => return Exec::NotSent,
+        Err(e) => return Exec::Failed(e),
+    };
+    let mut values = values.into_iter();
+    let next = match values.next() {
+        Some(Value::Int(top)) => first_fence(top, n),
+        Some(Value::ServerError(e)) => {
+            return Exec::Failed(Error::protocol(format!(
+                "the fencing counter {fence:?} does not hold an integer \
+                 (INCRBY: {}); a lock acquired now would get no fence",
+                e.details().unwrap_or(e.code())
+            )));
+        }
+        other => return Exec::Failed(Error::protocol(format!("INCRBY replied {other:?}"))),
+    };
+    Exec::Replies { next, values }
+}
+
+/// What one `SET NX` of the transaction decided.
+enum SetReply {
+    /// Granted with the next reserved fence, or failed.
+    Decided(Result<Attempt>),
+    /// Busy, or granted while the counter was below the floor:
+    /// `settle_many.lua` decides.
+    Undecided,
+}
+
+/// One `SET NX` reply of the transaction; `next`: the next reserved fence.
+fn set_reply(value: Value, next: &mut Option<u64>) -> SetReply {
+    let granted = match value {
+        Value::Okay => true,
+        Value::SimpleString(s) if s == "OK" => true,
+        Value::Nil => false,
+        other => {
+            return SetReply::Decided(Err(Error::protocol(format!("SET NX replied {other:?}"))));
+        }
+    };
+    match (granted, next.as_mut()) {
+        (true, Some(fence)) => {
+            let f = *fence;
+            *fence += 1;
+            SetReply::Decided(Ok(Attempt::Acquired(Fence::new(f))))
+        }
+        _ => SetReply::Undecided,
+    }
 }
 
 /// Answer every job with `e`.
@@ -629,17 +767,12 @@ async fn release_script(backend: &Backend, jobs: Vec<Job>) {
     }
     let timeout = max_timeout(&jobs);
     let bytes: usize = jobs.iter().map(Job::bytes).sum();
+    let releases = jobs.iter().filter_map(|job| match job {
+        Job::Release { keys, token, .. } => Some((keys.as_ref(), token)),
+        Job::Acquire { .. } => None,
+    });
     let mut cmd = evalsha(&RELEASE_MANY, 2 * jobs.len(), 2 * jobs.len(), bytes);
-    for job in &jobs {
-        if let Job::Release { keys, .. } = job {
-            cmd.arg(&keys.lock).arg(&keys.waiters);
-        }
-    }
-    for job in &jobs {
-        if let Job::Release { keys, token, .. } = job {
-            cmd.arg(token.as_str()).arg(&keys.channel);
-        }
-    }
+    release_args(&mut cmd, releases);
     let reply: Result<Vec<i64>> = backend.evalsha_within(timeout, &RELEASE_MANY, &cmd).await;
     let mut codes = checked(reply, jobs.len());
     for job in jobs {
@@ -654,6 +787,73 @@ async fn release_script(backend: &Backend, jobs: Vec<Job>) {
             let _ = reply.send(r);
         }
     }
+}
+
+/// The keys and arguments of `releases` in a `release_many.lua` call.
+fn release_args<'a>(
+    cmd: &mut Cmd,
+    releases: impl Iterator<Item = (&'a LockKeys, &'a Token)> + Clone,
+) {
+    for (keys, _) in releases.clone() {
+        cmd.arg(&keys.lock).arg(&keys.waiters);
+    }
+    for (keys, token) in releases {
+        cmd.arg(token.as_str()).arg(&keys.channel);
+    }
+}
+
+impl Node {
+    /// One release alone on its connection through `release_many.lua`:
+    /// what [`release_script`] does for a batch of one, answered directly,
+    /// in the command buffer the last one used.
+    async fn release_alone(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        timeout: Duration,
+    ) -> Result<Outcome> {
+        let spare = self
+            .spare
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let mut cmd = match spare {
+            Some(mut cmd) => {
+                cmd.clear();
+                cmd
+            }
+            None => Cmd::with_capacity(
+                7,
+                128 + keys.lock.len()
+                    + keys.waiters.len()
+                    + keys.channel.len()
+                    + token.as_str().len(),
+            ),
+        };
+        cmd.arg("EVALSHA").arg(RELEASE_MANY.get_hash()).arg(2);
+        release_args(&mut cmd, std::iter::once((keys, token)));
+        let reply: Result<Vec<i64>> = self
+            .backend
+            .evalsha_within(timeout, &RELEASE_MANY, &cmd)
+            .await;
+        *self
+            .spare
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(cmd);
+        match checked(reply, 1) {
+            Ok(mut codes) => codes.next().map_or_else(
+                || Err(Error::protocol("short release_many reply")),
+                release_reply,
+            ),
+            Err(e) => Err(e.share()),
+        }
+    }
+}
+
+/// The reply a job's channel got from a call that has ended.
+fn answer<T>(mut rx: oneshot::Receiver<Result<T>>) -> Result<T> {
+    rx.try_recv()
+        .unwrap_or_else(|_| Err(Error::protocol("a batched call ended without a reply")))
 }
 
 /// Releases on one server with a native compare-and-delete (Valkey 9's

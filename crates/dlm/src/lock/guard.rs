@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -163,7 +164,7 @@ impl LockGuard {
     /// ```
     pub fn detach(mut self) -> (Token, Option<Fence>) {
         self.released = true;
-        self.held.stop.cancel();
+        self.held.stop.store(true, Ordering::Release);
         self.held.locks.registry.unregister(self.held.id);
         (self.held.token.clone(), self.held.fence)
     }
@@ -187,7 +188,7 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<Released> {
         self.released = true;
         let held = self.held.clone();
-        held.stop.cancel();
+        held.stop.store(true, Ordering::Release);
         held.lease.mark_lost();
         held.ended();
         if !held.locks.registry.unregister(held.id) {
@@ -423,7 +424,7 @@ impl Drop for LockGuard {
             return;
         }
         let held = self.held.clone();
-        held.stop.cancel();
+        held.stop.store(true, Ordering::Release);
         held.lease.mark_lost();
         held.ended();
         if !held.locks.registry.unregister(held.id) {

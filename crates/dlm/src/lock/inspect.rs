@@ -70,7 +70,7 @@ impl Locks {
             let keys = self.lock_keys(&name, false)?;
             let status = self.nodes.status(&name, &keys).await?;
             Ok::<_, Error>(status.held.then_some(HeldLock {
-                key: keys.lock,
+                key: keys.lock.to_string(),
                 ttl: status.ttl,
                 fence: status.fence,
                 name,

@@ -18,7 +18,6 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use crate::services::lease::LostSignal;
@@ -172,7 +171,7 @@ impl Lock {
 
     /// The Redis key this lock uses (an error for an invalid name).
     pub fn key(&self) -> Result<String> {
-        Ok(self.keys()?.lock)
+        Ok(self.keys()?.lock.to_string())
     }
 
     /// The key of the fencing counter this lock's tokens come from (on one
@@ -198,7 +197,7 @@ impl Lock {
                  a Redis Cluster at its first lock operation",
             ));
         }
-        Ok(self.keys()?.fence)
+        Ok(self.keys()?.fence.to_string())
     }
 
     fn keys(&self) -> Result<LockKeys> {
@@ -652,7 +651,7 @@ impl Lock {
             ttl: opts.ttl,
             node_timeout: opts.node_timeout,
             lease: LeaseState::new(grant.valid_until),
-            stop: CancellationToken::new(),
+            stop: AtomicBool::new(false),
         });
         inner.registry.register(held.id, &held);
         LockGuard::new(held, opts.ttl, opts.watchdog)

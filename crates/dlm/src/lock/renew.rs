@@ -6,6 +6,7 @@
 //! one call per lock.
 
 use std::sync::LazyLock;
+use std::sync::atomic::Ordering;
 
 use futures_util::future::join_all;
 use redis::Script;
@@ -37,7 +38,7 @@ impl Renewable for Held {
     }
 
     fn active(&self) -> bool {
-        !self.stop.is_cancelled() && !self.lease.marked_lost()
+        !self.stop.load(Ordering::Acquire) && !self.lease.marked_lost()
     }
 
     fn by_slot(&self) -> bool {

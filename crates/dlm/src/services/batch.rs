@@ -84,6 +84,23 @@ impl<J: BatchJob> Batcher<J> {
         }
     }
 
+    /// The slot of an idle connection (no batch on the wire, none queued),
+    /// for one request that its caller sends at once from its own task: what
+    /// [`Batcher::submit`] does with a request alone in its batch, without
+    /// the job, reply channel and batch vector that carry it there (one task
+    /// at a time pays for none of them). Dropping it frees the slot, handing
+    /// on whatever queued meanwhile, as a batch's slot does.
+    pub(crate) fn alone(&self) -> Option<Alone<J>> {
+        let mut st = self.shared.lock();
+        if st.in_flight != 0 || !st.queue.is_empty() {
+            return None;
+        }
+        st.in_flight += 1;
+        Some(Alone {
+            _slot: Slot(self.shared.clone()),
+        })
+    }
+
     /// With a free slot, send this request and what is queued now from this
     /// task; else queue it for the next batch. Either way, wait for its own
     /// reply (`rx`, answered through `job`) only until `timeout`.
@@ -218,6 +235,17 @@ impl<J> Shared<J> {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The slot a lone request holds while it is on the wire (see [`Batcher::alone`]).
+pub(crate) struct Alone<J: BatchJob> {
+    _slot: Slot<J>,
+}
+
+impl<J: BatchJob> std::fmt::Debug for Alone<J> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Alone").finish_non_exhaustive()
     }
 }
 
