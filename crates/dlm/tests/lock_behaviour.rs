@@ -824,6 +824,46 @@ async fn a_release_hands_the_lock_straight_to_a_waiting_task_of_the_same_client(
     Ok(())
 }
 
+/// A waiter may end up holding a hand-over's grant before the releasing call
+/// looks whether the waiter went away: it took the grant and returned its
+/// guard (dropping its baton), or, polling, an attempt of its own landed
+/// right behind the hand-over and found its token already in the key. Neither
+/// is an orphaned hand-over to give back behind the new holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_hand_over_is_never_given_back_behind_its_new_holder() -> TestResult {
+    let s = server();
+    let c = client(&s).await;
+    let mut conn = raw(&s).await;
+    for (name, retry) in [("taken-baton", None), ("polled-baton", Some(1))] {
+        let lock = c.lock(name);
+        let key = lock.key()?;
+        let mut opts = ttl(10_000).wait(Duration::from_secs(5));
+        if let Some(ms) = retry {
+            opts = opts.retry_interval(Duration::from_millis(ms));
+        }
+        let mut holder = lock.acquire(&ttl(10_000)).await?;
+        for round in 0..20 {
+            let waiting = {
+                let (lock, opts) = (lock.clone(), opts.clone());
+                tokio::spawn(async move { lock.acquire(&opts).await })
+            };
+            waiting_on(&mut conn, &key).await?;
+            holder.release().await?;
+            holder = waiting.await??;
+            // Whatever the releasing call left in the background has run.
+            assert!(c.settle(Duration::from_secs(2)).await);
+            let now: Option<String> = conn.get(&key).await?;
+            assert_eq!(
+                now.as_deref(),
+                Some(holder.token().as_str()),
+                "{name}, round {round}: the lock stays with the task that got it"
+            );
+        }
+        holder.release().await?;
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_clients_waiter_is_not_starved_by_local_hand_overs() -> TestResult {
     let s = server();
