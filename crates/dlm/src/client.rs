@@ -15,7 +15,7 @@ use crate::backend::{Backend, Deployment, TlsConfig, Topology};
 use crate::consistency::{Stock, Versioned};
 use crate::election::{Election, ElectionShared};
 use crate::error::{Error, Result};
-use crate::fair::{FairLock, FairShared};
+use crate::fair::{FairLock, FairNode, FairShared};
 use crate::keys::{DEFAULT_KEY_PREFIX, key_root, validate_prefix};
 use crate::lock::{HeldLock, Lock, Locks, MultiLock, Node, Nodes, Quorum, ReleaseAll};
 use crate::metrics::LockNames;
@@ -51,6 +51,8 @@ struct ClientInner {
     semaphores: Arc<Semaphores>,
     /// The fair locks' registry and watchdog.
     fair: Arc<FairShared>,
+    /// The fair locks' batcher of acquires and releases (`None` under Redlock).
+    fair_node: Option<FairNode>,
     /// The read-write locks' registry and watchdog.
     rw: Arc<RwShared>,
     /// The leaderships' registry and watchdog.
@@ -590,8 +592,12 @@ impl ClientBuilder {
             background.clone(),
             root.clone(),
         );
+        let fair_node = backend
+            .clone()
+            .map(|b| FairNode::new(b, background.clone()));
         Client {
             inner: Arc::new(ClientInner {
+                fair_node,
                 fair: Shared::new(
                     backend.clone(),
                     wakeups.clone(),
@@ -718,7 +724,11 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
-        FairLock::new(self.inner.fair.clone(), name.into())
+        FairLock::new(
+            self.inner.fair.clone(),
+            self.inner.fair_node.clone(),
+            name.into(),
+        )
     }
 
     /// The read-write lock named `name`: many readers or one writer, with

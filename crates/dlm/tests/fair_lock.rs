@@ -58,6 +58,134 @@ async fn waiters_get_the_lock_in_arrival_order(d: &Deployment) -> TestResult {
     Ok(())
 }
 
+/// Many waiters of one client queue at once (their acquires and releases
+/// share batched script calls): they get the lock in the order the queue
+/// holds them (read behind dlm's back once all queued), one at a time, with
+/// fences that grow with the grants; waiters that queued on other locks in
+/// the same batches get theirs in their own queue's order.
+async fn concurrent_waiters_of_one_client_batch_in_queue_order(d: &Deployment) -> TestResult {
+    let c = d.client().await;
+    let names = ["batched-a", "batched-b"];
+    let mut firsts = Vec::new();
+    for name in names {
+        firsts.push(c.fair_lock(name).acquire(&ttl(30_000)).await?);
+    }
+    let clock = Clock::new();
+    let holds = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    let per_lock = 24;
+    for i in 0..2 * per_lock {
+        let (c, holds, name) = (c.clone(), holds.clone(), names[i % 2]);
+        tasks.push(tokio::spawn(async move {
+            let opts = ttl(10_000).wait(Duration::from_secs(30));
+            let g = c.fair_lock(name).acquire(&opts).await?;
+            let from = clock.now();
+            let token = g.token().as_str().to_owned();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let until = clock.now();
+            let fence = g.fence().get();
+            g.release().await?;
+            holds.lock().map_err(|_| "poisoned")?.push((
+                token,
+                Hold {
+                    holder: i,
+                    lock: name.into(),
+                    from,
+                    until,
+                    fence: Some(fence),
+                },
+            ));
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+        }));
+    }
+    let mut queued = Vec::new();
+    for name in names {
+        wait_for_queue_len(d, name, per_lock).await?;
+        queued.push(queue_line(d, name).await?);
+    }
+    for g in firsts {
+        g.release().await?;
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let holds = holds.lock().map_err(|_| "poisoned")?.clone();
+    for (name, line) in names.iter().zip(&queued) {
+        let mut mine: Vec<_> = holds.iter().filter(|(_, h)| h.lock == *name).collect();
+        assert_eq!(mine.len(), per_lock);
+        let plain: Vec<Hold> = mine.iter().map(|(_, h)| h.clone()).collect();
+        assert!(
+            overlapping_holds(&plain).is_empty(),
+            "{name}: overlapping holds"
+        );
+        mine.sort_by_key(|(_, h)| h.from);
+        // The grant order is the queue's order: each token's place in line.
+        let places: Vec<usize> = mine
+            .iter()
+            .map(|(t, _)| {
+                line.iter()
+                    .position(|w| w == t)
+                    .ok_or("a holder that never queued")
+            })
+            .collect::<Result<_, _>>()?;
+        assert!(
+            places.windows(2).all(|w| w[0] < w[1]),
+            "{name}: granted out of queue order"
+        );
+        assert!(
+            mine.windows(2).all(|w| w[0].1.fence < w[1].1.fence),
+            "{name}: fences grow with the grants"
+        );
+    }
+    Ok(())
+}
+
+/// Many tasks of one client cycle on distinct names at once (batched
+/// acquires and releases, uncontended): every cycle is granted, and each
+/// lock's fences grow.
+async fn concurrent_cycles_on_distinct_names(d: &Deployment) -> TestResult {
+    let c = d.client().await;
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let lock = c.fair_lock(format!("distinct-{i}"));
+            let mut last = 0;
+            for _ in 0..10 {
+                let g = lock.acquire(&ttl(10_000)).await?;
+                assert!(g.fence().get() > last, "a fence that does not grow");
+                last = g.fence().get();
+                g.release().await?;
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    for i in [0, 63] {
+        let s = c.fair_lock(format!("distinct-{i}")).status().await?;
+        assert!(!s.held && s.waiting == 0, "distinct-{i} left held: {s:?}");
+    }
+    Ok(())
+}
+
+/// The queue's waiter tokens in order, read behind dlm's back.
+async fn queue_line(d: &Deployment, name: &str) -> redis::RedisResult<Vec<String>> {
+    let key = format!("dlm:fair:{{{name}}}:queue");
+    let mut lrange = redis::cmd("LRANGE");
+    lrange.arg(&key).arg(0).arg(-1);
+    match d {
+        Deployment::Standalone(s) => lrange.query_async(&mut common::raw(s).await).await,
+        Deployment::Cluster(c) => {
+            let client = redis::cluster::ClusterClient::new(c.urls())?;
+            lrange
+                .query_async(&mut client.get_async_connection().await?)
+                .await
+        }
+    }
+}
+
 /// The queue's length, read behind dlm's back.
 async fn queue_len(d: &Deployment, name: &str) -> redis::RedisResult<usize> {
     let key = format!("dlm:fair:{{{name}}}:queue");
@@ -223,6 +351,8 @@ async fn all(d: Deployment) -> TestResult {
     a_dead_waiter_delays_the_next_by_at_most_its_queue_lease(&d).await?;
     try_once_and_giving_up(&d).await?;
     guard_semantics(&d).await?;
+    concurrent_waiters_of_one_client_batch_in_queue_order(&d).await?;
+    concurrent_cycles_on_distinct_names(&d).await?;
     Ok(())
 }
 

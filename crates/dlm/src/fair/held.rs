@@ -4,8 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::fair::FairShared;
-use crate::fair::ops;
+use crate::fair::{FairNode, FairShared};
 use crate::keys::FairKeys;
 use crate::services::held::{Core, Lease, Shared, extend_token, token_renewable};
 use crate::services::options::Outcome;
@@ -15,11 +14,23 @@ pub(crate) struct FairHeld {
     core: Core,
     keys: Arc<FairKeys>,
     shared: Arc<FairShared>,
+    /// The batcher its release goes through.
+    node: FairNode,
 }
 
 impl FairHeld {
-    pub(crate) fn new(core: Core, keys: Arc<FairKeys>, shared: Arc<FairShared>) -> Self {
-        FairHeld { core, keys, shared }
+    pub(crate) fn new(
+        core: Core,
+        keys: Arc<FairKeys>,
+        shared: Arc<FairShared>,
+        node: FairNode,
+    ) -> Self {
+        FairHeld {
+            core,
+            keys,
+            shared,
+            node,
+        }
     }
 }
 
@@ -35,8 +46,7 @@ impl Lease for FairHeld {
     }
 
     async fn release(&self) -> Result<Outcome> {
-        let backend = self.shared.backend("fair lock")?;
-        let (outcome, next) = ops::release(backend, &self.keys, &self.core.token).await?;
+        let (outcome, next) = self.node.release(&self.keys, &self.core.token).await?;
         // The next in line may be a task of this client: wake it now rather
         // than when the published message comes back.
         if let (Some(next), Some(w)) = (next, &self.shared.wakeups) {

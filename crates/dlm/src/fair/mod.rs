@@ -16,6 +16,7 @@
 //!
 //! See [`FairLock`] for the entry point and its *Safety* section.
 
+mod batch;
 mod held;
 mod ops;
 
@@ -33,6 +34,7 @@ use crate::services::options::LockOptions;
 use crate::services::replication::replicated;
 use crate::token::Token;
 
+pub(crate) use batch::Node as FairNode;
 pub(crate) use held::FairHeld;
 
 /// What an observer can see of a fair lock ([`FairLock::status`]).
@@ -108,6 +110,8 @@ pub(crate) type FairShared = Shared<FairHeld>;
 #[derive(Debug, Clone)]
 pub struct FairLock {
     shared: Arc<FairShared>,
+    /// The batcher of this client's fair acquires and releases (`None` under Redlock).
+    node: Option<FairNode>,
     name: Arc<str>,
     queue_lease: Duration,
 }
@@ -134,9 +138,10 @@ pub struct FairGuard(Guard<FairHeld>);
 guard_api!(FairGuard, "fair_lock(\"printer\").acquire(&opts)");
 
 impl FairLock {
-    pub(crate) fn new(shared: Arc<FairShared>, name: String) -> Self {
+    pub(crate) fn new(shared: Arc<FairShared>, node: Option<FairNode>, name: String) -> Self {
         FairLock {
             shared,
+            node,
             name: name.into(),
             queue_lease: DEFAULT_QUEUE_LEASE,
         }
@@ -188,9 +193,12 @@ impl FairLock {
     /// # Ok(()) }
     /// ```
     pub async fn release_token(&self, token: &Token) -> Result<()> {
-        let backend = self.shared.backend("fair lock")?;
-        let keys = fair_keys(&self.shared.root, &self.name)?;
-        let (outcome, _) = ops::release(backend, &keys, token).await?;
+        let node = self.node()?;
+        let keys = Arc::new(fair_keys(&self.shared.root, &self.name)?);
+        let (outcome, next) = node.release(&keys, token).await?;
+        if let (Some(next), Some(w)) = (next, &self.shared.wakeups) {
+            w.wake_local(&keys.wake(&next));
+        }
         outcome.into_result(&self.name)
     }
 
@@ -214,6 +222,14 @@ impl FairLock {
             fence: (fence > 0).then_some(crate::token::Fence::new(fence)),
             waiting,
         })
+    }
+
+    /// The client's fair-lock batcher, or why there is none (Redlock).
+    fn node(&self) -> Result<&FairNode> {
+        self.shared.backend("fair lock")?;
+        self.node
+            .as_ref()
+            .ok_or_else(|| Error::protocol("a fair lock without its connection"))
     }
 
     fn validate(&self, opts: &LockOptions) -> Result<()> {
@@ -255,12 +271,12 @@ impl FairLock {
     /// ```
     pub async fn acquire(&self, opts: &LockOptions) -> Result<FairGuard> {
         self.validate(opts)?;
-        let backend = self.shared.backend("fair lock")?;
+        let node = self.node()?;
         let keys = Arc::new(fair_keys(&self.shared.root, &self.name)?);
         let span = tracing::debug_span!("dlm.fair.acquire", name = %self.name, key = %keys.lock);
         replicated("fair lock", opts, |o| {
             let keys = keys.clone();
-            async move { self.acquire_on(backend, keys, &o).await.map(|g| g.0) }
+            async move { self.acquire_on(node, keys, &o).await.map(|g| g.0) }
         })
         .instrument(span)
         .await
@@ -269,7 +285,7 @@ impl FairLock {
 
     async fn acquire_on(
         &self,
-        backend: &crate::backend::Backend,
+        node: &FairNode,
         keys: Arc<FairKeys>,
         opts: &LockOptions,
     ) -> Result<FairGuard> {
@@ -281,12 +297,14 @@ impl FairLock {
         } else {
             Duration::ZERO
         };
-        // Leaves the queue (and releases a grant whose reply was lost) unless disarmed.
+        // Leaves the queue (and releases a grant whose reply was lost) unless
+        // disarmed: behind every attempt of this token that may still reach
+        // Redis (see `batch::Node`).
         let mut entry = Pending::new(
             self.shared.clone(),
-            keys.clone(),
+            Arc::new((node.clone(), keys.clone())),
             token.clone(),
-            |b, k, t| Box::pin(async move { drop(ops::cancel(&b, &k, &t).await) }),
+            |_, k, t| Box::pin(async move { drop(k.0.cancel(&k.1, &t).await) }),
         );
         let channel = keys.wake(token.as_str());
         let wakeups = self.shared.wakeups.as_ref();
@@ -297,13 +315,13 @@ impl FairLock {
         loop {
             let started = Instant::now();
             entry.armed = true;
-            let (err, hint) = match ops::acquire(backend, &keys, &token, opts.ttl, lease).await {
+            let (err, hint) = match node.acquire(&keys, &token, opts.ttl, lease).await {
                 Ok(Attempt::Acquired(fence)) => {
                     entry.armed = false;
                     let core = self
                         .shared
                         .core(self.name.clone(), token, fence, opts.ttl, started);
-                    let held = FairHeld::new(core, keys, self.shared.clone());
+                    let held = FairHeld::new(core, keys, self.shared.clone(), node.clone());
                     tracing::debug!(fence = fence.get(), "acquired");
                     return Ok(FairGuard(Guard::new(Arc::new(held), opts.watchdog)));
                 }

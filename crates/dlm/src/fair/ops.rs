@@ -1,26 +1,26 @@
-//! One Lua script per fair-lock operation; each is a single round trip.
+//! The fair lock's scripts and their replies. Acquire and release are
+//! batched (`fair::batch`: `acquire_many.lua`, `release_many.lua`); cancel
+//! and status are one call each. Each is a single round trip.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{Script, Value};
 
-use crate::backend::{Backend, millis};
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::fair::MAX_WAITERS;
 use crate::keys::FairKeys;
 use crate::services::options::Outcome;
 use crate::token::{Fence, Token};
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 static CANCEL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/cancel.lua")));
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/status.lua")));
 
 pub(crate) fn scripts() -> Vec<&'static Script> {
-    vec![&ACQUIRE, &RELEASE, &CANCEL, &STATUS]
+    let mut scripts = vec![&*CANCEL, &*STATUS];
+    scripts.extend(crate::fair::batch::scripts());
+    scripts
 }
 
 /// What one acquire attempt found.
@@ -37,74 +37,33 @@ pub(crate) enum Attempt {
     Full(usize),
 }
 
-pub(crate) async fn acquire(
-    backend: &Backend,
-    keys: &FairKeys,
-    token: &Token,
-    ttl: Duration,
-    queue_lease: Duration,
-) -> Result<Attempt> {
-    acquire_reply(
-        backend
-            .eval(
-                ACQUIRE
-                    .key(&keys.lock)
-                    .key(&keys.queue)
-                    .key(&keys.timeouts)
-                    .key(&keys.fence)
-                    .arg(token.as_str())
-                    .arg(millis(ttl))
-                    .arg(millis(queue_lease))
-                    .arg(&keys.wake_prefix)
-                    .arg(MAX_WAITERS),
-            )
-            .await?,
-    )
-}
-
-/// acquire.lua: {1, fence}, {0, wait_ms, position} or {-2, max, 0}.
-fn acquire_reply(v: Value) -> Result<Attempt> {
-    let (code, n, position): (i64, i64, i64) = match redis::from_redis_value::<Vec<i64>>(v)?[..] {
-        [code, n] => (code, n, 0),
-        [code, n, p] => (code, n, p),
-        _ => return Err(Error::protocol("fair acquire: unexpected reply length")),
-    };
+/// One lock's entries of an `acquire_many.lua` reply: {1, fence, 0},
+/// {0, wait_ms, position}, {-2, max, 0} or {-3, 0, 0} (`fence`: the
+/// counter that does not hold an integer).
+pub(crate) fn acquire_code(code: i64, n: i64, position: i64, fence: &str) -> Result<Attempt> {
     match code {
         1 => u64::try_from(n)
+            .ok()
+            .filter(|f| *f > 0)
             .map(|f| Attempt::Acquired(Fence::new(f)))
-            .map_err(|_| Error::protocol(format!("negative fencing counter {n}"))),
+            .ok_or_else(|| Error::protocol(format!("fencing counter at {n}"))),
         0 => Ok(Attempt::Queued {
             wait: u64::try_from(n).ok().map(Duration::from_millis),
             position: u64::try_from(position).unwrap_or(0),
         }),
         -2 => Ok(Attempt::Full(usize::try_from(n).unwrap_or(MAX_WAITERS))),
+        -3 => Err(Error::protocol(format!(
+            "the fencing counter {fence:?} does not hold an integer; \
+             a fair lock acquired now would get no fence"
+        ))),
         other => Err(Error::protocol(format!("fair acquire: code {other}"))),
     }
 }
 
-/// Token-checked release; also the token of the waiter it woke, if any.
-pub(crate) async fn release(
-    backend: &Backend,
-    keys: &FairKeys,
-    token: &Token,
-) -> Result<(Outcome, Option<String>)> {
-    release_reply(
-        backend
-            .eval(
-                RELEASE
-                    .key(&keys.lock)
-                    .key(&keys.queue)
-                    .key(&keys.timeouts)
-                    .arg(token.as_str())
-                    .arg(&keys.wake_prefix),
-            )
-            .await?,
-    )
-}
-
-/// release.lua: {code, next waiter or ''}.
-fn release_reply(v: Value) -> Result<(Outcome, Option<String>)> {
-    let (code, next): (i64, String) = redis::from_redis_value(v)?;
+/// One lock's entries of a `release_many.lua` reply: {code, next waiter or ''}.
+pub(crate) fn release_code(code: Value, next: Value) -> Result<(Outcome, Option<String>)> {
+    let code: i64 = redis::from_redis_value(code)?;
+    let next: String = redis::from_redis_value(next)?;
     let outcome = crate::services::held::extend_code(code)?;
     Ok((outcome, Some(next).filter(|n| !n.is_empty())))
 }
@@ -163,28 +122,52 @@ mod tests {
 
     const DECODERS: &[Decoder] = &[
         ("fair status", |v| status_reply(v).is_ok()),
-        ("fair acquire", |v| acquire_reply(v).is_ok()),
-        ("fair release", |v| release_reply(v).is_ok()),
+        ("fair acquire", |v| {
+            redis::from_redis_value::<Vec<i64>>(v).is_ok_and(|c| match c[..] {
+                [code, n, p] => acquire_code(code, n, p, "fence").is_ok(),
+                _ => false,
+            })
+        }),
+        ("fair release", |v| match v {
+            Value::Array(xs) if xs.len() == 2 => {
+                let mut xs = xs.into_iter();
+                match (xs.next(), xs.next()) {
+                    (Some(c), Some(n)) => release_code(c, n).is_ok(),
+                    _ => false,
+                }
+            }
+            _ => false,
+        }),
     ];
 
     decoder_tests!(fuzz_fair_replies, DECODERS);
 
     #[test]
     fn replies_decode() -> Result<()> {
-        let ints = |xs: &[i64]| Value::Array(xs.iter().map(|&x| Value::Int(x)).collect());
         assert_eq!(
-            acquire_reply(ints(&[1, 7]))?,
+            acquire_code(1, 7, 0, "f")?,
             Attempt::Acquired(Fence::new(7))
         );
         assert_eq!(
-            acquire_reply(ints(&[0, -1, 3]))?,
+            acquire_code(0, -1, 3, "f")?,
             Attempt::Queued {
                 wait: None,
                 position: 3
             }
         );
-        assert!(acquire_reply(ints(&[1, -1])).is_err());
-        assert!(acquire_reply(ints(&[])).is_err());
+        assert_eq!(acquire_code(-2, 5, 0, "f")?, Attempt::Full(5));
+        assert!(acquire_code(1, -1, 0, "f").is_err());
+        assert!(acquire_code(-3, 0, 0, "f").is_err());
+        assert!(acquire_code(9, 0, 0, "f").is_err());
+        let next = Value::BulkString(b"tok".to_vec());
+        assert_eq!(
+            release_code(Value::Int(1), next)?,
+            (Outcome::Done, Some("tok".into()))
+        );
+        assert_eq!(
+            release_code(Value::Int(0), Value::BulkString(Vec::new()))?,
+            (Outcome::Expired, None)
+        );
         Ok(())
     }
 }

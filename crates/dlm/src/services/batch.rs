@@ -301,3 +301,56 @@ pub(crate) fn checked(reply: Result<Vec<i64>>, len: usize) -> Result<std::vec::I
     }
     Ok(codes.into_iter())
 }
+
+/// Split a gathered batch into phases that keep its submission order where
+/// it matters: a job that does the other kind of operation (`kind`: e.g.
+/// acquire or release) on a key an earlier job of the current phase touched
+/// starts a new phase, to be sent once the one before has its replies. So a
+/// release never overtakes the acquire it undoes, nor an acquire the release
+/// before it; jobs within one phase have no order between them.
+pub(crate) fn phases<'a, J: 'a>(jobs: Vec<J>, of: impl Fn(&J) -> (&str, bool)) -> Vec<Vec<J>> {
+    use std::hash::BuildHasher;
+    let hasher = std::collections::hash_map::RandomState::new();
+    let mut out = Vec::with_capacity(1);
+    let mut phase: Vec<J> = Vec::with_capacity(jobs.len());
+    // Key hash -> kind in this phase (a collision only splits a phase early).
+    let mut kinds: std::collections::HashMap<u64, bool> = std::collections::HashMap::new();
+    for job in jobs {
+        let (key, kind) = of(&job);
+        let key = hasher.hash_one(key);
+        if kinds.get(&key).is_some_and(|k| *k != kind) {
+            out.push(std::mem::take(&mut phase));
+            kinds.clear();
+        }
+        kinds.insert(key, kind);
+        phase.push(job);
+    }
+    out.push(phase);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::phases;
+
+    #[test]
+    fn phases_split_only_where_a_key_changes_kind() {
+        let jobs = vec![
+            ("a", true),
+            ("b", true),
+            ("a", true),
+            ("b", false),
+            ("c", false),
+            ("b", true),
+        ];
+        let split = phases(jobs, |j| (j.0, j.1));
+        assert_eq!(
+            split,
+            vec![
+                vec![("a", true), ("b", true), ("a", true)],
+                vec![("b", false), ("c", false)],
+                vec![("b", true)],
+            ]
+        );
+    }
+}
