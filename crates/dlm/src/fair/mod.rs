@@ -71,7 +71,9 @@ pub const MAX_WAITERS: usize = 100_000;
 
 /// The fair lock's scripts, loaded when a connection is made.
 pub(crate) fn preloaded_scripts() -> Vec<&'static redis::Script> {
-    ops::scripts()
+    let mut scripts = ops::scripts();
+    scripts.extend(batch::scripts());
+    scripts
 }
 
 /// The client's fair-lock state.

@@ -18,9 +18,7 @@ static CANCEL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scr
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/status.lua")));
 
 pub(crate) fn scripts() -> Vec<&'static Script> {
-    let mut scripts = vec![&*CANCEL, &*STATUS];
-    scripts.extend(crate::fair::batch::scripts());
-    scripts
+    vec![&CANCEL, &STATUS]
 }
 
 /// What one acquire attempt found.
