@@ -20,7 +20,7 @@ use crate::keys::{DEFAULT_KEY_PREFIX, key_root, validate_prefix};
 use crate::lock::{HeldLock, Lock, Locks, MultiLock, Node, Nodes, Quorum, ReleaseAll};
 use crate::metrics::LockNames;
 use crate::queue::Queue;
-use crate::rwlock::{RwLock, RwShared};
+use crate::rwlock::{RwLock, RwNode, RwShared};
 use crate::semaphore::{Semaphore, Semaphores};
 use crate::services::held::{Shared, release_all};
 use crate::services::wakeups::Wakeups;
@@ -55,6 +55,8 @@ struct ClientInner {
     fair_node: Option<FairNode>,
     /// The read-write locks' registry and watchdog.
     rw: Arc<RwShared>,
+    /// The read-write lock's batcher (shared by every `RwLock` of the client).
+    rw_node: RwNode,
     /// The leaderships' registry and watchdog.
     election: Arc<ElectionShared>,
     /// The root of every key (`dlm:`, or the key prefix).
@@ -610,6 +612,7 @@ impl ClientBuilder {
                     background.clone(),
                     root.clone(),
                 ),
+                rw_node: RwNode::new(background.clone()),
                 election: Shared::new(backend, wakeups, background, root.clone()),
                 root,
                 locks,
@@ -742,7 +745,11 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn rwlock(&self, name: impl Into<String>) -> RwLock {
-        RwLock::new(self.inner.rw.clone(), name.into())
+        RwLock::new(
+            self.inner.rw.clone(),
+            self.inner.rw_node.clone(),
+            name.into(),
+        )
     }
 
     /// The leader election named `name`: candidates campaign, one leads

@@ -325,13 +325,13 @@ async fn a_retried_grant_renews_its_lease_and_takes_a_fresh_fence() -> TestResul
     let cases: [(&str, &str, Vec<&str>); 3] = [
         (
             "read share",
-            include_str!("../src/rwlock/scripts/read.lua"),
-            vec!["tok", "1000"],
+            include_str!("../src/rwlock/scripts/acquire_many.lua"),
+            vec!["r", "tok", "1000", "0"],
         ),
         (
             "write lock",
-            include_str!("../src/rwlock/scripts/write.lua"),
-            vec!["tok", "1000", "0"],
+            include_str!("../src/rwlock/scripts/acquire_many.lua"),
+            vec!["w", "tok", "1000", "0"],
         ),
         (
             "fair lock",

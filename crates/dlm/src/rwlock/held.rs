@@ -10,7 +10,8 @@ use crate::backend::millis;
 use crate::error::Result;
 use crate::keys::RwKeys;
 use crate::rwlock::RwShared;
-use crate::rwlock::ops::{self, EXTEND_MANY, Mode};
+use crate::rwlock::batch::Node;
+use crate::rwlock::ops::{EXTEND_MANY, Mode};
 use crate::services::held::{Core, Lease, Shared, batch_backend, verdicts};
 use crate::services::options::Outcome;
 use crate::services::renew::{Due, Renewable, Renewal};
@@ -20,16 +21,25 @@ pub(crate) struct RwHeld {
     core: Core,
     keys: Arc<RwKeys>,
     shared: Arc<RwShared>,
+    /// The batcher its release goes through.
+    node: Node,
     /// The write lock (false: a read share, also after a downgrade).
     write: AtomicBool,
 }
 
 impl RwHeld {
-    pub(crate) fn new(core: Core, keys: Arc<RwKeys>, shared: Arc<RwShared>, mode: Mode) -> Self {
+    pub(crate) fn new(
+        core: Core,
+        keys: Arc<RwKeys>,
+        shared: Arc<RwShared>,
+        node: Node,
+        mode: Mode,
+    ) -> Self {
         RwHeld {
             core,
             keys,
             shared,
+            node,
             write: AtomicBool::new(mode == Mode::Write),
         }
     }
@@ -95,7 +105,9 @@ impl Lease for RwHeld {
 
     async fn release(&self) -> Result<Outcome> {
         let backend = self.shared.backend("rwlock")?;
-        ops::release(backend, &self.keys, self.mode(), &self.core.token).await
+        self.node
+            .release(backend, &self.keys, self.mode(), &self.core.token)
+            .await
     }
 
     async fn extend(&self, ttl: Duration) -> Result<Outcome> {

@@ -17,6 +17,7 @@
 //!
 //! See [`RwLock`] for the entry point and its *Safety* section.
 
+mod batch;
 mod held;
 mod ops;
 
@@ -33,6 +34,7 @@ use crate::services::options::{LockOptions, Outcome};
 use crate::services::replication::replicated;
 use crate::token::{Fence, Token};
 
+pub(crate) use batch::Node as RwNode;
 pub(crate) use held::RwHeld;
 
 /// What an observer can see of a read-write lock ([`RwLock::status`]).
@@ -66,9 +68,18 @@ pub const WRITER_MARKER_LEASE: Duration = Duration::from_secs(3);
 /// The client's read-write-lock state.
 pub(crate) type RwShared = Shared<RwHeld>;
 
+/// What an acquisition that gave up undoes (`cancel.lua`), and the batcher
+/// whose attempts of its token the undo goes behind.
+struct Undo {
+    keys: Arc<crate::keys::RwKeys>,
+    node: RwNode,
+}
+
 /// The read-write lock's scripts, loaded when a connection is made.
 pub(crate) fn preloaded_scripts() -> Vec<&'static redis::Script> {
-    ops::scripts()
+    let mut scripts = ops::scripts();
+    scripts.extend(batch::scripts());
+    scripts
 }
 
 /// A read-write lock on one Redis; cheap to clone. Get one from
@@ -114,6 +125,7 @@ pub(crate) fn preloaded_scripts() -> Vec<&'static redis::Script> {
 #[derive(Debug, Clone)]
 pub struct RwLock {
     shared: Arc<RwShared>,
+    node: RwNode,
     name: Arc<str>,
 }
 
@@ -210,9 +222,10 @@ impl WriteGuard {
 }
 
 impl RwLock {
-    pub(crate) fn new(shared: Arc<RwShared>, name: String) -> Self {
+    pub(crate) fn new(shared: Arc<RwShared>, node: RwNode, name: String) -> Self {
         RwLock {
             shared,
+            node,
             name: name.into(),
         }
     }
@@ -311,12 +324,15 @@ impl RwLock {
         };
         // A waiting writer's marker, or a grant whose reply was lost, to
         // forget in the background when the acquisition gives up.
-        let mut pending = Pending::new(
-            self.shared.clone(),
-            keys.clone(),
-            token.clone(),
-            |b, k, t| Box::pin(async move { drop(ops::cancel(&b, &k, &t).await) }),
-        );
+        // (`cancel.lua` goes behind every attempt of the token that may
+        // still reach Redis: see `batch::Node`.)
+        let undo = Arc::new(Undo {
+            keys: keys.clone(),
+            node: self.node.clone(),
+        });
+        let mut pending = Pending::new(self.shared.clone(), undo, token.clone(), |b, u, t| {
+            Box::pin(async move { u.node.cancel(&b, &u.keys, &t).await })
+        });
         let channel = match mode {
             Mode::Read => keys.readable.clone(),
             Mode::Write => keys.writable.clone(),
@@ -327,7 +343,9 @@ impl RwLock {
             loop {
                 let started = Instant::now();
                 pending.armed = true;
-                let (err, hint) = match ops::acquire(backend, &keys, mode, &token, opts.ttl, marker)
+                let (err, hint) = match self
+                    .node
+                    .acquire(backend, &keys, mode, &token, opts.ttl, marker)
                     .await
                 {
                     Ok(Ok(fence)) => {
@@ -335,7 +353,13 @@ impl RwLock {
                         let core =
                             self.shared
                                 .core(self.name.clone(), token, fence, opts.ttl, started);
-                        let held = RwHeld::new(core, keys.clone(), self.shared.clone(), mode);
+                        let held = RwHeld::new(
+                            core,
+                            keys.clone(),
+                            self.shared.clone(),
+                            self.node.clone(),
+                            mode,
+                        );
                         tracing::debug!(fence = fence.get(), "acquired");
                         if mode == Mode::Read
                             && let Some(w) = wakeups

@@ -12,10 +12,6 @@ use crate::services::held::extend_code;
 use crate::services::options::Outcome;
 use crate::token::{Fence, Token};
 
-static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/read.lua")));
-static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/write.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 static DOWNGRADE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/downgrade.lua")));
 pub(crate) static EXTEND_MANY: LazyLock<Script> =
@@ -24,15 +20,7 @@ static CANCEL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scr
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/status.lua")));
 
 pub(crate) fn scripts() -> Vec<&'static Script> {
-    vec![
-        &READ,
-        &WRITE,
-        &RELEASE,
-        &DOWNGRADE,
-        &EXTEND_MANY,
-        &CANCEL,
-        &STATUS,
-    ]
+    vec![&DOWNGRADE, &EXTEND_MANY, &CANCEL, &STATUS]
 }
 
 /// A read share or the write lock.
@@ -55,35 +43,9 @@ impl Mode {
 /// (`None`: a writer without expiry).
 pub(crate) type Attempt = std::result::Result<Fence, Option<Duration>>;
 
-/// One read or write attempt; `marker` is a waiting writer's marker lease
-/// (zero: leave none).
-pub(crate) async fn acquire(
-    backend: &Backend,
-    keys: &RwKeys,
-    mode: Mode,
-    token: &Token,
-    ttl: Duration,
-    marker: Duration,
-) -> Result<Attempt> {
-    let script = match mode {
-        Mode::Read => &READ,
-        Mode::Write => &WRITE,
-    };
-    let mut inv = script.key(&keys.writer);
-    inv.key(&keys.readers)
-        .key(&keys.waiting)
-        .key(&keys.fence)
-        .arg(token.as_str())
-        .arg(millis(ttl));
-    if mode == Mode::Write {
-        inv.arg(millis(marker));
-    }
-    acquire_reply(backend.eval(&inv).await?)
-}
-
-/// read.lua / write.lua: {1, fence} or {0, wait_ms}.
-fn acquire_reply(v: Value) -> Result<Attempt> {
-    let (code, n): (i64, i64) = redis::from_redis_value(v)?;
+/// One attempt's two entries of an `acquire_many.lua` reply: `1, fence` or
+/// `0, wait_ms`.
+pub(crate) fn acquire_reply(code: i64, n: i64) -> Result<Attempt> {
     match code {
         1 => u64::try_from(n)
             .map(|f| Ok(Fence::new(f)))
@@ -91,27 +53,6 @@ fn acquire_reply(v: Value) -> Result<Attempt> {
         0 => Ok(Err(u64::try_from(n).ok().map(Duration::from_millis))),
         other => Err(Error::protocol(format!("rwlock acquire: code {other}"))),
     }
-}
-
-pub(crate) async fn release(
-    backend: &Backend,
-    keys: &RwKeys,
-    mode: Mode,
-    token: &Token,
-) -> Result<Outcome> {
-    let code: i64 = backend
-        .eval(
-            RELEASE
-                .key(&keys.writer)
-                .key(&keys.readers)
-                .key(&keys.waiting)
-                .arg(token.as_str())
-                .arg(mode.arg())
-                .arg(&keys.readable)
-                .arg(&keys.writable),
-        )
-        .await?;
-    extend_code(code)
 }
 
 pub(crate) async fn downgrade(
@@ -187,22 +128,17 @@ mod tests {
     use super::*;
     use crate::services::props::{Decoder, decoder_tests};
 
-    const DECODERS: &[Decoder] = &[
-        ("rw status", |v| status_reply(v).is_ok()),
-        ("rw acquire", |v| acquire_reply(v).is_ok()),
-    ];
+    const DECODERS: &[Decoder] = &[("rw status", |v| status_reply(v).is_ok())];
 
     decoder_tests!(fuzz_rw_replies, DECODERS);
 
     #[test]
     fn replies_decode() -> Result<()> {
-        let ints = |xs: &[i64]| Value::Array(xs.iter().map(|&x| Value::Int(x)).collect());
-        assert_eq!(acquire_reply(ints(&[1, 4]))?, Ok(Fence::new(4)));
-        assert_eq!(
-            acquire_reply(ints(&[0, 15]))?,
-            Err(Some(Duration::from_millis(15)))
-        );
-        assert!(acquire_reply(ints(&[1, -3])).is_err());
+        assert_eq!(acquire_reply(1, 4)?, Ok(Fence::new(4)));
+        assert_eq!(acquire_reply(0, 15)?, Err(Some(Duration::from_millis(15))));
+        assert_eq!(acquire_reply(0, -1)?, Err(None));
+        assert!(acquire_reply(1, -3).is_err());
+        assert!(acquire_reply(2, 0).is_err());
         Ok(())
     }
 }
