@@ -25,7 +25,7 @@ use crate::fair::ops::{Attempt, acquire_code, cancel, release_code};
 use crate::keys::{FairKeys, slot};
 use crate::services::batch::{BatchJob, Batcher, phases};
 use crate::services::options::Outcome;
-use crate::services::outstanding::{InFlight, Unanswered};
+use crate::services::outstanding::InFlight;
 use crate::token::Token;
 
 static ACQUIRE_MANY: LazyLock<Script> =
@@ -112,24 +112,10 @@ impl Node {
         };
         // Until the call returns with its answer, the job may outlive it: a
         // call that ends on its deadline or is dropped (cancelled) leaves it
-        // outstanding until it is answered (`Unanswered::drop`).
-        let mut waiting = Unanswered::new(&self.in_flight, token, rx);
-        let r = match waiting.reply.as_mut() {
-            Some(rx) => self.batcher().submit_keeping(job, rx, timeout).await,
-            None => Err((Error::protocol("an acquire without its reply"), false)),
-        };
-        match r {
-            Ok(attempt) => {
-                waiting.reply = None;
-                Ok(attempt)
-            }
-            Err((e, unanswered)) => {
-                if !unanswered {
-                    waiting.reply = None;
-                }
-                Err(e)
-            }
-        }
+        // outstanding until it is answered.
+        self.batcher()
+            .submit_outstanding(job, rx, timeout, &self.in_flight, token)
+            .await
     }
 
     /// One token-checked release (waking the next in line), batched with

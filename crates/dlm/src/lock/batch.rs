@@ -21,7 +21,7 @@ use crate::keys::{FENCE_FLOOR, LockKeys, slot};
 use crate::lock::Outcome;
 use crate::lock::ops::{Attempt, acquire_reply, release_reply};
 use crate::services::batch::{BatchJob, Batcher, checked};
-use crate::services::outstanding::{InFlight, Unanswered};
+use crate::services::outstanding::InFlight;
 use crate::token::{Fence, Token};
 
 static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| {
@@ -153,24 +153,10 @@ impl Node {
         };
         // Until the call returns with its answer, the job may outlive it: a
         // call that ends on its deadline or is dropped (cancelled) leaves it
-        // outstanding until it is answered (`Unanswered::drop`).
-        let mut waiting = Unanswered::new(&self.in_flight, token, rx);
-        let r = match waiting.reply.as_mut() {
-            Some(rx) => self.batcher().submit_keeping(job, rx, timeout).await,
-            None => Err((Error::protocol("an acquire without its reply"), false)),
-        };
-        match r {
-            Ok(attempt) => {
-                waiting.reply = None;
-                Ok(attempt)
-            }
-            Err((e, unanswered)) => {
-                if !unanswered {
-                    waiting.reply = None;
-                }
-                Err(e)
-            }
-        }
+        // outstanding until it is answered.
+        self.batcher()
+            .submit_outstanding(job, rx, timeout, &self.in_flight, token)
+            .await
     }
 
     /// One token-checked release, batched with whatever else is pending.

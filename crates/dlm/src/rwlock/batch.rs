@@ -23,7 +23,7 @@ use crate::rwlock::ops::{self, Attempt, Mode};
 use crate::services::batch::{BatchJob, Batcher, checked};
 use crate::services::held::extend_code;
 use crate::services::options::Outcome;
-use crate::services::outstanding::{InFlight, Unanswered};
+use crate::services::outstanding::InFlight;
 use crate::token::Token;
 
 static ACQUIRE_MANY: LazyLock<Script> =
@@ -98,24 +98,10 @@ impl Node {
         };
         // Until the call returns with its answer, the job may outlive it: a
         // call that ends on its deadline or is dropped (cancelled) leaves it
-        // outstanding until it is answered (`Unanswered::drop`).
-        let mut waiting = Unanswered::new(&self.in_flight, token, rx);
-        let r = match waiting.reply.as_mut() {
-            Some(rx) => self.batcher(backend).submit_keeping(job, rx, timeout).await,
-            None => Err((Error::protocol("an acquire without its reply"), false)),
-        };
-        match r {
-            Ok(attempt) => {
-                waiting.reply = None;
-                Ok(attempt)
-            }
-            Err((e, unanswered)) => {
-                if !unanswered {
-                    waiting.reply = None;
-                }
-                Err(e)
-            }
-        }
+        // outstanding until it is answered.
+        self.batcher(backend)
+            .submit_outstanding(job, rx, timeout, &self.in_flight, token)
+            .await
     }
 
     /// One token-checked release of a read share or the write lock,

@@ -26,6 +26,8 @@ use tokio::sync::oneshot;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::services::outstanding::{InFlight, Unanswered};
+use crate::token::Token;
 
 /// Batches on the wire at once; while they are, new requests gather.
 pub(crate) const MAX_IN_FLIGHT: usize = 4;
@@ -113,6 +115,31 @@ impl<J: BatchJob> Batcher<J> {
         self.submit_keeping(job, &mut rx, timeout)
             .await
             .map_err(|(e, _)| e)
+    }
+
+    /// [`Batcher::submit`] for a request that may set `token` in Redis: if
+    /// the call ends before its answer (its deadline passed, or its future
+    /// was dropped), the request stays outstanding in `in_flight` until it
+    /// is answered, so that an undo of `token` goes behind it (see
+    /// [`crate::services::outstanding`]).
+    pub(crate) async fn submit_outstanding<T: Send + 'static>(
+        &self,
+        job: J,
+        rx: oneshot::Receiver<Result<T>>,
+        timeout: Duration,
+        in_flight: &InFlight,
+        token: &Token,
+    ) -> Result<T> {
+        let mut waiting = Unanswered::new(in_flight, token, rx);
+        let r = match waiting.reply.as_mut() {
+            Some(rx) => self.submit_keeping(job, rx, timeout).await,
+            None => Err((Error::protocol("a request without its reply"), false)),
+        };
+        // Answered (or never sent): nothing is left on its way.
+        if !matches!(r, Err((_, true))) {
+            waiting.reply = None;
+        }
+        r.map_err(|(e, _)| e)
     }
 
     /// [`Batcher::submit`] with the receiver of the job's reply left with
