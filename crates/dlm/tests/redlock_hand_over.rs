@@ -51,6 +51,7 @@ async fn waiter(
 /// waiter's: the lock was never free in between, and the waiter's guard
 /// holds it by that token.
 #[tokio::test(flavor = "current_thread")]
+#[ignore = "the Redlock hand-over is switched off (see Lock::enlist)"]
 async fn a_release_hands_the_lock_to_a_waiting_task_on_every_node() -> TestResult {
     let nodes = RedisServer::start_many(5)?;
     let c = redlock(&nodes, Duration::from_secs(1)).await;
@@ -89,6 +90,7 @@ async fn a_release_hands_the_lock_to_a_waiting_task_on_every_node() -> TestResul
 /// holds the lock; once thawed, the frozen node's share ends too, and the
 /// waiter's release leaves nothing behind.
 #[tokio::test(flavor = "current_thread")]
+#[ignore = "the Redlock hand-over is switched off (see Lock::enlist)"]
 async fn a_frozen_node_does_not_stop_a_hand_over() -> TestResult {
     let nodes = RedisServer::start_many(5)?;
     let c = redlock(&nodes, Duration::from_secs(1)).await;
