@@ -316,7 +316,7 @@ async fn acquire_script(backend: &Backend, jobs: Vec<Job>) {
         }
     }
     cmd.arg(MAX_WAITERS);
-    let reply: Result<Vec<i64>> = backend
+    let reply: Result<Vec<Value>> = backend
         .evalsha_within(max_timeout(&jobs), &ACQUIRE_MANY, &cmd)
         .await;
     let mut codes = match checked(reply, 3 * n) {
@@ -329,12 +329,28 @@ async fn acquire_script(backend: &Backend, jobs: Vec<Job>) {
     for job in jobs {
         if let Job::Acquire { keys, reply, .. } = job {
             let r = match (codes.next(), codes.next(), codes.next()) {
-                (Some(code), Some(n), Some(pos)) => acquire_code(code, n, pos, &keys.fence),
+                (Some(code), Some(n), Some(pos)) => acquire_reply(code, n, pos, &keys.fence),
                 _ => Err(Error::protocol("short fair acquire_many reply")),
             };
             let _ = reply.send(r);
         }
     }
+}
+
+/// One lock's entries of an `acquire_many.lua` reply: the codes of
+/// [`acquire_code`], or {-4, message, 0} for a Redis error on that lock alone.
+fn acquire_reply(code: Value, n: Value, pos: Value, fence: &str) -> Result<Attempt> {
+    let code: i64 = redis::from_redis_value(code)?;
+    if code == -4 {
+        let message: String = redis::from_redis_value(n)?;
+        return Err(Error::protocol(format!("fair acquire: {message}")));
+    }
+    acquire_code(
+        code,
+        redis::from_redis_value(n)?,
+        redis::from_redis_value(pos)?,
+        fence,
+    )
 }
 
 /// The reply's codes, or an error when it does not have `len` of them.

@@ -58,10 +58,16 @@ pub(crate) fn acquire_code(code: i64, n: i64, position: i64, fence: &str) -> Res
     }
 }
 
-/// One lock's entries of a `release_many.lua` reply: {code, next waiter or ''}.
+/// One lock's entries of a `release_many.lua` reply: {code, next waiter or
+/// ''}, or {-4, message} for a Redis error on that lock alone.
 pub(crate) fn release_code(code: Value, next: Value) -> Result<(Outcome, Option<String>)> {
     let code: i64 = redis::from_redis_value(code)?;
     let next: String = redis::from_redis_value(next)?;
+    if code == -4 {
+        // Released, but a Redis error on this lock stopped its wake-up (as it
+        // stopped a lone release before batching).
+        return Err(Error::protocol(format!("fair release: {next}")));
+    }
     let outcome = crate::services::held::extend_code(code)?;
     Ok((outcome, Some(next).filter(|n| !n.is_empty())))
 }

@@ -30,6 +30,11 @@
 --             -2, max, 0       the queue is full
 --             -3, 0, 0         granted, but the fencing counter does not hold an integer (no fence;
 --                              the client counts the attempt as failed and cancels it)
+--             -4, message, 0   a Redis error (e.g. WRONGTYPE on a damaged key) while deciding this
+--                              lock: its writes so far stay, as a lone call's would, and the other
+--                              locks of the batch are decided regardless (a redis.call error would
+--                              abort the whole script: every lock reported failed, earlier ones
+--                              granted in Redis nonetheless)
 local max = tonumber(ARGV[#ARGV])
 local now
 local function clock()
@@ -52,7 +57,7 @@ local function grant(i, counter)
   g[#g + 1] = i
   out[3 * i - 2], out[3 * i - 1], out[3 * i] = 1, 0, 0
 end
-for i = 1, (#ARGV - 1) / 4 do
+local function decide(i)
   local lock, queue, timeouts = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1]
   local me, ttl, lease, wake = ARGV[4 * i - 3], ARGV[4 * i - 2], tonumber(ARGV[4 * i - 1]), ARGV[4 * i]
   local head = redis.call('LINDEX', queue, 0)
@@ -127,6 +132,14 @@ for i = 1, (#ARGV - 1) / 4 do
         out[3 * i - 2], out[3 * i - 1], out[3 * i] = 0, wait, pos + 1
       end
     end
+  end
+end
+for i = 1, (#ARGV - 1) / 4 do
+  -- grant(i) is the last step of a grant: an error is never raised after it
+  local ok, err = pcall(decide, i)
+  if not ok then
+    if type(err) == 'table' then err = err.err end
+    out[3 * i - 2], out[3 * i - 1], out[3 * i] = -4, tostring(err), 0
   end
 end
 for _, counter in ipairs(counters) do

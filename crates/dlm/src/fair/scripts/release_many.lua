@@ -18,6 +18,9 @@
 --             1, next  released; next = the token of the waiter woken ('' when none waits)
 --             0, ''    the key is gone: that lock had expired
 --             -1, ''   the key holds another owner's token
+--             -4, msg  released, but a Redis error (e.g. WRONGTYPE on a damaged queue) stopped
+--                      the wake-up, as it would have stopped a lone call; the other locks of the
+--                      batch are released and woken regardless
 local n = #KEYS / 3
 local values
 if n == 1 then
@@ -56,24 +59,31 @@ if #gone == 0 then
 end
 redis.call('DEL', unpack(gone))
 local now
+local function wake(i)
+  local queue, timeouts = KEYS[3 * i - 1], KEYS[3 * i]
+  for _ = 1, 1000 do
+    local head = redis.call('LINDEX', queue, 0)
+    if not head then break end
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local deadline = tonumber(redis.call('ZSCORE', timeouts, head))
+    if deadline and deadline > now then
+      redis.call('PUBLISH', ARGV[2 * i] .. head, '1')
+      out[2 * i] = head
+      break
+    end
+    redis.call('LPOP', queue)
+    redis.call('ZREM', timeouts, head)
+  end
+end
 for i = 1, n do
   if out[2 * i - 1] == 1 then
-    local queue, timeouts = KEYS[3 * i - 1], KEYS[3 * i]
-    for _ = 1, 1000 do
-      local head = redis.call('LINDEX', queue, 0)
-      if not head then break end
-      if not now then
-        local t = redis.call('TIME')
-        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-      end
-      local deadline = tonumber(redis.call('ZSCORE', timeouts, head))
-      if deadline and deadline > now then
-        redis.call('PUBLISH', ARGV[2 * i] .. head, '1')
-        out[2 * i] = head
-        break
-      end
-      redis.call('LPOP', queue)
-      redis.call('ZREM', timeouts, head)
+    local ok, err = pcall(wake, i)
+    if not ok then
+      if type(err) == 'table' then err = err.err end
+      out[2 * i - 1], out[2 * i] = -4, tostring(err)
     end
   end
 end
