@@ -420,3 +420,49 @@ async fn a_downgrade_is_not_overtaken_by_a_given_up_attempt_of_its_own_acquisiti
     drop(read);
     Ok(())
 }
+
+/// A Lua error of one job fails every job of its call: a lock whose key
+/// holds something else (here: `bad`'s readers key is a string, WRONGTYPE)
+/// makes an unrelated lock's read, batched into the same
+/// `acquire_many.lua` call, fail with that error, where the one-operation
+/// scripts failed only the attempt on `bad`. (Its grant, if made before the
+/// error, is undone by the acquisition's cancel; but the caller of `good`
+/// gets a non-retryable error for a lock that is free.)
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "open finding (review 2): a Lua error fails the whole batched call; every batcher \
+            (mutex, fair lock, read-write lock) shares it, fixing it needs per-job error replies"]
+async fn a_broken_lock_does_not_fail_another_lock_batched_with_it() -> TestResult {
+    let s = server();
+    let c = dlm::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .connect(&s.url())
+        .await?;
+    c.rwlock("warm").write(&ttl(1000)).await?.release().await?;
+    s.command(&["SET", "dlm:rw:{bad}:readers", "not a sorted set"])?;
+    s.pause()?;
+    let fill = {
+        let rw = c.rwlock("fill");
+        tokio::spawn(async move { rw.write(&ttl(20_000)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    // Both submit before either leader drains the queue: one call.
+    let good = {
+        let rw = c.rwlock("good");
+        tokio::spawn(async move { rw.read(&ttl(20_000)).await })
+    };
+    let bad = {
+        let rw = c.rwlock("bad");
+        tokio::spawn(async move { rw.read(&ttl(20_000)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    s.resume()?;
+    let _ = fill.await?;
+    let bad = bad.await?;
+    let good = good.await?;
+    assert!(bad.is_err(), "the broken lock's read fails: {bad:?}");
+    assert!(
+        good.is_ok(),
+        "a read of the free lock `good` failed because it shared a call with `bad`: {good:?}"
+    );
+    Ok(())
+}
