@@ -145,6 +145,24 @@ impl Node {
             .await
     }
 
+    /// Wait, within the client's deadline, until no attempt of `token` may
+    /// still reach Redis, for an operation on the lock that must not be
+    /// overtaken by one (`downgrade.lua`: a late write attempt of the token
+    /// would find the token's read share, and leave a waiting marker for
+    /// nobody, or, the share gone, the write lock): what is left of the
+    /// deadline, or [`Error::Timeout`].
+    pub(crate) async fn behind_attempts(
+        &self,
+        backend: &Backend,
+        token: &Token,
+    ) -> Result<Duration> {
+        let timeout = backend.timeout();
+        self.in_flight
+            .behind(token, timeout)
+            .await
+            .map_err(|_| Error::Timeout(timeout))
+    }
+
     /// Forget an acquisition that gave up (`cancel.lua`): behind every
     /// attempt of its token that may still reach Redis, within the client's
     /// deadline; past it, once they are answered, in the background.

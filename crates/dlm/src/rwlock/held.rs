@@ -56,6 +56,11 @@ impl RwHeld {
         &self.keys
     }
 
+    /// The batcher its acquisition went through.
+    pub(crate) fn node(&self) -> &Node {
+        &self.node
+    }
+
     /// The write lock became a read share (after downgrade.lua said so).
     pub(crate) fn downgraded(&self) {
         self.write.store(false, Ordering::Release);

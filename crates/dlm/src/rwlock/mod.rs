@@ -185,7 +185,10 @@ impl WriteGuard {
     /// waits). The share keeps the token, fence, TTL and watchdog.
     ///
     /// Errors: [`Error::Expired`] / [`Error::NotHeld`] when the write lock
-    /// was not ours any more (nothing changed in Redis).
+    /// was not ours any more (nothing changed in Redis); [`Error::Timeout`]
+    /// when an earlier attempt of this acquisition whose call gave up was
+    /// still on its way to Redis at the deadline (the downgrade waits behind
+    /// it; the write lock is then released behind it, as on a dropped guard).
     ///
     /// ```no_run
     /// # async fn demo(client: dlm::Client) -> dlm::Result<()> {
@@ -199,8 +202,12 @@ impl WriteGuard {
         let held = self.0.held().clone();
         let core = held.core();
         let backend = held.shared().backend("rwlock")?;
+        // Behind every attempt of the acquisition that may still reach
+        // Redis (one whose call gave up, in a later phase of its batch):
+        // after the downgrade it would find our own read share.
+        let left = held.node().behind_attempts(backend, &core.token).await?;
         let started = Instant::now();
-        let outcome = ops::downgrade(backend, held.keys(), &core.token, core.ttl).await?;
+        let outcome = ops::downgrade(backend, held.keys(), &core.token, core.ttl, left).await?;
         if outcome != Outcome::Done {
             core.lease.mark_lost();
             return outcome.into_result(&core.name).map(|()| ReadGuard(self.0));

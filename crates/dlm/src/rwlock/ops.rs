@@ -60,9 +60,11 @@ pub(crate) async fn downgrade(
     keys: &RwKeys,
     token: &Token,
     ttl: Duration,
+    timeout: Duration,
 ) -> Result<Outcome> {
     let code: i64 = backend
-        .eval(
+        .eval_within(
+            timeout,
             DOWNGRADE
                 .key(&keys.writer)
                 .key(&keys.readers)
