@@ -51,7 +51,6 @@ async fn waiter(
 /// waiter's: the lock was never free in between, and the waiter's guard
 /// holds it by that token.
 #[tokio::test(flavor = "current_thread")]
-#[ignore = "the Redlock hand-over is switched off (see Lock::enlist)"]
 async fn a_release_hands_the_lock_to_a_waiting_task_on_every_node() -> TestResult {
     let nodes = RedisServer::start_many(5)?;
     let c = redlock(&nodes, Duration::from_secs(1)).await;
@@ -90,7 +89,6 @@ async fn a_release_hands_the_lock_to_a_waiting_task_on_every_node() -> TestResul
 /// holds the lock; once thawed, the frozen node's share ends too, and the
 /// waiter's release leaves nothing behind.
 #[tokio::test(flavor = "current_thread")]
-#[ignore = "the Redlock hand-over is switched off (see Lock::enlist)"]
 async fn a_frozen_node_does_not_stop_a_hand_over() -> TestResult {
     let nodes = RedisServer::start_many(5)?;
     let c = redlock(&nodes, Duration::from_secs(1)).await;
@@ -156,5 +154,53 @@ async fn a_hand_over_to_a_minority_grants_nothing() -> TestResult {
     );
     next.release().await?;
     assert!(c.settle(Duration::from_secs(5)).await);
+    Ok(())
+}
+
+/// A majority frozen past the hand-over's per-node timeout (1% of the
+/// waiter's 20 s TTL: 200 ms), thawed before the release's own timeout: the
+/// hand-over fails, but its requests land late on the thawed nodes, moving
+/// them from our token to the waiter's. The release must count those nodes
+/// as released by us (and free them of the waiter's token, which nobody
+/// will take), not report `NotHeld` for a lock that was ours, as it did in
+/// CI (`redlock.rs` mutual_exclusion_across_five_nodes); and the waiter gets
+/// the lock by itself afterwards.
+#[tokio::test(flavor = "current_thread")]
+async fn a_hand_over_that_lands_late_is_a_release_of_ours() -> TestResult {
+    let nodes = std::sync::Arc::new(RedisServer::start_many(5)?);
+    let c = redlock(&nodes, Duration::from_secs(4)).await;
+    let key = c.lock("l").key()?;
+    let first = c.lock("l").acquire(&ttl(20_000)).await?;
+    let next = waiter(&c, "l", Duration::from_secs(20)).await;
+    for n in &nodes[2..] {
+        n.pause()?;
+    }
+    let frozen = nodes.clone();
+    let thaw = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        frozen[2..]
+            .iter()
+            .map(RedisServer::resume)
+            .collect::<Result<Vec<_>, _>>()
+    });
+    let released = first.release().await;
+    thaw.join().expect("the thaw thread")?;
+    let released = released?;
+    assert!(
+        released.confirmed >= 3,
+        "a majority no longer holds our token: {released:?}"
+    );
+    let next = next.await??;
+    let now = values(&nodes, &key);
+    assert!(
+        now.iter().filter(|v| *v == next.token().as_str()).count() >= 3
+            && now
+                .iter()
+                .all(|v| v.is_empty() || v == next.token().as_str()),
+        "the waiter holds a majority, and no other token is left: {now:?}"
+    );
+    next.release().await?;
+    assert!(c.settle(Duration::from_secs(5)).await);
+    assert!(values(&nodes, &key).iter().all(String::is_empty));
     Ok(())
 }

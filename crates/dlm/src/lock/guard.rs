@@ -210,10 +210,11 @@ impl LockGuard {
 /// Release a held lock (by `release()` or on drop): handed straight to a
 /// waiting task of this client when there is one, else released everywhere.
 async fn release_held(held: &Held) -> Result<ReleaseOutcome> {
-    if let Some(r) = hand_over(held).await? {
-        return Ok(r);
-    }
-    let released = release_everywhere(held).await;
+    let released = match hand_over(held).await? {
+        HandOver::Handed(r) => return Ok(r),
+        HandOver::Failed(released) => released,
+        HandOver::NotTried => release_everywhere(held).await,
+    };
     // The release publishes a wake-up only when a waiter left its marker in
     // Redis; this client's own waiters (which queue behind one another
     // without trying Redis) are woken here, without a round trip.
@@ -247,11 +248,23 @@ async fn release_everywhere(held: &Held) -> Result<ReleaseOutcome> {
     }
 }
 
-/// On one Redis, when a task of this client waits for the lock, hand it over
-/// directly (one round trip, nobody cuts in); `None`: release normally.
-async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
+/// What [`hand_over`] did.
+enum HandOver {
+    /// The lock is the waiting task's now.
+    Handed(ReleaseOutcome),
+    /// Redlock: too few nodes handed over; the lock was released on every
+    /// node instead (counting a node whose hand-over landed as released by
+    /// us), and this is that release's outcome.
+    Failed(Result<ReleaseOutcome>),
+    /// No hand-over was made: release normally.
+    NotTried,
+}
+
+/// When a task of this client waits for the lock, hand it over directly
+/// (one round trip per node, nobody cuts in).
+async fn hand_over(held: &Held) -> Result<HandOver> {
     let Some(wakeups) = &held.locks.wakeups else {
-        return Ok(None);
+        return Ok(HandOver::NotTried);
     };
     // An acquire of this token may still be on its way: the normal
     // release waits for it; a hand-over would overtake it.
@@ -262,10 +275,10 @@ async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
         .iter()
         .any(|n| n.unsettled(&held.token))
     {
-        return Ok(None);
+        return Ok(HandOver::NotTried);
     }
     let Some(next) = wakeups.next_baton(&held.keys.channel) else {
-        return Ok(None);
+        return Ok(HandOver::NotTried);
     };
     let started = Instant::now();
     let (fence, confirmed, nodes) = match &held.locks.nodes {
@@ -280,19 +293,21 @@ async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
             .await?
             else {
                 // Not ours any more: the normal release tells expired from taken.
-                return Ok(None);
+                return Ok(HandOver::NotTried);
             };
             (fence, 1, 1)
         }
         Nodes::Quorum(q) => {
-            let Some(confirmed) = hand_over_quorum(held, q, &next, started).await else {
-                // Too few nodes handed over: out of the queue (its token may
-                // be set on some nodes, and is released there in the
-                // background), woken to try on its own; the normal release
-                // frees the rest.
-                wakeups.handed(&held.keys.channel, &next);
-                next.notify_void();
-                return Ok(None);
+            let confirmed = match hand_over_quorum(held, q, &next, started).await {
+                Ok(confirmed) => confirmed,
+                Err(released) => {
+                    // Too few nodes handed over: out of the queue (its token
+                    // was released wherever it landed), woken to try on its
+                    // own.
+                    wakeups.handed(&held.keys.channel, &next);
+                    next.notify_void();
+                    return Ok(HandOver::Failed(released));
+                }
             };
             // Redlock has no fence; the grant's is not read.
             (Fence::new(0), confirmed, q.backends.len())
@@ -321,7 +336,7 @@ async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
         });
     }
     tracing::debug!(name = %held.name, confirmed, nodes, "handed over to a waiting task");
-    Ok(Some(ReleaseOutcome {
+    Ok(HandOver::Handed(ReleaseOutcome {
         outcome: Outcome::Done,
         confirmed,
         nodes,
@@ -332,7 +347,8 @@ async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
 /// the per-node timeout, decided as soon as a majority handed over (or so
 /// many failed that no majority can): the number of nodes that moved the lock
 /// from our token to the successor's, when that is a majority within the
-/// successor's validity (`started` + its TTL - drift), else `None`.
+/// successor's validity (`started` + its TTL - drift); else the lock is
+/// released on every node and `Err` holds that release's outcome.
 ///
 /// Why a majority so handed over is a grant like an acquire's: each node
 /// moves from our token to the successor's atomically, and only while it
@@ -343,19 +359,23 @@ async fn hand_over(held: &Held) -> Result<Option<ReleaseOutcome>> {
 /// acquire attempts never send (see `Lock::enlist`), so no late release of a
 /// failed attempt can delete it.
 ///
-/// The requests still out when it is decided finish in the background
-/// (tracked); each was written to its node's connection at once (no batch),
-/// so a later release of either token there goes behind it. Every node
+/// Each request was written to its node's connection at once (no batch), so
+/// a later release of either token there goes behind it. On success, the
+/// requests still out finish in the background (tracked), and every node
 /// that did not confirm is then released of our token (token-checked: one
-/// whose hand-over landed is left alone); on a failure, every node of the
-/// successor's token too, since the successor will not take it and leaves
-/// the queue.
+/// whose hand-over landed is left alone). On a failure, every request is
+/// waited for (each is bounded by the per-node timeout), and then every node
+/// is released here, before the release reports (see
+/// [`release_failed_hand_over`]): a hand-over that landed after its reply's
+/// timeout moved that node from our token to the successor's, so a plain
+/// release of our token would find the successor's and report `NotHeld` for a
+/// lock that was ours.
 async fn hand_over_quorum(
     held: &Held,
     q: &crate::lock::nodes::Quorum,
     next: &Arc<crate::services::wakeups::Baton>,
     started: Instant,
-) -> Option<usize> {
+) -> std::result::Result<usize, Result<ReleaseOutcome>> {
     use futures_util::StreamExt;
     let timeout = q.node_timeout(next.ttl(), held.node_timeout);
     let n = q.backends.len();
@@ -377,10 +397,8 @@ async fn hand_over_quorum(
         })
         .collect();
     let mut handed_on = vec![false; n];
-    let mut replied = vec![false; n];
     let (mut confirmed, mut failed) = (0, 0);
     while let Some((i, ok)) = pending.next().await {
-        replied[i] = true;
         handed_on[i] = ok;
         if ok {
             confirmed += 1;
@@ -394,28 +412,70 @@ async fn hand_over_quorum(
     let valid_until = started + next.ttl().saturating_sub(drift(next.ttl()));
     let handed = confirmed >= q.needed() && Instant::now() < valid_until;
     let (ours, theirs) = (held.token.clone(), next.token().clone());
-    let nodes = q.backends.clone();
     let release_timeout = timeout.max(held.locks.nodes.timeout() / 4);
-    let keys = held.keys.clone();
-    q.background.spawn(async move {
-        while let Some((i, ok)) = pending.next().await {
-            handed_on[i] = ok;
-        }
-        let releases = nodes.iter().zip(&handed_on).map(|(node, on)| {
-            let (keys, ours, theirs) = (keys.clone(), ours.clone(), theirs.clone());
-            let on = *on;
-            async move {
-                if !on {
-                    let _ = batch::release(node, &keys, &ours, release_timeout).await;
-                }
-                if !handed {
-                    let _ = batch::release(node, &keys, &theirs, release_timeout).await;
-                }
+    if handed {
+        let nodes = q.backends.clone();
+        let keys = held.keys.clone();
+        q.background.spawn(async move {
+            while let Some((i, ok)) = pending.next().await {
+                handed_on[i] = ok;
             }
+            let releases = nodes
+                .iter()
+                .zip(&handed_on)
+                .filter(|(_, on)| !**on)
+                .map(|(node, _)| batch::release(node, &keys, &ours, release_timeout));
+            futures_util::future::join_all(releases).await;
         });
-        futures_util::future::join_all(releases).await;
+        return Ok(confirmed);
+    }
+    while let Some((i, ok)) = pending.next().await {
+        handed_on[i] = ok;
+    }
+    let releases = q.backends.iter().zip(&handed_on).map(|(node, on)| {
+        release_failed_hand_over(node, &held.keys, &ours, &theirs, *on, release_timeout)
     });
-    handed.then_some(confirmed)
+    let replies = futures_util::future::join_all(releases).await;
+    let released = replies
+        .iter()
+        .filter(|r| matches!(r, Ok(Outcome::Done)))
+        .count();
+    Err(q
+        .verdict(&held.name, &replies, true)
+        .map(|outcome| ReleaseOutcome {
+            outcome,
+            confirmed: released,
+            nodes: n,
+        }))
+}
+
+/// One node of a failed Redlock hand-over, released: `Done` when our token
+/// left it, either released now or moved to the successor's by the
+/// hand-over (answered in time, `handed_on`, or landed after its timeout),
+/// whose token is then released too, since the successor will not take it.
+/// Both releases are token-checked and go behind the hand-over on the node's
+/// connection; the successor's token is one only the hand-over sets (see
+/// `Lock::enlist`), so finding it there means our hand-over landed.
+async fn release_failed_hand_over(
+    node: &crate::lock::batch::Node,
+    keys: &Arc<crate::keys::LockKeys>,
+    ours: &Token,
+    theirs: &Token,
+    handed_on: bool,
+    timeout: Duration,
+) -> Result<Outcome> {
+    if handed_on {
+        let _ = batch::release(node, keys, theirs, timeout).await;
+        return Ok(Outcome::Done);
+    }
+    let released = batch::release(node, keys, ours, timeout).await;
+    if matches!(released, Ok(Outcome::Done)) {
+        return released;
+    }
+    match batch::release(node, keys, theirs, timeout).await {
+        Ok(Outcome::Done) => Ok(Outcome::Done),
+        _ => released,
+    }
 }
 
 impl Drop for LockGuard {

@@ -600,12 +600,6 @@ impl Lock {
         pending: &mut PendingToken,
     ) -> Option<Enlistment> {
         let inner = &self.locks;
-        // Redlock's hand-over is switched off until a failure seen in CI is
-        // understood (a Redlock guard's release found other tokens on a
-        // majority under 16 contending tasks: `redlock.rs`
-        // mutual_exclusion_across_five_nodes); its waiters queue for wake-ups
-        // only, as before.
-        inner.nodes.single()?;
         let wakeups = inner.wakeups.as_ref()?;
         let (token, own) = match inner.nodes.single() {
             Some(_) => {
