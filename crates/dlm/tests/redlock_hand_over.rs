@@ -7,44 +7,8 @@ mod common;
 
 use std::time::Duration;
 
+use common::hand_over::*;
 use common::*;
-use dlm::{Client, LockGuard};
-
-async fn redlock(nodes: &[RedisServer], timeout: Duration) -> Client {
-    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
-    Client::builder()
-        .timeout(timeout)
-        .connect_many(&urls)
-        .await
-        .expect("connect to the nodes")
-}
-
-/// What each node holds under `key` (`""`: nothing).
-fn values(nodes: &[RedisServer], key: &str) -> Vec<String> {
-    nodes
-        .iter()
-        .map(|n| {
-            n.command(&["GET", key])
-                .unwrap_or_default()
-                .trim()
-                .to_string()
-        })
-        .collect()
-}
-
-/// A task of `c` waiting for lock `name` (up to `wait`), started after its
-/// first attempt found the lock busy and it queued for a hand-over.
-async fn waiter(
-    c: &Client,
-    name: &str,
-    wait: Duration,
-) -> tokio::task::JoinHandle<dlm::Result<LockGuard>> {
-    let lock = c.lock(name);
-    let task = tokio::spawn(async move { lock.acquire(&ttl(20_000).wait(wait)).await });
-    // Its busy attempt, its subscription and its place in the queue.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    task
-}
 
 /// Right after the release returns (on this current-thread runtime the
 /// waiter has not run since), every node already holds one token, the
@@ -56,7 +20,7 @@ async fn a_release_hands_the_lock_to_a_waiting_task_on_every_node() -> TestResul
     let c = redlock(&nodes, Duration::from_secs(1)).await;
     let key = c.lock("h").key()?;
     let first = c.lock("h").acquire(&ttl(20_000)).await?;
-    let next = waiter(&c, "h", Duration::from_secs(10)).await;
+    let next = waiter(&c, "h", 20_000, Duration::from_secs(10)).await;
     let first_token = first.token().as_str().to_string();
     let released = first.release().await?;
     assert_eq!(released.nodes, 5);
@@ -94,7 +58,7 @@ async fn a_frozen_node_does_not_stop_a_hand_over() -> TestResult {
     let c = redlock(&nodes, Duration::from_secs(1)).await;
     let key = c.lock("f").key()?;
     let first = c.lock("f").acquire(&ttl(20_000)).await?;
-    let next = waiter(&c, "f", Duration::from_secs(10)).await;
+    let next = waiter(&c, "f", 20_000, Duration::from_secs(10)).await;
     nodes[4].pause()?;
     let released = first.release().await?;
     assert!(released.confirmed >= 3, "{released:?}");
@@ -126,7 +90,7 @@ async fn a_hand_over_to_a_minority_grants_nothing() -> TestResult {
     let key = c.lock("m").key()?;
     let first = c.lock("m").acquire(&ttl(3_000)).await?;
     let first_token = first.token().clone();
-    let next = waiter(&c, "m", Duration::from_secs(20)).await;
+    let next = waiter(&c, "m", 20_000, Duration::from_secs(20)).await;
     for n in &nodes[2..] {
         n.pause()?;
     }
@@ -171,7 +135,7 @@ async fn a_hand_over_that_lands_late_is_a_release_of_ours() -> TestResult {
     let c = redlock(&nodes, Duration::from_secs(4)).await;
     let key = c.lock("l").key()?;
     let first = c.lock("l").acquire(&ttl(20_000)).await?;
-    let next = waiter(&c, "l", Duration::from_secs(20)).await;
+    let next = waiter(&c, "l", 20_000, Duration::from_secs(20)).await;
     for n in &nodes[2..] {
         n.pause()?;
     }

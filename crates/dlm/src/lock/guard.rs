@@ -197,7 +197,24 @@ impl LockGuard {
                 name: held.name.to_string(),
             });
         }
-        let r = release_held(&held).await?;
+        let r = if held.locks.nodes.single().is_some() {
+            release_held(&held).await?
+        } else {
+            // Redlock: a release (a hand-over above all) takes several
+            // requests per node and a clean-up after them; run it as a task
+            // of its own, tracked for `Client::settle`, so that a caller
+            // that stops waiting (a timeout around `release()`, a
+            // `select!`) cannot cut it off halfway, leaving a hand-over's
+            // requests landed for a waiter nobody grants or wakes.
+            let task = held.clone();
+            let release = held
+                .locks
+                .background
+                .spawn(async move { release_held(&task).await });
+            release.await.map_err(|e| Error::Unavailable {
+                source: format!("the release task ended early: {e}").into(),
+            })??
+        };
         tracing::debug!(name = %held.name, outcome = ?r.outcome, confirmed = r.confirmed, nodes = r.nodes, "released");
         r.outcome.into_result(&held.name)?;
         Ok(Released {
@@ -277,7 +294,16 @@ async fn hand_over(held: &Held) -> Result<HandOver> {
     {
         return Ok(HandOver::NotTried);
     }
-    let Some(next) = wakeups.next_baton(&held.keys.channel) else {
+    // Under Redlock the waiter is taken out of the queue at once: two
+    // releases at a time (a stale guard whose key expired, and the guard
+    // that holds the lock now) must never hand over to the same waiter, or
+    // the failed one's clean-up could delete the other's grant. On one
+    // Redis a failed `release_to` changes nothing, so peeking is enough.
+    let next = match &held.locks.nodes {
+        Nodes::Single(_) => wakeups.next_baton(&held.keys.channel),
+        Nodes::Quorum(_) => wakeups.claim_baton(&held.keys.channel),
+    };
+    let Some(next) = next else {
         return Ok(HandOver::NotTried);
     };
     let started = Instant::now();
@@ -392,15 +418,21 @@ async fn hand_over_quorum(
                     crate::lock::ops::release_to(&node.backend, &keys, &token, &successor, ttl),
                 )
                 .await;
-                (i, matches!(r, Ok(Ok(Some(_)))))
+                // Some(true): handed over; Some(false): the node said it
+                // did not hold our token; None: no answer (it may land).
+                let moved = match r {
+                    Ok(Ok(fence)) => Some(fence.is_some()),
+                    _ => None,
+                };
+                (i, moved)
             }
         })
         .collect();
-    let mut handed_on = vec![false; n];
+    let mut moved: Vec<Option<bool>> = vec![None; n];
     let (mut confirmed, mut failed) = (0, 0);
-    while let Some((i, ok)) = pending.next().await {
-        handed_on[i] = ok;
-        if ok {
+    while let Some((i, m)) = pending.next().await {
+        moved[i] = m;
+        if m == Some(true) {
             confirmed += 1;
         } else {
             failed += 1;
@@ -412,29 +444,43 @@ async fn hand_over_quorum(
     let valid_until = started + next.ttl().saturating_sub(drift(next.ttl()));
     let handed = confirmed >= q.needed() && Instant::now() < valid_until;
     let (ours, theirs) = (held.token.clone(), next.token().clone());
-    let release_timeout = timeout.max(held.locks.nodes.timeout() / 4);
     if handed {
+        let release_timeout = timeout.max(held.locks.nodes.timeout() / 4);
         let nodes = q.backends.clone();
         let keys = held.keys.clone();
         q.background.spawn(async move {
-            while let Some((i, ok)) = pending.next().await {
-                handed_on[i] = ok;
+            while let Some((i, m)) = pending.next().await {
+                moved[i] = m;
             }
             let releases = nodes
                 .iter()
-                .zip(&handed_on)
-                .filter(|(_, on)| !**on)
+                .zip(&moved)
+                .filter(|(_, m)| **m != Some(true))
                 .map(|(node, _)| batch::release(node, &keys, &ours, release_timeout));
             futures_util::future::join_all(releases).await;
         });
         return Ok(confirmed);
     }
-    while let Some((i, ok)) = pending.next().await {
-        handed_on[i] = ok;
+    // The requests still out end within the per-node timeout, which they
+    // all started together with, so this wait is short.
+    while let Some((i, m)) = pending.next().await {
+        moved[i] = m;
     }
-    let releases = q.backends.iter().zip(&handed_on).map(|(node, on)| {
-        release_failed_hand_over(node, &held.keys, &ours, &theirs, *on, release_timeout)
-    });
+    // What is left of the client's call timeout, counted from the hand-over's
+    // start (at least the shortest per-node wait): a release of a majority of
+    // frozen nodes ends about when a plain one would. A release that runs out
+    // of it still goes out behind, in the batch that carries it.
+    let left = held
+        .locks
+        .nodes
+        .timeout()
+        .saturating_sub(started.elapsed())
+        .max(crate::lock::nodes::MIN_NODE_TIMEOUT);
+    let releases = q
+        .backends
+        .iter()
+        .zip(&moved)
+        .map(|(node, m)| release_failed_hand_over(node, &held.keys, &ours, &theirs, *m, left));
     let replies = futures_util::future::join_all(releases).await;
     let released = replies
         .iter()
@@ -451,30 +497,41 @@ async fn hand_over_quorum(
 
 /// One node of a failed Redlock hand-over, released: `Done` when our token
 /// left it, either released now or moved to the successor's by the
-/// hand-over (answered in time, `handed_on`, or landed after its timeout),
-/// whose token is then released too, since the successor will not take it.
-/// Both releases are token-checked and go behind the hand-over on the node's
-/// connection; the successor's token is one only the hand-over sets (see
-/// `Lock::enlist`), so finding it there means our hand-over landed.
+/// hand-over, whose token is then released too, since the successor will
+/// not take it. `moved` is what the node answered to the hand-over:
+/// `Some(true)` it moved, `Some(false)` it did not hold our token (nothing
+/// of the successor's to undo there), `None` no answer: it may have landed
+/// after its timeout, so both tokens are released, at once (each release is
+/// token-checked and goes behind the hand-over on the node's connection, so
+/// exactly one of them can find its token). The successor's token is one
+/// only a hand-over to this baton sets (see `Lock::enlist`), and the baton
+/// was claimed by this release alone (`Wakeups::claim_baton`), so finding
+/// it means our hand-over landed.
 async fn release_failed_hand_over(
     node: &crate::lock::batch::Node,
     keys: &Arc<crate::keys::LockKeys>,
     ours: &Token,
     theirs: &Token,
-    handed_on: bool,
+    moved: Option<bool>,
     timeout: Duration,
 ) -> Result<Outcome> {
-    if handed_on {
-        let _ = batch::release(node, keys, theirs, timeout).await;
-        return Ok(Outcome::Done);
-    }
-    let released = batch::release(node, keys, ours, timeout).await;
-    if matches!(released, Ok(Outcome::Done)) {
-        return released;
-    }
-    match batch::release(node, keys, theirs, timeout).await {
-        Ok(Outcome::Done) => Ok(Outcome::Done),
-        _ => released,
+    match moved {
+        Some(true) => {
+            let _ = batch::release(node, keys, theirs, timeout).await;
+            Ok(Outcome::Done)
+        }
+        Some(false) => batch::release(node, keys, ours, timeout).await,
+        None => {
+            let (released, landed) = futures_util::future::join(
+                batch::release(node, keys, ours, timeout),
+                batch::release(node, keys, theirs, timeout),
+            )
+            .await;
+            match landed {
+                Ok(Outcome::Done) => Ok(Outcome::Done),
+                _ => released,
+            }
+        }
     }
 }
 

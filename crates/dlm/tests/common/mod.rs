@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests: a throwaway server and a client on it.
 #![allow(dead_code, missing_docs)]
 
+pub mod hand_over;
 pub mod lin;
 
 use std::time::Duration;
