@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::hand_over::*;
 use common::*;
+use dlm::Client;
 
 /// Right after the release returns (on this current-thread runtime the
 /// waiter has not run since), every node already holds one token, the
@@ -154,8 +155,108 @@ async fn a_hand_over_that_lands_late_is_a_release_of_ours() -> TestResult {
         released.confirmed >= 3,
         "a majority no longer holds our token: {released:?}"
     );
+    holds_alone_then_frees(&c, &nodes, &key, next.await??).await
+}
+
+/// Five nodes, each behind a fault proxy. The replies of three come back
+/// 600 ms late (the commands go through at once): the hand-over lands on every
+/// node but answers in time on two only (its per-node timeout is 1% of the
+/// waiter's 20 s TTL: 200 ms), so it fails. The release must still report the
+/// lock as ours and free every node (the waiter's token included, since the
+/// waiter is not granted), and the waiter then gets the lock by itself.
+#[tokio::test(flavor = "current_thread")]
+async fn a_hand_over_behind_slow_replies_fails_cleanly() -> TestResult {
+    use dlm_testkit::Direction;
+    let nodes = RedisServer::start_many(5)?;
+    let (proxies, c) = behind_proxies(
+        &nodes,
+        36,
+        Client::builder().timeout(Duration::from_secs(4)),
+    )
+    .await?;
+    let key = c.lock("p").key()?;
+    let first = c.lock("p").acquire(&ttl(20_000)).await?;
+    let next = waiter(&c, "p", 20_000, Duration::from_secs(20)).await;
+    for p in &proxies[2..] {
+        p.set_latency(
+            Direction::ToClient,
+            Duration::from_millis(600),
+            Duration::ZERO,
+        );
+    }
+    let released = first.release().await?;
+    assert!(
+        released.confirmed >= 3,
+        "our token left a majority (moved by the late hand-over, then freed): {released:?}"
+    );
+    for p in &proxies[2..] {
+        p.clear();
+    }
+    holds_alone_then_frees(&c, &nodes, &key, next.await??).await
+}
+
+/// One node cut off by its fault proxy (nothing forwarded either way): the
+/// four others hand over, a majority, so the waiter holds the lock at once;
+/// healed, the cut node is freed of our token behind the late requests.
+#[tokio::test(flavor = "current_thread")]
+async fn a_hand_over_past_a_partitioned_node() -> TestResult {
+    let nodes = RedisServer::start_many(5)?;
+    let (proxies, c) = behind_proxies(
+        &nodes,
+        46,
+        Client::builder().timeout(Duration::from_secs(2)),
+    )
+    .await?;
+    let key = c.lock("q").key()?;
+    let first = c.lock("q").acquire(&ttl(20_000)).await?;
+    let first_token = first.token().as_str().to_string();
+    let next = waiter(&c, "q", 20_000, Duration::from_secs(20)).await;
+    proxies[4].partition();
+    let released = first.release().await?;
+    assert!(released.confirmed >= 3, "{released:?}");
     let next = next.await??;
+    let now = values(&nodes[..4], &key);
+    assert!(
+        now.iter().all(|v| v == next.token().as_str()),
+        "the four reachable nodes hold the waiter's token: {now:?}"
+    );
+    proxies[4].heal();
+    next.release().await?;
+    assert!(c.settle(Duration::from_secs(5)).await);
     let now = values(&nodes, &key);
+    assert!(
+        now.iter().all(|v| v.is_empty() || *v == first_token),
+        "nothing of the waiter's is left; the cut node holds at most our old token: {now:?}"
+    );
+    Ok(())
+}
+
+/// A fault proxy in front of each node (seeded `seed`, `seed + 1`, ...) and a
+/// Redlock client built by `builder` over the proxies.
+async fn behind_proxies(
+    nodes: &[RedisServer],
+    seed: u64,
+    builder: dlm::ClientBuilder,
+) -> Result<(Vec<dlm_testkit::FaultProxy>, Client), Box<dyn std::error::Error + Send + Sync>> {
+    let proxies = nodes
+        .iter()
+        .zip(seed..)
+        .map(|(n, seed)| dlm_testkit::FaultProxy::in_front_of(n, seed))
+        .collect::<Result<Vec<_>, _>>()?;
+    let urls: Vec<String> = proxies.iter().map(dlm_testkit::FaultProxy::url).collect();
+    let c = builder.connect_many(&urls).await?;
+    Ok((proxies, c))
+}
+
+/// The waiter's guard `next` holds a majority of `nodes` by its own token and
+/// no node holds another; its release then leaves nothing anywhere.
+async fn holds_alone_then_frees(
+    c: &Client,
+    nodes: &[RedisServer],
+    key: &str,
+    next: dlm::LockGuard,
+) -> TestResult {
+    let now = values(nodes, key);
     assert!(
         now.iter().filter(|v| *v == next.token().as_str()).count() >= 3
             && now
@@ -165,6 +266,6 @@ async fn a_hand_over_that_lands_late_is_a_release_of_ours() -> TestResult {
     );
     next.release().await?;
     assert!(c.settle(Duration::from_secs(5)).await);
-    assert!(values(&nodes, &key).iter().all(String::is_empty));
+    assert!(values(nodes, key).iter().all(String::is_empty));
     Ok(())
 }
