@@ -429,8 +429,6 @@ async fn a_downgrade_is_not_overtaken_by_a_given_up_attempt_of_its_own_acquisiti
 /// error, is undone by the acquisition's cancel; but the caller of `good`
 /// gets a non-retryable error for a lock that is free.)
 #[tokio::test(flavor = "current_thread")]
-#[ignore = "open finding (review 2): a Lua error fails the whole batched call; every batcher \
-            (mutex, fair lock, read-write lock) shares it, fixing it needs per-job error replies"]
 async fn a_broken_lock_does_not_fail_another_lock_batched_with_it() -> TestResult {
     let s = server();
     let c = dlm::Client::builder()

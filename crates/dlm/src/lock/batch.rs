@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::keys::{FENCE_FLOOR, LockKeys, slot};
 use crate::lock::Outcome;
 use crate::lock::ops::{Attempt, acquire_reply, release_reply};
-use crate::services::batch::{BatchJob, Batcher, checked};
+use crate::services::batch::{BatchJob, Batcher, checked, pair_of};
 use crate::services::outstanding::InFlight;
 use crate::token::{Fence, Token};
 
@@ -397,13 +397,15 @@ async fn acquire_script(backend: &Backend, script: &Script, jobs: Vec<Job>) {
                 .arg(millis(*marker));
         }
     }
-    let reply: Result<Vec<i64>> = backend.evalsha_within(timeout, script, &cmd).await;
+    let reply: Result<Vec<Value>> = backend.evalsha_within(timeout, script, &cmd).await;
     let mut codes = checked(reply, 2 * jobs.len());
     for job in jobs {
-        if let Job::Acquire { reply, .. } = job {
+        if let Job::Acquire { keys, reply, .. } = job {
             let r = match &mut codes {
                 Ok(c) => match (c.next(), c.next()) {
-                    (Some(ok), Some(n)) => acquire_reply(ok, n),
+                    (Some(ok), Some(n)) => {
+                        pair_of(ok, n, &keys.lock).and_then(|(ok, n)| acquire_reply(ok, n))
+                    }
                     _ => Err(Error::protocol("short acquire reply")),
                 },
                 Err(e) => Err(e.share()),
@@ -434,8 +436,11 @@ fn max_timeout(jobs: &[Job]) -> Duration {
 /// to `settle_many.lua`, in the same call: a `SET NX` that found the key
 /// taken (the caller needs the holder's TTL, and maybe the waiters marker),
 /// and the grants of a counter that was below [`FENCE_FLOOR`] (new, or left
-/// by an older dlm), which the script finds ours and gives fresh fences
-/// above the floor, atomically with resetting their TTL. That script never
+/// by an older dlm) or that failed its `INCRBY` (it holds no integer), which
+/// the script finds ours and gives fresh fences above the floor, atomically
+/// with resetting their TTL (or, when the counter still fails, deletes
+/// again and answers with that error, for these locks only). A `SET` that
+/// failed fails its own lock only. That script never
 /// takes a free lock: a release of the same token may have run between the
 /// two calls (a Redlock that decided on other nodes, a caller that gave
 /// up), and taking the lock again would leave it held for nobody. Retries,
@@ -618,7 +623,8 @@ fn acquire_pipeline<'a>(
 /// What the acquire transaction of `n` locks did (see [`acquire_transaction`]).
 enum Exec {
     /// `EXEC` ran: the first fence its `INCRBY` reserved (`None`: not above
-    /// the floor), and the replies of the `SET`s, one per lock in order.
+    /// the floor, or the `INCRBY` failed), and the replies of the `SET`s,
+    /// one per lock in order.
     Replies {
         next: Option<u64>,
         values: std::vec::IntoIter<Value>,
@@ -661,12 +667,12 @@ async fn acquire_exec(
     let mut values = values.into_iter();
     let next = match values.next() {
         Some(Value::Int(top)) => first_fence(top, n),
+        // The counter holds no integer: no fence reserved, every `SET` left
+        // to `settle_many.lua`, which answers a busy lock as busy and fails
+        // (and deletes again) only the grants that need a fence from it.
         Some(Value::ServerError(e)) => {
-            return Exec::Failed(Error::protocol(format!(
-                "the fencing counter {fence:?} does not hold an integer \
-                 (INCRBY: {}); a lock acquired now would get no fence",
-                e.details().unwrap_or(e.code())
-            )));
+            tracing::debug!(counter = %fence, error = ?e, "INCRBY failed; settle_many decides");
+            None
         }
         other => return Exec::Failed(Error::protocol(format!("INCRBY replied {other:?}"))),
     };

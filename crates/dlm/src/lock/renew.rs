@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 
 use futures_util::future::join_all;
-use redis::Script;
+use redis::{Script, Value};
 use tokio::time::Instant;
 
 use crate::backend::server::Capability;
@@ -20,6 +20,7 @@ use crate::lock::locks::Held;
 use crate::lock::nodes::{Nodes, Quorum};
 use crate::lock::ops;
 use crate::metrics::{LostReason, RenewalOutcome};
+use crate::services::batch::code_of;
 use crate::services::held::EXTEND_MANY;
 use crate::services::lease::drift;
 use crate::services::renew::{Due, Renewable, Renewal};
@@ -119,6 +120,13 @@ async fn renew_single(backend: &Backend, batch: &[Due<Held>]) -> Vec<Renewal> {
             .zip(codes)
             .map(|(d, code)| {
                 let h = &d.item;
+                let code = match code {
+                    Ok(code) => code,
+                    Err(e) => {
+                        tracing::debug!(name = %h.name, error = %e, "renewal failed; retrying sooner");
+                        return undecided(h);
+                    }
+                };
                 if code == 1 {
                     tracing::trace!(name = %h.name, "renewed");
                     renewed(h, start + d.ttl.saturating_sub(drift(d.ttl)), start)
@@ -142,30 +150,36 @@ async fn renew_single(backend: &Backend, batch: &[Due<Held>]) -> Vec<Renewal> {
     }
 }
 
-/// extend_many.lua's codes for `batch` (1 extended, 0 gone, -1 another's).
+/// extend_many.lua's codes for `batch` (1 extended, 0 gone, -1 another's;
+/// an error for a lock on which Redis failed alone).
 async fn extend_by_script<'a>(
     backend: &Backend,
-    batch: impl IntoIterator<Item = &'a Due<Held>>,
-) -> Result<Vec<i64>> {
+    batch: impl IntoIterator<Item = &'a Due<Held>> + Clone,
+) -> Result<Vec<Result<i64>>> {
     let mut inv = EXTEND_MANY.prepare_invoke();
-    for d in batch {
+    for d in batch.clone() {
         inv.key(&d.item.keys.lock)
             .arg(d.item.token.as_str())
             .arg(millis(d.ttl));
     }
-    backend.eval(&inv).await
+    let codes: Vec<Value> = backend.eval(&inv).await?;
+    Ok(codes
+        .into_iter()
+        .zip(batch)
+        .map(|(code, d)| code_of(code, &d.item.keys.lock))
+        .collect())
 }
 
 /// The same codes natively; the locks the server refused it for go to the
 /// script.
-async fn extend_natively(backend: &Backend, batch: &[Due<Held>]) -> Result<Vec<i64>> {
+async fn extend_natively(backend: &Backend, batch: &[Due<Held>]) -> Result<Vec<Result<i64>>> {
     let locks: Vec<(&str, &crate::token::Token, std::time::Duration)> = batch
         .iter()
         .map(|d| (d.item.keys.lock.as_str(), &d.item.token, d.ttl))
         .collect();
     let codes = ops::extend_native(backend, &locks, backend.timeout()).await?;
     if codes.iter().all(Option::is_some) {
-        return Ok(codes.into_iter().flatten().collect());
+        return Ok(codes.into_iter().flatten().map(Ok).collect());
     }
     let refused = batch
         .iter()
@@ -173,13 +187,15 @@ async fn extend_natively(backend: &Backend, batch: &[Due<Held>]) -> Result<Vec<i
         .filter(|(_, c)| c.is_none())
         .map(|(d, _)| d);
     let mut by_script = extend_by_script(backend, refused).await?.into_iter();
-    codes
+    Ok(codes
         .into_iter()
-        .map(|c| {
-            c.or_else(|| by_script.next())
-                .ok_or_else(|| Error::protocol("short extend_many reply"))
+        .map(|c| match c {
+            Some(code) => Ok(code),
+            None => by_script
+                .next()
+                .unwrap_or_else(|| Err(Error::protocol("short extend_many reply"))),
         })
-        .collect()
+        .collect())
 }
 
 /// One batch under Redlock: one script per node, all nodes at once; each lock
@@ -212,7 +228,7 @@ async fn renew_quorum(quorum: &Quorum, batch: &[Due<Held>]) -> Vec<Renewal> {
             .arg(d.item.token.as_str())
             .arg(millis(d.ttl));
     }
-    let replies: Vec<Result<Vec<i64>>> = join_all(
+    let replies: Vec<Result<Vec<Value>>> = join_all(
         quorum
             .backends
             .iter()
@@ -225,12 +241,13 @@ async fn renew_quorum(quorum: &Quorum, batch: &[Due<Held>]) -> Vec<Renewal> {
         let per_node: Vec<Result<Outcome>> = replies
             .iter()
             .map(|node| match node {
-                Ok(codes) => match codes.get(pos) {
+                Ok(codes) => match codes.get(pos).cloned().map(|c| code_of(c, &h.keys.lock)) {
+                    Some(Err(e)) => Err(e),
                     // Only a node that still held our token counts.
                     #[cfg(not(feature = "seeded-defects"))]
-                    Some(code) => ops::extend_or_acquire_code(*code),
+                    Some(Ok(code)) => ops::extend_or_acquire_code(code),
                     #[cfg(feature = "seeded-defects")]
-                    Some(code) => quorum.seeded_vote(ops::extend_or_acquire_code(*code)),
+                    Some(Ok(code)) => quorum.seeded_vote(ops::extend_or_acquire_code(code)),
                     None => Err(Error::protocol("short extend_or_acquire_many reply")),
                 },
                 Err(e) => Err(e.share()),

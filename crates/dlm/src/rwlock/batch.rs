@@ -12,7 +12,7 @@ use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::Script;
+use redis::{Script, Value};
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 
@@ -20,7 +20,7 @@ use crate::backend::{Backend, evalsha, millis};
 use crate::error::{Error, Result};
 use crate::keys::{RwKeys, slot};
 use crate::rwlock::ops::{self, Attempt, Mode};
-use crate::services::batch::{BatchJob, Batcher, checked};
+use crate::services::batch::{BatchJob, Batcher, checked, code_of, pair_of};
 use crate::services::held::extend_code;
 use crate::services::options::Outcome;
 use crate::services::outstanding::InFlight;
@@ -348,7 +348,7 @@ async fn acquire_script(backend: &Backend, jobs: Vec<Job>) {
                 .arg(millis(*marker));
         }
     }
-    let reply: Result<Vec<i64>> = backend
+    let reply: Result<Vec<Value>> = backend
         .evalsha_within(max_timeout(&jobs), &ACQUIRE_MANY, &cmd)
         .await;
     let mut codes = match checked(reply, 2 * jobs.len()) {
@@ -361,9 +361,11 @@ async fn acquire_script(backend: &Backend, jobs: Vec<Job>) {
         }
     };
     for job in jobs {
-        if let Job::Acquire { reply, .. } = job {
+        if let Job::Acquire { keys, reply, .. } = job {
             let r = match (codes.next(), codes.next()) {
-                (Some(code), Some(n)) => ops::acquire_reply(code, n),
+                (Some(code), Some(n)) => {
+                    pair_of(code, n, &keys.writer).and_then(|(code, n)| ops::acquire_reply(code, n))
+                }
                 _ => Err(Error::protocol("short rw acquire_many reply")),
             };
             let _ = reply.send(r);
@@ -391,7 +393,7 @@ async fn release_script(backend: &Backend, jobs: Vec<Job>) {
                 .arg(&keys.writable);
         }
     }
-    let reply: Result<Vec<i64>> = backend
+    let reply: Result<Vec<Value>> = backend
         .evalsha_within(max_timeout(&jobs), &RELEASE_MANY, &cmd)
         .await;
     let mut codes = match checked(reply, jobs.len()) {
@@ -404,10 +406,10 @@ async fn release_script(backend: &Backend, jobs: Vec<Job>) {
         }
     };
     for job in jobs {
-        if let Job::Release { reply, .. } = job {
+        if let Job::Release { keys, reply, .. } = job {
             let r = codes.next().map_or_else(
                 || Err(Error::protocol("short rw release_many reply")),
-                extend_code,
+                |code| extend_code(code_of(code, &keys.writer)?),
             );
             let _ = reply.send(r);
         }

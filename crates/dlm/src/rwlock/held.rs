@@ -118,15 +118,10 @@ impl Lease for RwHeld {
     async fn extend(&self, ttl: Duration) -> Result<Outcome> {
         let backend = self.shared.backend("rwlock")?;
         let (script, cmd) = self.extend_command(ttl);
-        let codes: Vec<i64> = backend
+        let codes: Vec<redis::Value> = backend
             .evalsha_within(backend.timeout(), script, &cmd)
             .await?;
-        match codes.as_slice() {
-            [code] => crate::services::held::extend_code(*code),
-            _ => Err(crate::error::Error::protocol(
-                "rw extend_many returned another count",
-            )),
-        }
+        crate::services::held::extend_reply(codes, self.key())
     }
 
     fn extend_command(&self, ttl: Duration) -> (&'static redis::Script, redis::Cmd) {

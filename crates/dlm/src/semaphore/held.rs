@@ -87,7 +87,7 @@ impl Renewable for SemaphoreHeld {
                 .arg(millis(d.ttl));
         }
         // Not held any more is "run out" here (code 0 -> the lease's 0).
-        let reply: Result<Vec<i64>> = backend.eval(&inv).await;
+        let reply: Result<Vec<redis::Value>> = backend.eval(&inv).await;
         verdicts(batch, reply, started)
     }
 }

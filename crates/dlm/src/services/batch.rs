@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use redis::Value;
 use tokio::sync::oneshot;
 
 use crate::backend::Backend;
@@ -318,7 +319,7 @@ async fn flush<J: BatchJob>(shared: Arc<Shared<J>>) {
 }
 
 /// The reply's codes, or an error when it does not have `len` of them.
-pub(crate) fn checked(reply: Result<Vec<i64>>, len: usize) -> Result<std::vec::IntoIter<i64>> {
+pub(crate) fn checked<T>(reply: Result<Vec<T>>, len: usize) -> Result<std::vec::IntoIter<T>> {
     let codes = reply?;
     if codes.len() != len {
         return Err(Error::protocol(format!(
@@ -327,6 +328,37 @@ pub(crate) fn checked(reply: Result<Vec<i64>>, len: usize) -> Result<std::vec::I
         )));
     }
     Ok(codes.into_iter())
+}
+
+/// The error of one lock of a batched script's call: a Redis error (e.g.
+/// `WRONGTYPE`, a key of another type than dlm writes) that the script
+/// caught while deciding that lock alone, as `message` said it. The other
+/// locks of the call were decided regardless.
+pub(crate) fn lock_error(key: &str, message: &str) -> Error {
+    Error::protocol(format!("lock {key:?}: {message}"))
+}
+
+/// One lock's code in a reply of one code per lock: an integer, or in its
+/// place the message of a Redis error on that lock alone (see
+/// [`lock_error`]; `key` names the lock).
+pub(crate) fn code_of(value: Value, key: &str) -> Result<i64> {
+    match value {
+        Value::Int(code) => Ok(code),
+        Value::BulkString(message) => Err(lock_error(key, &String::from_utf8_lossy(&message))),
+        other => Ok(redis::from_redis_value(other)?),
+    }
+}
+
+/// One lock's pair in a reply of two entries per lock: `(code, n)`, or for
+/// code -4, `n` is the message of a Redis error on that lock alone (see
+/// [`lock_error`]; `key` names the lock).
+pub(crate) fn pair_of(code: Value, n: Value, key: &str) -> Result<(i64, i64)> {
+    let code: i64 = redis::from_redis_value(code)?;
+    if code == -4 {
+        let message: String = redis::from_redis_value(n)?;
+        return Err(lock_error(key, &message));
+    }
+    Ok((code, redis::from_redis_value(n)?))
 }
 
 /// Split a gathered batch into phases that keep its submission order where

@@ -13,13 +13,14 @@ use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::{Cmd, Script};
+use redis::{Cmd, Script, Value};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::{Backend, evalsha, millis};
 use crate::error::{Error, Result};
+use crate::services::batch::code_of;
 use crate::services::lease::{LeaseState, LostSignal, drift};
 use crate::services::options::{Outcome, validate_ttl};
 use crate::services::registry::Registry;
@@ -50,12 +51,17 @@ pub(crate) async fn extend_token(
     ttl: Duration,
 ) -> Result<Outcome> {
     let (script, cmd) = extend_token_command(key, token, ttl);
-    let codes: Vec<i64> = backend
+    let codes: Vec<Value> = backend
         .evalsha_within(backend.timeout(), script, &cmd)
         .await?;
-    match codes.as_slice() {
-        [code] => extend_code(*code),
-        _ => Err(Error::protocol("extend_many returned another count")),
+    extend_reply(codes, key)
+}
+
+/// The one code of an extend_many.lua call for the lease at `key`.
+pub(crate) fn extend_reply(codes: Vec<Value>, key: &str) -> Result<Outcome> {
+    match <[Value; 1]>::try_from(codes) {
+        Ok([code]) => extend_code(code_of(code, key)?),
+        Err(_) => Err(Error::protocol("extend_many returned another count")),
     }
 }
 
@@ -80,7 +86,7 @@ pub(crate) async fn renew_tokens<L: Lease>(backend: &Backend, batch: &[Due<L>]) 
             .arg(d.item.core().token.as_str())
             .arg(millis(d.ttl));
     }
-    let reply: Result<Vec<i64>> = backend.eval(&inv).await;
+    let reply: Result<Vec<Value>> = backend.eval(&inv).await;
     verdicts(batch, reply, started)
 }
 
@@ -117,31 +123,30 @@ macro_rules! token_renewable {
 pub(crate) use token_renewable;
 
 /// Per lease of `batch`, what a renewal script's reply codes (1 renewed, 0
-/// expired, -1 taken) mean; a failed or malformed reply is retried sooner
+/// expired, -1 taken) mean; a failed or malformed reply, or a Redis error
+/// on one lease alone (a message in place of its code), is retried sooner
 /// unless the lease ran out meanwhile.
 pub(crate) fn verdicts<L: Lease>(
     batch: &[Due<L>],
-    reply: Result<Vec<i64>>,
+    reply: Result<Vec<Value>>,
     started: Instant,
 ) -> Vec<Renewal> {
+    let undecided = |d: &Due<L>| {
+        let core = d.item.core();
+        if core.lease.is_lost() {
+            tracing::warn!(name = %core.name, "lease lost: it ran out while renewals failed");
+            Renewal::Lost
+        } else {
+            Renewal::Retry
+        }
+    };
     let codes = match reply {
         Ok(codes) if codes.len() == batch.len() => codes,
         other => {
             if let Err(e) = other {
                 tracing::debug!(error = %e, "batched renewal failed; retrying sooner");
             }
-            return batch
-                .iter()
-                .map(|d| {
-                    let core = d.item.core();
-                    if core.lease.is_lost() {
-                        tracing::warn!(name = %core.name, "lease lost: it ran out while renewals failed");
-                        Renewal::Lost
-                    } else {
-                        Renewal::Retry
-                    }
-                })
-                .collect();
+            return batch.iter().map(undecided).collect();
         }
     };
     batch
@@ -149,6 +154,13 @@ pub(crate) fn verdicts<L: Lease>(
         .zip(codes)
         .map(|(d, code)| {
             let core = d.item.core();
+            let code = match code_of(code, d.item.key()) {
+                Ok(code) => code,
+                Err(e) => {
+                    tracing::debug!(name = %core.name, error = %e, "renewal failed; retrying sooner");
+                    return undecided(d);
+                }
+            };
             match extend_code(code) {
                 Ok(Outcome::Done) => {
                     if core

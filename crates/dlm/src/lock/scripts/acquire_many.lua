@@ -21,13 +21,25 @@
 -- Returns     a flat array, two entries per lock, for lock i at 2i-1 and 2i:
 --             1, fence   acquired (or already held by this token: TTL reset, fresh fence)
 --             0, pttl    held by another owner; its remaining TTL in ms (-1: no expiry)
+--             -4, msg    a Redis error while deciding this lock alone (e.g. WRONGTYPE: its key
+--                        holds no string; or its fencing counter holds no integer): msg is what
+--                        Redis said. The other locks of the call are decided regardless (each
+--                        decision runs under pcall: a redis.call error would abort the script,
+--                        failing every lock of the call, earlier ones granted in Redis
+--                        nonetheless). Undone in the error path: a key this decision found or
+--                        made holding the token (only the fence can fail after that) is
+--                        deleted, so a failed attempt leaves its lock held by nobody.
 local out = {}
-for i = 1, #KEYS / 3 do
+-- The key of the lock being decided once it holds the caller's token (until its fence is taken).
+local mine
+local function decide(i)
   local key, counter = KEYS[3 * i - 2], KEYS[3 * i - 1]
   local token, ttl = ARGV[3 * i - 2], ARGV[3 * i - 1]
   if redis.call('SET', key, token, 'NX', 'PX', ttl) then
+    mine = key
     out[2 * i - 1], out[2 * i] = 1, fence(counter)
   elseif redis.call('GET', key) == token then
+    mine = key
     redis.call('PEXPIRE', key, ttl)
     out[2 * i - 1], out[2 * i] = 1, fence(counter)
   else
@@ -35,6 +47,17 @@ for i = 1, #KEYS / 3 do
       redis.call('SET', KEYS[3 * i], '1', 'PX', ARGV[3 * i])
     end
     out[2 * i - 1], out[2 * i] = 0, redis.call('PTTL', key)
+  end
+end
+for i = 1, #KEYS / 3 do
+  mine = nil
+  local ok, err = pcall(decide, i)
+  if not ok then
+    if mine then
+      redis.call('DEL', mine)
+    end
+    if type(err) == 'table' then err = err.err end
+    out[2 * i - 1], out[2 * i] = -4, tostring(err)
   end
 end
 return out

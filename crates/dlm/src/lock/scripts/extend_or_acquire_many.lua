@@ -5,9 +5,13 @@
 -- ARGV[2i-1]   the owner token of KEYS[i]
 -- ARGV[2i]     the new TTL of KEYS[i] in milliseconds, counted from now
 -- Returns      per key: 1 extended, 2 the key was gone and is ours again,
---              -1 the key holds another owner's token
+--              -1 the key holds another owner's token; or, in place of the code, a string:
+--              the message of a Redis error on this key alone (WRONGTYPE: it holds no string),
+--              raised before any write of it. The other keys are decided regardless (each runs
+--              under pcall: a redis.call error would abort the script, and this node would
+--              count as failed for every lock of the call).
 local out = {}
-for i = 1, #KEYS do
+local function decide(i)
   local v = redis.call('GET', KEYS[i])
   if v == ARGV[2 * i - 1] then
     redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
@@ -17,6 +21,13 @@ for i = 1, #KEYS do
     out[i] = 2
   else
     out[i] = -1
+  end
+end
+for i = 1, #KEYS do
+  local ok, err = pcall(decide, i)
+  if not ok then
+    if type(err) == 'table' then err = err.err end
+    out[i] = tostring(err)
   end
 end
 return out

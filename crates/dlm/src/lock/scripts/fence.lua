@@ -3,9 +3,11 @@
 -- always above 2^48 (dlm::keys::FENCE_FLOOR): an INCR that lands at or below it (a new counter,
 -- or one an older dlm kept per hash slot) raises the counter past it first. The floor is a
 -- string: Lua would print the number 2^48 in an exponent form that INCRBY refuses.
--- A counter that does not hold an integer (written by hand, or another program's key) fails the
--- script with an error that names it. Redis rolls back nothing a script did before the error:
--- the client counts such an attempt as unsure and releases its token (lock/mod.rs).
+-- A counter that does not hold an integer (written by hand, or another program's key) raises an
+-- error that names it. acquire_many.lua and settle_many.lua catch it per lock (code -4) and
+-- delete the key they granted; in acquire_all.lua and release_to.lua it fails the script, and
+-- Redis rolls back nothing a script did before the error: the client counts such an attempt as
+-- unsure and releases its token (lock/mod.rs).
 -- KEYS     none of its own: fence(counter) takes the counter key its script was given in KEYS
 -- ARGV     none
 -- Returns  fence(counter) returns the new fence (above 2^48); the prelude itself returns nothing

@@ -19,6 +19,11 @@
 -- Returns      per lock: 1 released (and its waiters woken, if any),
 --              0 the key is gone (expired; also a key that holds no string, which no lock
 --              writes), -1 held by another owner's token
+-- Errors       none per lock in a batch of two or more: every read goes through MGET (or
+--              redis.pcall'ed GETs), which read a key of another type (a damaged lock or
+--              marker) as none, and DEL and PUBLISH raise for no key type; so one damaged lock
+--              never fails the others of its call. A batch of one raises WRONGTYPE for its
+--              lock key holding no string (it is that lock's error alone).
 if #KEYS == 2 then
   -- One lock (a batch of one, the usual case at low concurrency): no tables, no unpack.
   local v = redis.call('GET', KEYS[1])
@@ -34,10 +39,13 @@ if #KEYS == 2 then
 end
 local values = redis.pcall('MGET', unpack(KEYS))
 if values.err then
-  -- A user whose ACL predates dlm's use of MGET (dlm::keys::ACL_RULES): one GET per key.
+  -- A user whose ACL predates dlm's use of MGET (dlm::keys::ACL_RULES): one GET per key. A key
+  -- that holds no string reads as none, as MGET reads it (GET raises WRONGTYPE for it, which
+  -- would abort the script and fail every release of the call).
   values = {}
   for i = 1, #KEYS do
-    values[i] = redis.call('GET', KEYS[i])
+    local v = redis.pcall('GET', KEYS[i])
+    values[i] = type(v) ~= 'table' and v
   end
 end
 local out, gone = {}, {}

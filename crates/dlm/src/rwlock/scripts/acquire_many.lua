@@ -40,6 +40,19 @@
 --             1, fence    granted (or renewed, see above)
 --             0, wait_ms  busy: how long until it is worth looking again (-1: a writer without
 --                         expiry)
+--             -4, msg     a Redis error on this attempt alone: msg is what Redis said. Either its
+--                         keys are damaged (e.g. WRONGTYPE: its readers or waiting set holds
+--                         something else), or its fencing counter holds no integer (every grant
+--                         of that counter in the call fails). The other attempts of the call are
+--                         decided regardless: each decision runs under pcall, and each counter's
+--                         INCRBY under redis.pcall (a redis.call error would abort the script,
+--                         failing every attempt of the call, earlier ones granted nonetheless).
+--                         Nothing is left held for nobody: a decision's commands that can raise
+--                         (the ZRANGE of a set of the wrong type) all come before its first write
+--                         (only the clean-up of expired entries, which any call makes, may precede
+--                         them), and a grant whose counter fails is undone (its read share or
+--                         write lock removed; attempts of the call that found it busy look again
+--                         on their own).
 local now
 local function clock()
   if not now then
@@ -99,7 +112,7 @@ local function grant(i, counter)
   granted[#granted + 1] = i
   counters[counter] = (counters[counter] or 0) + 1
 end
-for i = 1, n do
+local function decide(i)
   local writer_key, readers, waiting, counter = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
   local mode, token, ttl = ARGV[4 * i - 3], ARGV[4 * i - 2], tonumber(ARGV[4 * i - 1])
   local reader = first_live(readers, any_readers)
@@ -145,14 +158,43 @@ for i = 1, n do
     end
   end
 end
+-- A Redis error's message (redis.call raises a table {err = ...}).
+local function message(err)
+  if type(err) == 'table' then err = err.err end
+  return tostring(err)
+end
+for i = 1, n do
+  local ok, err = pcall(decide, i)
+  if not ok then
+    out[2 * i - 1], out[2 * i] = -4, message(err)
+  end
+end
 -- The fences, per counter in grant order.
 local next_fence = {}
 for counter, n in pairs(counters) do
-  next_fence[counter] = redis.call('INCRBY', counter, n) - n + 1
+  local top = redis.pcall('INCRBY', counter, n)
+  if type(top) == 'table' then
+    next_fence[counter] = message(top)
+  else
+    next_fence[counter] = top - n + 1
+  end
 end
 for _, i in ipairs(granted) do
   local counter = KEYS[4 * i]
-  out[2 * i] = next_fence[counter]
-  next_fence[counter] = next_fence[counter] + 1
+  local f = next_fence[counter]
+  if type(f) == 'string' then
+    -- No fence: the grant is undone (this token's write lock or read share removed).
+    local writer_key, token = KEYS[4 * i - 3], ARGV[4 * i - 2]
+    if ARGV[4 * i - 3] == 'r' then
+      redis.call('ZREM', KEYS[4 * i - 2], token)
+    elseif writers[writer_key] == token then
+      redis.call('DEL', writer_key)
+      writers[writer_key] = false
+    end
+    out[2 * i - 1], out[2 * i] = -4, f
+  else
+    out[2 * i] = f
+    next_fence[counter] = f + 1
+  end
 end
 return out

@@ -26,7 +26,14 @@
 -- ARGV[4i-1]  the channel published when readers may enter
 -- ARGV[4i]    the channel published when a writer may enter
 -- Returns     per release: 1 released; 0 it was gone (our lease had expired); -1 the write
---             lock holds another owner's token
+--             lock holds another owner's token; or, in place of the code, a string: the message
+--             of a Redis error on this release alone (e.g. WRONGTYPE: its readers or waiting set
+--             holds something else). The other releases of the call are decided and woken
+--             regardless: each runs under pcall (a redis.call error would abort the script and
+--             fail every release of the call, the ones before it done nonetheless). A read
+--             share's release raises before it writes (its ZREMRANGEBYSCORE); a write lock's
+--             raises only after its DEL, in the wake-up: it is released, its waiters not woken
+--             (as a lone release would have done).
 local now
 local function clock()
   if not now then
@@ -64,7 +71,7 @@ local function any_live(key)
   return redis.call('EXISTS', key) == 1
 end
 local out = {}
-for i = 1, n do
+local function decide(i)
   local writer_key, readers, waiting = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local mode, token = ARGV[4 * i - 3], ARGV[4 * i - 2]
   local code
@@ -100,6 +107,13 @@ for i = 1, n do
         redis.call('PUBLISH', ARGV[4 * i - 1], '1')
       end
     end
+  end
+end
+for i = 1, n do
+  local ok, err = pcall(decide, i)
+  if not ok then
+    if type(err) == 'table' then err = err.err end
+    out[i] = tostring(err)
   end
 end
 return out
