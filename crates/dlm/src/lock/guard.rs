@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::lock::Outcome;
@@ -210,7 +211,7 @@ impl LockGuard {
             let release = held
                 .locks
                 .background
-                .spawn(async move { release_held(&task).await });
+                .spawn(async move { release_held(&task).await }.in_current_span());
             release.await.map_err(|e| Error::Unavailable {
                 source: format!("the release task ended early: {e}").into(),
             })??
@@ -358,7 +359,15 @@ async fn hand_over(held: &Held) -> Result<HandOver> {
         let token = next.token().clone();
         let background = locks.background.clone();
         background.spawn(async move {
-            let _ = locks.nodes.release(&name, &keys, &token).await;
+            let released = locks.nodes.release(&name, &keys, &token).await;
+            // The next local waiter in line was neither handed the lock nor
+            // woken (under Redlock the release's message comes from one node
+            // only): wake it now that the lock is free.
+            if let (Ok(r), Some(wakeups)) = (released, &locks.wakeups)
+                && r.outcome == Outcome::Done
+            {
+                wakeups.wake_local(&keys.channel);
+            }
         });
     }
     tracing::debug!(name = %held.name, confirmed, nodes, "handed over to a waiting task");
@@ -527,9 +536,12 @@ async fn release_failed_hand_over(
                 batch::release(node, keys, theirs, timeout),
             )
             .await;
-            match landed {
-                Ok(Outcome::Done) => Ok(Outcome::Done),
-                _ => released,
+            match (released, landed) {
+                (_, Ok(Outcome::Done)) | (Ok(Outcome::Done), _) => Ok(Outcome::Done),
+                // Our token was not there, but whether the hand-over moved
+                // it is unknown: no answer, not `NotHeld`.
+                (Ok(_), Err(e)) => Err(e),
+                (released, _) => released,
             }
         }
     }
