@@ -49,10 +49,13 @@ for i = 1, n do
 end
 local values = redis.pcall('MGET', unpack(writer_keys))
 if values.err then
-  -- A user whose ACL predates dlm's use of MGET (dlm::keys::ACL_RULES): one GET per key.
+  -- A user whose ACL predates dlm's use of MGET (dlm::keys::ACL_RULES): one GET per key; a
+  -- key that holds no string reads as no writer, as MGET reads it (a redis.call error here
+  -- would fail every lock of the call).
   values = {}
   for i = 1, n do
-    values[i] = redis.call('GET', writer_keys[i])
+    local v = redis.pcall('GET', writer_keys[i])
+    values[i] = type(v) ~= 'table' and v
   end
 end
 -- writer key -> its value (false: none), kept up to date below.
