@@ -3,6 +3,7 @@
 
 pub mod hand_over;
 pub mod lin;
+pub mod rw_scripts;
 
 use std::time::Duration;
 
